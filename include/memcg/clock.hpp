@@ -1,0 +1,53 @@
+// Clock: the time source of everything in memcg that depends on time (periodic statistics
+// flush, memory.high throttling sleeps, pressure windows, PSI averages, notification rate
+// limits).
+//
+// Why injectable: the kernel's behaviour is defined in wall-clock terms (2 s flush period, 10 ms
+// minimum throttle, 1 s socket-pressure hold). Tests and the scenario runner must reproduce those
+// rules exactly and quickly, so they run on a ManualClock whose time only moves when told to.
+//
+// Thread safety: both implementations may be used from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace memcg {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  // Monotonic time in nanoseconds. Never goes backwards.
+  virtual uint64_t now_ns() const noexcept = 0;
+  // Blocks the calling thread for `ns` (a ManualClock advances its time instead).
+  virtual void sleep_ns(uint64_t ns) noexcept = 0;
+};
+
+// CLOCK_MONOTONIC and nanosleep.
+class SystemClock final : public Clock {
+ public:
+  uint64_t now_ns() const noexcept override;
+  void sleep_ns(uint64_t ns) noexcept override;
+  // The process-wide instance used when a Controller is given no clock.
+  static SystemClock& instance() noexcept;
+};
+
+// Virtual time for tests and simulations: time moves only through advance() and sleep_ns().
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(uint64_t start_ns = 0) : now_(start_ns) {}
+  uint64_t now_ns() const noexcept override { return now_.load(std::memory_order_acquire); }
+  // A sleeping thread does not wait: it moves virtual time forward by what it would have slept.
+  void sleep_ns(uint64_t ns) noexcept override {
+    slept_.fetch_add(ns, std::memory_order_relaxed);
+    advance(ns);
+  }
+  void advance(uint64_t ns) noexcept { now_.fetch_add(ns, std::memory_order_acq_rel); }
+  uint64_t total_slept_ns() const noexcept { return slept_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> now_;
+  std::atomic<uint64_t> slept_{0};
+};
+
+}  // namespace memcg

@@ -1,0 +1,93 @@
+// Controller: the tree of groups and the settings that hold for all of it (the analogue of the
+// cgroup-v2 hierarchy with its mount options). One process normally has one Controller.
+//
+// Thread safety: every call may be made from any thread. Creating, looking up and removing
+// groups take a reader/writer lock on the tree; charging never does.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <shared_mutex>
+#include <string_view>
+
+#include "memcg/clock.hpp"
+#include "memcg/group.hpp"
+
+namespace memcg {
+
+struct Options {
+  // Charge unit is 2^unit_shift bytes (default 4 KiB, the kernel's page). 6..30.
+  unsigned unit_shift = 12;
+  // Units pre-charged at once into a per-CPU stock (the kernel's MEMCG_CHARGE_BATCH). 1..127.
+  int64_t batch = 64;
+  // Number of per-CPU shards for stocks and statistics; 0 = the machine's CPUs.
+  int nr_shards = 0;
+  // The kernel's memory_recursiveprot mount option.
+  bool recursive_protection = false;
+  // The kernel's memory_localevents mount option.
+  bool local_events = false;
+  // Time source; null = SystemClock. Must outlive the controller.
+  Clock* clock = nullptr;
+};
+
+class Controller {
+ public:
+  // Throws std::invalid_argument when an option is out of range.
+  explicit Controller(Options options = {});
+  // REQUIRES: no GroupRef, attachment or charge handle of this controller is still in use.
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  Group& root() noexcept { return *root_; }
+  const Options& options() const noexcept { return options_; }
+  Clock& clock() const noexcept { return *clock_; }
+
+  // Creates the group at `path` ("a/b/c"; the parent must exist, like mkdir). Errors: EINVAL for
+  // a malformed path or name, ENOENT when the parent does not exist, EEXIST when the group does.
+  int create(std::string_view path, GroupRef* out = nullptr);
+  // Creates `name` under `parent` (which must be online). Same errors.
+  int create(Group& parent, std::string_view name, GroupRef* out = nullptr);
+  // The online group at `path` ("/" or "" is the root); empty if there is none.
+  GroupRef lookup(std::string_view path) const;
+  // Takes the group offline. Errors: EINVAL for the root, ENOENT when absent, EBUSY while it has
+  // online children or attached threads.
+  int remove(std::string_view path);
+  int remove(Group& group);
+
+  // Visits `from` and its descendants in pre-order (a parent before its children), the dying ones
+  // too when `include_dying`. The tree lock is held in shared mode during the walk: `fn` must not
+  // create or remove groups.
+  void walk(Group& from, const std::function<void(Group&)>& fn, bool include_dying = true) const;
+
+  size_t nr_groups() const noexcept;  // online, the root included
+  size_t nr_dying() const noexcept;
+
+  // ---- units ----------------------------------------------------------------------------------
+  unsigned unit_shift() const noexcept { return options_.unit_shift; }
+  uint64_t unit_size() const noexcept { return uint64_t{1} << options_.unit_shift; }
+  int64_t max_units() const noexcept { return PageCounter::sentinel(options_.unit_shift); }
+  // Bytes of `units`; kUnlimited for the sentinel.
+  uint64_t to_bytes(int64_t units) const noexcept;
+  // Whole units in `bytes`, floored and clamped to the sentinel (knob writes).
+  int64_t to_units_floor(uint64_t bytes) const noexcept;
+  // Units needed to hold `bytes` (charges).
+  int64_t to_units_ceil(uint64_t bytes) const noexcept;
+
+ private:
+  friend class Group;
+  void release(Group* g) noexcept;  // the last reference went
+  Group* find_locked(std::string_view path) const;
+  static bool valid_name(std::string_view name) noexcept;
+
+  const Options options_;
+  Clock* const clock_;
+  mutable std::shared_mutex tree_mutex_;
+  Group* root_ = nullptr;
+  uint64_t next_id_ = 1;  // guarded by tree_mutex_
+  size_t nr_groups_ = 1;  // guarded by tree_mutex_
+  size_t nr_dying_ = 0;   // guarded by tree_mutex_
+};
+
+}  // namespace memcg

@@ -1,0 +1,195 @@
+#include "memcg/controller.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace memcg {
+
+Controller::Controller(Options options)
+    : options_(options), clock_(options.clock ? options.clock : &SystemClock::instance()) {
+  if (options_.unit_shift < 6 || options_.unit_shift > 30)
+    throw std::invalid_argument("memcg: unit_shift must be in 6..30");
+  if (options_.batch < 1 || options_.batch > 127)
+    throw std::invalid_argument("memcg: batch must be in 1..127 units");
+  if (options_.nr_shards < 0 || options_.nr_shards > 4096)
+    throw std::invalid_argument("memcg: nr_shards must be in 0..4096");
+  root_ = new Group(*this, nullptr, "", 0);
+}
+
+Controller::~Controller() {
+  // Free bottom-up: every group, online or dying, regardless of outstanding references.
+  std::vector<Group*> order;
+  std::vector<Group*> stack{root_};
+  while (!stack.empty()) {
+    Group* g = stack.back();
+    stack.pop_back();
+    order.push_back(g);
+    for (Group* c : g->children_) stack.push_back(c);
+    for (Group* c : g->dying_) stack.push_back(c);
+  }
+  for (auto it = order.rbegin(); it != order.rend(); ++it) delete *it;
+}
+
+bool Controller::valid_name(std::string_view name) noexcept {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == ':' || c == '@' || c == '+';
+  });
+}
+
+namespace {
+// Splits "a/b/c" (leading and trailing '/' tolerated) into segments; false if a segment is empty.
+bool split_path(std::string_view path, std::vector<std::string_view>* out) {
+  while (!path.empty() && path.front() == '/') path.remove_prefix(1);
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  out->clear();
+  while (!path.empty()) {
+    const size_t slash = path.find('/');
+    std::string_view seg = path.substr(0, slash);
+    if (seg.empty()) return false;
+    out->push_back(seg);
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash + 1);
+  }
+  return true;
+}
+
+Group* find_child(const std::vector<Group*>& children, std::string_view name) {
+  auto it = std::lower_bound(children.begin(), children.end(), name,
+                             [](const Group* g, std::string_view n) { return g->name() < n; });
+  return it != children.end() && (*it)->name() == name ? *it : nullptr;
+}
+}  // namespace
+
+Group* Controller::find_locked(std::string_view path) const {
+  std::vector<std::string_view> segs;
+  if (!split_path(path, &segs)) return nullptr;
+  Group* g = root_;
+  for (std::string_view s : segs) {
+    g = find_child(g->children_, s);
+    if (!g) return nullptr;
+  }
+  return g;
+}
+
+int Controller::create(std::string_view path, GroupRef* out) {
+  std::vector<std::string_view> segs;
+  if (!split_path(path, &segs) || segs.empty()) return EINVAL;
+  for (std::string_view s : segs)
+    if (!valid_name(s)) return EINVAL;
+  GroupRef parent;
+  {
+    std::shared_lock lock(tree_mutex_);
+    Group* g = root_;
+    for (size_t i = 0; i + 1 < segs.size(); ++i) {
+      g = find_child(g->children_, segs[i]);
+      if (!g) return ENOENT;
+    }
+    parent = GroupRef(g);
+  }
+  return create(*parent, segs.back(), out);
+}
+
+int Controller::create(Group& parent, std::string_view name, GroupRef* out) {
+  if (!valid_name(name)) return EINVAL;
+  std::unique_lock lock(tree_mutex_);
+  if (!parent.is_online()) return ENOENT;
+  auto& siblings = parent.children_;
+  auto it = std::lower_bound(siblings.begin(), siblings.end(), name,
+                             [](const Group* g, std::string_view n) { return g->name() < n; });
+  if (it != siblings.end() && (*it)->name() == name) return EEXIST;
+  Group* g = new Group(*this, &parent, std::string(name), next_id_++);
+  siblings.insert(it, g);
+  ++nr_groups_;
+  if (out) *out = GroupRef(g);
+  return 0;
+}
+
+GroupRef Controller::lookup(std::string_view path) const {
+  std::shared_lock lock(tree_mutex_);
+  return GroupRef(find_locked(path));
+}
+
+int Controller::remove(std::string_view path) {
+  GroupRef g = lookup(path);
+  if (!g) return ENOENT;
+  return remove(*g);
+}
+
+int Controller::remove(Group& group) {
+  if (group.is_root()) return EINVAL;
+  {
+    std::unique_lock lock(tree_mutex_);
+    if (!group.is_online()) return ENOENT;
+    if (!group.children_.empty() || group.nr_attached() > 0) return EBUSY;
+    auto& siblings = group.parent_->children_;
+    siblings.erase(std::find(siblings.begin(), siblings.end(), &group));
+    group.parent_->dying_.push_back(&group);
+    group.online_.store(false, std::memory_order_release);
+    --nr_groups_;
+    ++nr_dying_;
+  }
+  // An offline group protects nothing (the kernel resets min and low of a dying cgroup).
+  group.set_min(0);
+  group.set_low(0);
+  group.put();  // the tree's reference
+  return 0;
+}
+
+void Controller::release(Group* g) noexcept {
+  Group* parent = g->parent_;
+  {
+    std::unique_lock lock(tree_mutex_);
+    auto& dying = parent->dying_;
+    dying.erase(std::find(dying.begin(), dying.end(), g));
+    // Its dying children hold references to it, so none can be left here.
+    --nr_dying_;
+  }
+  delete g;
+  parent->put();
+}
+
+void Controller::walk(Group& from, const std::function<void(Group&)>& fn,
+                      bool include_dying) const {
+  std::shared_lock lock(tree_mutex_);
+  std::vector<Group*> stack{&from};
+  while (!stack.empty()) {
+    Group* g = stack.back();
+    stack.pop_back();
+    fn(*g);
+    // Push in reverse so that children are visited in name order.
+    if (include_dying)
+      for (auto it = g->dying_.rbegin(); it != g->dying_.rend(); ++it) stack.push_back(*it);
+    for (auto it = g->children_.rbegin(); it != g->children_.rend(); ++it) stack.push_back(*it);
+  }
+}
+
+size_t Controller::nr_groups() const noexcept {
+  std::shared_lock lock(tree_mutex_);
+  return nr_groups_;
+}
+
+size_t Controller::nr_dying() const noexcept {
+  std::shared_lock lock(tree_mutex_);
+  return nr_dying_;
+}
+
+uint64_t Controller::to_bytes(int64_t units) const noexcept {
+  if (units >= max_units()) return kUnlimited;
+  return static_cast<uint64_t>(units) << options_.unit_shift;
+}
+
+int64_t Controller::to_units_floor(uint64_t bytes) const noexcept {
+  const uint64_t units = bytes >> options_.unit_shift;
+  return units >= static_cast<uint64_t>(max_units()) ? max_units() : static_cast<int64_t>(units);
+}
+
+int64_t Controller::to_units_ceil(uint64_t bytes) const noexcept {
+  const uint64_t units = (bytes >> options_.unit_shift) + ((bytes & (unit_size() - 1)) != 0);
+  return units >= static_cast<uint64_t>(max_units()) ? max_units() : static_cast<int64_t>(units);
+}
+
+}  // namespace memcg

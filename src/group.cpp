@@ -1,0 +1,113 @@
+#include "memcg/group.hpp"
+
+#include <algorithm>
+
+#include "memcg/controller.hpp"
+
+namespace memcg {
+
+Group::Group(Controller& controller, Group* parent, std::string name, uint64_t id)
+    : memory_(parent ? &parent->memory_ : nullptr, controller.max_units()),
+      controller_(controller),
+      parent_(parent),
+      name_(std::move(name)),
+      id_(id) {
+  // A child keeps its parent alive: charges and reclaim walk upwards through it.
+  if (parent_) parent_->get();
+}
+
+Group::~Group() = default;
+
+std::string Group::path() const {
+  if (is_root()) return "/";
+  std::string p = name_;
+  for (const Group* g = parent_; g && !g->is_root(); g = g->parent_) p = g->name_ + "/" + p;
+  return p;
+}
+
+bool Group::is_descendant_of(const Group& ancestor) const noexcept {
+  for (const Group* g = this; g; g = g->parent_)
+    if (g == &ancestor) return true;
+  return false;
+}
+
+std::vector<GroupRef> Group::children() const {
+  std::shared_lock lock(controller_.tree_mutex_);
+  std::vector<GroupRef> out;
+  out.reserve(children_.size());
+  for (Group* c : children_) out.emplace_back(c);
+  return out;
+}
+
+uint64_t Group::to_bytes(int64_t units) const noexcept {
+  return controller_.to_bytes(units);
+}
+int64_t Group::to_units(uint64_t bytes) const noexcept {
+  return controller_.to_units_floor(bytes);
+}
+
+void Group::set_min(uint64_t bytes) noexcept {
+  std::lock_guard lock(knob_mutex_);
+  memory_.set_min(to_units(bytes));
+}
+
+void Group::set_low(uint64_t bytes) noexcept {
+  std::lock_guard lock(knob_mutex_);
+  memory_.set_low(to_units(bytes));
+}
+
+void Group::set_high(uint64_t bytes) noexcept {
+  std::lock_guard lock(knob_mutex_);
+  memory_.set_high(to_units(bytes));
+}
+
+void Group::set_max(uint64_t bytes) noexcept {
+  std::lock_guard lock(knob_mutex_);
+  memory_.exchange_max(to_units(bytes));
+}
+
+int Group::set_max_checked(uint64_t bytes) noexcept {
+  std::lock_guard lock(knob_mutex_);
+  return memory_.set_max_checked(to_units(bytes));
+}
+
+void Group::raise(Event e) noexcept {
+  events_local_.add(e);
+  if (controller_.options().local_events) {
+    if (!is_root()) events_.add(e);
+    return;
+  }
+  for (Group* g = this; g && !g->is_root(); g = g->parent_) g->events_.add(e);
+}
+
+void Group::put() noexcept {
+  // acq_rel: the thread that drops the last reference must see every write made through the
+  // others before it frees the group.
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) controller_.release(this);
+}
+
+Group::PeakWatcher::~PeakWatcher() {
+  std::lock_guard lock(group_.knob_mutex_);
+  auto& v = group_.peak_watchers_;
+  v.erase(std::remove(v.begin(), v.end(), this), v.end());
+}
+
+uint64_t Group::PeakWatcher::read() const {
+  std::lock_guard lock(group_.knob_mutex_);
+  const PageCounter& m = group_.memory_;
+  if (value_ < 0) return group_.to_bytes(m.watermark());
+  return group_.to_bytes(std::max(value_, m.local_watermark()));
+}
+
+void Group::PeakWatcher::reset() {
+  std::lock_guard lock(group_.knob_mutex_);
+  PageCounter& m = group_.memory_;
+  const int64_t seen = m.reset_local_watermark();
+  const int64_t usage = m.local_watermark();
+  for (PeakWatcher* peer : group_.peak_watchers_)
+    if (peer != this) peer->value_ = std::max(peer->value_, seen);
+  if (value_ < 0) group_.peak_watchers_.push_back(this);
+  value_ = usage;
+}
+
+}  // namespace memcg
