@@ -1,0 +1,18 @@
+// Uses the installed library: a two-level tree, one failing charge, and the events it raised.
+#include <memcg/memcg.hpp>
+
+#include <cstdio>
+
+int main() {
+  memcg::Controller ctl;
+  memcg::GroupRef a;
+  if (ctl.create("a", &a) != 0) return 1;
+  a->set_max(8192);
+  if (a->memory().try_charge(2) != nullptr) return 2;  // two 4 KiB units fit
+  if (a->memory().try_charge(1) == nullptr) return 3;  // the third does not
+  a->raise(memcg::Event::kMax);
+  a->memory().uncharge(2);
+  std::printf("current=%llu max_events=%llu\n", static_cast<unsigned long long>(a->current()),
+              static_cast<unsigned long long>(a->events().get(memcg::Event::kMax)));
+  return a->current() == 0 && a->events().get(memcg::Event::kMax) == 1 ? 0 : 4;
+}

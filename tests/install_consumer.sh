@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the built library into a scratch prefix, then builds and runs a consumer project
+# against it twice: through find_package(memcg) and through pkg-config.
+# Usage: install_consumer.sh <build-dir> <source-dir>
+set -euo pipefail
+build=$1
+src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+cmake -S "$src/tests/consumer" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/build" >/dev/null
+"$work/build/consumer"
+libdir=$(find "$work/prefix" -name memcg.pc -printf '%h\n' | head -n1)
+PKG_CONFIG_PATH="$libdir" g++ -o "$work/consumer_pc" "$src/tests/consumer/main.cpp" \
+  $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs memcg)
+"$work/consumer_pc"
+echo "install_consumer: find_package and pkg-config consumers both ran"
