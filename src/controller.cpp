@@ -1,5 +1,7 @@
 #include "memcg/controller.hpp"
 
+#include "memcg/stock.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <mutex>
@@ -17,9 +19,12 @@ Controller::Controller(Options options)
   if (options_.nr_shards < 0 || options_.nr_shards > 4096)
     throw std::invalid_argument("memcg: nr_shards must be in 0..4096");
   root_ = new Group(*this, nullptr, "", 0);
+  stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch);
 }
 
 Controller::~Controller() {
+  // Stocks first: draining them uncharges and drops the references their slots hold.
+  stock_.reset();
   // Free bottom-up: every group, online or dying, regardless of outstanding references.
   std::vector<Group*> order;
   std::vector<Group*> stack{root_};
@@ -132,6 +137,8 @@ int Controller::remove(Group& group) {
     --nr_groups_;
     ++nr_dying_;
   }
+  // Nothing of it may stay hidden in a per-CPU stock.
+  stock_->drain_owner(&group);
   // An offline group protects nothing (the kernel resets min and low of a dying cgroup).
   group.set_min(0);
   group.set_low(0);
@@ -190,6 +197,18 @@ int64_t Controller::to_units_floor(uint64_t bytes) const noexcept {
 int64_t Controller::to_units_ceil(uint64_t bytes) const noexcept {
   const uint64_t units = (bytes >> options_.unit_shift) + ((bytes & (unit_size() - 1)) != 0);
   return units >= static_cast<uint64_t>(max_units()) ? max_units() : static_cast<int64_t>(units);
+}
+
+}  // namespace memcg
+
+namespace memcg {
+
+int64_t Controller::reclaim_for_charge(Group& target, int64_t units) {
+  return reclaim_hook_ ? reclaim_hook_(target, units) : 0;
+}
+
+bool Controller::out_of_memory(Group& domain, int64_t units) {
+  return oom_hook_ ? oom_hook_(domain, units) : false;
 }
 
 }  // namespace memcg

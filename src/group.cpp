@@ -1,6 +1,8 @@
 #include "memcg/group.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <shared_mutex>
 
 #include "memcg/controller.hpp"
 
@@ -78,6 +80,19 @@ void Group::raise(Event e) noexcept {
     return;
   }
   for (Group* g = this; g && !g->is_root(); g = g->parent_) g->events_.add(e);
+}
+
+int Group::attach() noexcept {
+  std::shared_lock lock(controller_.tree_mutex_);
+  if (!is_online()) return ENOENT;
+  get();
+  attached_.fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
+void Group::detach() noexcept {
+  attached_.fetch_sub(1, std::memory_order_relaxed);
+  put();
 }
 
 void Group::put() noexcept {

@@ -5,6 +5,7 @@
 // groups take a reader/writer lock on the tree; charging never does.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +16,16 @@
 #include "memcg/group.hpp"
 
 namespace memcg {
+
+class Stock;
+
+// Slow-path counters of the charge path (see charge_stats()).
+struct ChargeCounters {
+  std::atomic<uint64_t> slow_path{0};
+  std::atomic<uint64_t> forced{0};
+  std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> drains{0};
+};
 
 struct Options {
   // Charge unit is 2^unit_shift bytes (default 4 KiB, the kernel's page). 6..30.
@@ -64,6 +75,24 @@ class Controller {
   size_t nr_groups() const noexcept;  // online, the root included
   size_t nr_dying() const noexcept;
 
+  // ---- charge path ----------------------------------------------------------------------------
+  // The per-CPU stock of pre-charged units shared by all groups of this controller.
+  Stock& stock() noexcept { return *stock_; }
+  ChargeCounters& charge_counters() noexcept { return charge_counters_; }
+  const ChargeCounters& charge_counters() const noexcept { return charge_counters_; }
+
+  // Slow-path policies the failure ladder calls. `reclaim` frees up to `units` from the subtree
+  // of `target` and returns what it freed; `oom` tries to resolve an out-of-memory condition in
+  // `domain` for a charge of `units` and returns true when it made progress (killed something).
+  // With none installed nothing is reclaimed and no OOM progress is made.
+  // REQUIRES: set before charges run (they are read without synchronisation).
+  using ReclaimFn = std::function<int64_t(Group& target, int64_t units)>;
+  using OomFn = std::function<bool(Group& domain, int64_t units)>;
+  void set_reclaim_hook(ReclaimFn fn) { reclaim_hook_ = std::move(fn); }
+  void set_oom_hook(OomFn fn) { oom_hook_ = std::move(fn); }
+  int64_t reclaim_for_charge(Group& target, int64_t units);
+  bool out_of_memory(Group& domain, int64_t units);
+
   // ---- units ----------------------------------------------------------------------------------
   unsigned unit_shift() const noexcept { return options_.unit_shift; }
   uint64_t unit_size() const noexcept { return uint64_t{1} << options_.unit_shift; }
@@ -83,6 +112,10 @@ class Controller {
 
   const Options options_;
   Clock* const clock_;
+  std::unique_ptr<Stock> stock_;
+  ChargeCounters charge_counters_;
+  ReclaimFn reclaim_hook_;
+  OomFn oom_hook_;
   mutable std::shared_mutex tree_mutex_;
   Group* root_ = nullptr;
   uint64_t next_id_ = 1;  // guarded by tree_mutex_

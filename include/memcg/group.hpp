@@ -25,6 +25,7 @@
 
 #include "memcg/events.hpp"
 #include "memcg/page_counter.hpp"
+#include "memcg/stock.hpp"
 
 namespace memcg {
 
@@ -34,7 +35,7 @@ class GroupRef;
 // "max" in the typed, byte-denominated API.
 inline constexpr uint64_t kUnlimited = UINT64_MAX;
 
-class Group {
+class Group final : public StockOwner {
  public:
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -96,13 +97,26 @@ class Group {
   void put() noexcept;
   int64_t nr_refs() const noexcept { return refs_.load(std::memory_order_relaxed); }
   int nr_attached() const noexcept { return attached_.load(std::memory_order_relaxed); }
+  // Thread attachment (attach.hpp): takes a reference and an attach count; ENOENT when the
+  // group is offline. Atomic with respect to remove(), which refuses groups with attachments.
+  int attach() noexcept;
+  void detach() noexcept;
 
  private:
   friend class Controller;
   friend class PeakWatcher;
 
+  friend class Stock;
   Group(Controller& controller, Group* parent, std::string name, uint64_t id);
   ~Group();
+
+  // StockOwner: called by the per-CPU stock on its slow paths.
+  void stock_uncharge(int64_t units) noexcept override { memory_.uncharge(units); }
+  void stock_get() noexcept override { get(); }
+  void stock_put() noexcept override { put(); }
+  bool stock_is_within(const StockOwner* root) const noexcept override {
+    return is_descendant_of(*static_cast<const Group*>(root));
+  }
 
   uint64_t to_bytes(int64_t units) const noexcept;
   int64_t to_units(uint64_t bytes) const noexcept;

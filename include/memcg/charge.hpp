@@ -1,0 +1,103 @@
+// Charging: the path every allocation of a memory-controlled component takes, mirroring the
+// kernel's try_charge_memcg.
+//
+//   try_charge(group, units)          hot path: this CPU's stock covers it, no shared write
+//     -> charge_slow()                 a batch is charged up the tree, the rest kept in stock
+//        -> the failure ladder         exact retry, `max` event, reclaim, drain all stocks,
+//                                      bounded retries, then the OOM handler, then failure
+//   uncharge(group, units)            back into this CPU's stock; overflow past the batch goes
+//                                      back to the counters
+//
+// Slack: memory.current includes units pre-charged in per-CPU stocks, at most
+// nr_shards x Stock::kSlots x batch units in the whole controller, however many threads run.
+// When a charge would fail at a limit, every stock of that subtree is drained first, so the
+// stock never causes a false failure.
+//
+// Contract: units are uncharged from the group they were charged to (keep the Group& or use a
+// ChargeHandle). The caller holds a reference to the group (GroupRef, an attachment) for as long
+// as the charge exists; a group whose last reference goes leaves its remaining charge counted
+// in its ancestors.
+//
+// Failure is a result, not an exception: the hot path never throws. charge_or_throw() is the
+// std::bad_alloc convenience.
+#pragma once
+
+#include <cstdint>
+
+#include "memcg/group.hpp"
+
+namespace memcg {
+
+// Caller flags, the library's equivalent of the kernel's gfp bits that matter to memcg.
+enum ChargeFlags : uint32_t {
+  // Reclaim and sleep are allowed (a normal allocation). Without it the charge fails at once
+  // when the counters are full, unless kNoFail/kHighPrio force it.
+  kMayBlock = 1u << 0,
+  // Fail after the first reclaim pass instead of retrying (large, optional allocations).
+  kNoRetry = 1u << 1,
+  // Retry, but never invoke the OOM handler.
+  kRetryMayFail = 1u << 2,
+  // Must not fail: when the ladder gives up, charge past max anyway (the kernel's __GFP_NOFAIL).
+  kNoFail = 1u << 3,
+  // High-priority context: like kNoFail on failure (the kernel's __GFP_HIGH).
+  kHighPrio = 1u << 4,
+  // The caller is itself reclaiming: never recurse into reclaim, force the charge.
+  kInReclaim = 1u << 5,
+  // Charge exactly what is asked; do not pre-charge a batch into the stock.
+  kNoSpin = 1u << 6,
+  kDefaultCharge = kMayBlock,
+};
+
+enum class ChargeStatus : uint8_t {
+  kOk,      // charged within the limits
+  kForced,  // charged past max because the caller could not take a failure
+  kNoMem,   // not charged: the limit held and nothing could be freed
+};
+
+inline bool charged(ChargeStatus s) noexcept { return s != ChargeStatus::kNoMem; }
+
+// Charges `units` to `group` (nothing is recorded for the root group).
+ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags = kDefaultCharge) noexcept;
+// Uncharges `units` that were charged to `group`.
+void uncharge(Group& group, int64_t units) noexcept;
+
+// Byte-denominated forms: rounded up to whole units (the same rounding both ways).
+ChargeStatus try_charge_bytes(Group& group, uint64_t bytes,
+                              uint32_t flags = kDefaultCharge) noexcept;
+void uncharge_bytes(Group& group, uint64_t bytes) noexcept;
+
+// Throws std::bad_alloc when the charge fails.
+void charge_or_throw(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge);
+
+// A charge that remembers its group and holds a reference to it, so that it is uncharged from
+// the right group after the thread moved and even after the group was removed. Costs two atomic
+// reference-count updates over a bare try_charge/uncharge pair.
+class ChargeHandle {
+ public:
+  ChargeHandle() = default;
+  // Charges `bytes` to `group`; check ok() for the result.
+  ChargeHandle(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge) noexcept;
+  ChargeHandle(ChargeHandle&& o) noexcept;
+  ChargeHandle& operator=(ChargeHandle&& o) noexcept;
+  ~ChargeHandle() { release(); }
+  bool ok() const noexcept { return group_ != nullptr; }
+  Group* group() const noexcept { return group_; }
+  uint64_t bytes() const noexcept { return bytes_; }
+  // Uncharges now (idempotent).
+  void release() noexcept;
+
+ private:
+  Group* group_ = nullptr;  // holds a reference while non-null
+  uint64_t bytes_ = 0;
+};
+
+// Counters of the charge path, for tests and diagnostics (relaxed, per controller).
+struct ChargeStats {
+  uint64_t slow_path;  // charges that missed the stock
+  uint64_t forced;     // charges forced past max
+  uint64_t failed;     // charges that returned kNoMem
+  uint64_t drains;     // drain_all calls made by failing charges
+};
+ChargeStats charge_stats(const Controller& controller) noexcept;
+
+}  // namespace memcg

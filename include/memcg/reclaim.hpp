@@ -1,0 +1,83 @@
+// Reclaim: asking the application's caches to give memory back, and the driver that decides
+// whom to ask how much, mirroring the kernel's memcg reclaim (shrink_node_memcgs and friends).
+//
+// A Reclaimer is memory an application can free on request (a cache, a spillable buffer). It is
+// registered on the group its memory is charged to. When a group hits memory.max or memory.high,
+// or memory.reclaim is written, the driver walks the subtree of that group (the reclaim root),
+// computes each group's effective protection (memory.min/low shared out down the tree, see
+// protection.hpp), skips what is protected, and asks each remaining reclaimer to scan an amount
+// proportional to its size and to its unprotected share, at a priority that rises (12 -> 0)
+// until enough was freed. Best-effort protection (low) is breached only when a whole pass freed
+// nothing; each breach raises a `low` event on the group.
+//
+// Rules for reclaimers (the driver never holds a lock of the library while calling one):
+//  - reclaim() frees memory and uncharges it itself (it charged it); it reports what it scanned
+//    and what it freed. It may allocate and may charge (charges made from inside a reclaimer
+//    are forced: they never recurse into reclaim). It may remove itself or other reclaimers.
+//  - It is not called concurrently with itself for the same registration.
+//  - A reclaimer that throws or reports more than it scanned is treated as having freed nothing
+//    (what it really uncharged stays correct, since uncharging is its own act).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "memcg/group.hpp"
+
+namespace memcg {
+
+struct ReclaimResult {
+  int64_t scanned = 0;    // units looked at
+  int64_t reclaimed = 0;  // units freed and uncharged
+};
+
+class Reclaimer {
+ public:
+  virtual ~Reclaimer() = default;
+  // Units this reclaimer could free if asked for everything (the kernel's LRU size). Read
+  // without locks by the driver to size its requests; an estimate is fine.
+  virtual int64_t reclaimable() const noexcept = 0;
+  // Scan up to `nr_to_scan` units and free what can be freed. `priority` is 12 (gentle) .. 0
+  // (desperate), for reclaimers that want to behave differently under pressure.
+  virtual ReclaimResult reclaim(int64_t nr_to_scan, int priority) = 0;
+};
+
+// A registration of a reclaimer on a group. Destroying (or reset()) unregisters and waits for an
+// in-flight call to finish, unless called from inside that reclaimer's own reclaim(), so that once
+// it returns the reclaimer is never called again and may be destroyed.
+class ReclaimerRegistration {
+ public:
+  ReclaimerRegistration() = default;
+  ReclaimerRegistration(Group& group, Reclaimer& reclaimer);
+  ReclaimerRegistration(ReclaimerRegistration&&) noexcept;
+  ReclaimerRegistration& operator=(ReclaimerRegistration&&) noexcept;
+  ~ReclaimerRegistration() { reset(); }
+  void reset() noexcept;
+  explicit operator bool() const noexcept { return entry_ != nullptr; }
+
+ private:
+  struct Entry;
+  friend struct ReclaimAccess;
+  std::shared_ptr<Entry> entry_;
+};
+
+// Why reclaim runs: decides vmpressure/socket-pressure input and which stat items count it.
+enum class ReclaimReason : uint8_t {
+  kLimit,      // a charge hit memory.max (or a memory.max write)
+  kHigh,       // memory.high enforcement
+  kProactive,  // memory.reclaim
+};
+
+struct ReclaimStats {
+  int64_t scanned = 0;
+  int64_t reclaimed = 0;
+  int passes = 0;            // priority levels run
+  bool low_breached = false;  // the low-override pass ran
+};
+
+// Frees up to `nr_units` (at least 32 4-KiB pages' worth is asked of a group, as in the kernel)
+// from the subtree of `root`. Returns units reclaimed; `stats` receives the details.
+int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason,
+                ReclaimStats* stats = nullptr);
+
+}  // namespace memcg

@@ -1,0 +1,169 @@
+// The charge path. The hot path (a stock hit) is the first few lines of try_charge(); everything
+// else is charge_slow(), out of line.
+#include "memcg/charge.hpp"
+
+#include <algorithm>
+#include <new>
+
+#include "memcg/controller.hpp"
+#include "memcg/stock.hpp"
+
+namespace memcg {
+namespace {
+
+// Reclaim attempts without progress before the OOM handler (the kernel's MAX_RECLAIM_RETRIES).
+constexpr int kMaxReclaimRetries = 16;
+// Charges above this many 4 KiB pages are "costly": no free retry after partial progress and no
+// OOM kill (the kernel's PAGE_ALLOC_COSTLY_ORDER 3 = 8 pages). Scaled to the unit in use.
+constexpr int64_t kCostlyBytes = 8 * 4096;
+// The smallest reclaim request (the kernel's SWAP_CLUSTER_MAX = 32 pages of 4 KiB).
+constexpr int64_t kMinReclaimBytes = 32 * 4096;
+
+Group* group_of_counter(Group& start, const PageCounter* counter) noexcept {
+  for (Group* g = &start; g; g = g->parent())
+    if (&g->memory() == counter) return g;
+  return nullptr;
+}
+
+int64_t at_least_one(int64_t v) noexcept { return v > 0 ? v : 1; }
+
+[[gnu::noinline]] ChargeStatus charge_slow(Group& group, int64_t n, uint32_t flags) noexcept {
+  Controller& ctl = group.controller();
+  Stock& stock = ctl.stock();
+  ChargeCounters& stats = ctl.charge_counters();
+  stats.slow_path.fetch_add(1, std::memory_order_relaxed);
+
+  const int64_t costly = at_least_one(kCostlyBytes >> ctl.unit_shift());
+  const int64_t min_reclaim = at_least_one(kMinReclaimBytes >> ctl.unit_shift());
+  int64_t batch = std::max<int64_t>(ctl.options().batch, n);
+  if (flags & kNoSpin) batch = n;
+  int retries = kMaxReclaimRetries;
+  bool drained = false;
+  bool max_raised = false;
+  Group* over_limit = nullptr;
+
+  for (;;) {
+    if (stock.consume(&group, n)) return ChargeStatus::kOk;
+
+    PageCounter* failed = group.memory().try_charge(batch);
+    if (failed == nullptr) {
+      if (batch > n) stock.refill(&group, batch - n);
+      return ChargeStatus::kOk;
+    }
+    over_limit = group_of_counter(group, failed);
+
+    // A batch that does not fit may still leave room for the exact amount.
+    if (batch > n) {
+      batch = n;
+      continue;
+    }
+    if (flags & kInReclaim) break;             // force
+    if (!(flags & kMayBlock)) goto nomem;      // atomic context: no reclaim, no sleep
+
+    over_limit->raise(Event::kMax);
+    max_raised = true;
+    {
+      const int64_t reclaimed = ctl.reclaim_for_charge(*over_limit, std::max(n, min_reclaim));
+      if (over_limit->memory().margin() >= n) continue;
+      // Units pre-charged in other CPUs' stocks count against the limit: give them back
+      // before calling the group full.
+      if (!drained) {
+        stock.drain_all(over_limit);
+        stats.drains.fetch_add(1, std::memory_order_relaxed);
+        drained = true;
+        continue;
+      }
+      if (flags & kNoRetry) goto nomem;
+      // Partial progress on a small charge retries for free, as in the kernel.
+      if (reclaimed > 0 && n <= costly) continue;
+      if (retries-- > 0) continue;
+      if (flags & kRetryMayFail) goto nomem;
+      if (n <= costly) over_limit->raise(Event::kOom);
+      if (n <= costly && ctl.out_of_memory(*over_limit, n)) {
+        retries = kMaxReclaimRetries;
+        continue;
+      }
+    }
+  nomem:
+    if (!(flags & (kNoFail | kHighPrio))) {
+      stats.failed.fetch_add(1, std::memory_order_relaxed);
+      return ChargeStatus::kNoMem;
+    }
+    break;  // force
+  }
+
+  // Forced: the caller cannot take a failure. Charge exactly n past the limit.
+  if (!max_raised && over_limit) over_limit->raise(Event::kMax);
+  group.memory().charge(n);
+  stats.forced.fetch_add(1, std::memory_order_relaxed);
+  return ChargeStatus::kForced;
+}
+
+}  // namespace
+
+ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags) noexcept {
+  if (group.is_root() || units <= 0) [[unlikely]]
+    return ChargeStatus::kOk;
+  // Hot path: this CPU's stock holds pre-charged units for the group. No shared write, no high
+  // check (as in the kernel, memory.high is looked at only when the counters are charged).
+  if (group.controller().stock().consume(&group, units)) [[likely]]
+    return ChargeStatus::kOk;
+  return charge_slow(group, units, flags);
+}
+
+void uncharge(Group& group, int64_t units) noexcept {
+  if (group.is_root() || units <= 0) [[unlikely]]
+    return;
+  // Back into this CPU's stock; what does not fit goes back to the counters.
+  group.controller().stock().refill(&group, units);
+}
+
+ChargeStatus try_charge_bytes(Group& group, uint64_t bytes, uint32_t flags) noexcept {
+  return try_charge(group, group.controller().to_units_ceil(bytes), flags);
+}
+
+void uncharge_bytes(Group& group, uint64_t bytes) noexcept {
+  uncharge(group, group.controller().to_units_ceil(bytes));
+}
+
+void charge_or_throw(Group& group, uint64_t bytes, uint32_t flags) {
+  if (!charged(try_charge_bytes(group, bytes, flags))) throw std::bad_alloc();
+}
+
+ChargeHandle::ChargeHandle(Group& group, uint64_t bytes, uint32_t flags) noexcept {
+  if (charged(try_charge_bytes(group, bytes, flags))) {
+    group.get();
+    group_ = &group;
+    bytes_ = bytes;
+  }
+}
+
+ChargeHandle::ChargeHandle(ChargeHandle&& o) noexcept : group_(o.group_), bytes_(o.bytes_) {
+  o.group_ = nullptr;
+  o.bytes_ = 0;
+}
+
+ChargeHandle& ChargeHandle::operator=(ChargeHandle&& o) noexcept {
+  if (this != &o) {
+    release();
+    std::swap(group_, o.group_);
+    std::swap(bytes_, o.bytes_);
+  }
+  return *this;
+}
+
+void ChargeHandle::release() noexcept {
+  if (!group_) return;
+  uncharge_bytes(*group_, bytes_);
+  group_->put();
+  group_ = nullptr;
+  bytes_ = 0;
+}
+
+ChargeStats charge_stats(const Controller& controller) noexcept {
+  const ChargeCounters& c = controller.charge_counters();
+  return {c.slow_path.load(std::memory_order_relaxed), c.forced.load(std::memory_order_relaxed),
+          c.failed.load(std::memory_order_relaxed), c.drains.load(std::memory_order_relaxed)};
+}
+
+}  // namespace memcg

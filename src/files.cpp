@@ -1,0 +1,164 @@
+#include "memcg/files.hpp"
+
+#include <cerrno>
+#include <functional>
+
+#include "memcg/controller.hpp"
+#include "memcg/limits.hpp"
+#include "memcg/parse.hpp"
+
+namespace memcg {
+namespace {
+
+enum Where : uint8_t { kNonRoot, kAll };
+
+using Reader = std::function<int(Group&, std::string*)>;
+using Writer = std::function<int(Group&, std::string_view, bool)>;
+
+struct FileSpec {
+  const char* name;
+  Where where;
+  Reader read;   // empty = write-only
+  Writer write;  // empty = read-only
+};
+
+std::string bytes_line(uint64_t v) { return std::to_string(v) + "\n"; }
+
+int read_limit(int64_t units, const Group& g, std::string* out) {
+  *out = format_limit(static_cast<uint64_t>(units), g.controller().unit_shift());
+  return 0;
+}
+
+// Parses a limit in the value grammar and hands the result, in bytes, to `apply`.
+Writer limit_writer(void (*apply)(Group&, uint64_t bytes, bool nonblocking)) {
+  return [apply](Group& g, std::string_view text, bool nonblocking) {
+    uint64_t units = 0;
+    if (int err = parse_limit(text, g.controller().unit_shift(), &units)) return err;
+    apply(g, g.controller().to_bytes(static_cast<int64_t>(units)), nonblocking);
+    return 0;
+  };
+}
+
+const std::vector<FileSpec>& specs() {
+  static const std::vector<FileSpec> table = {
+      {"memory.current", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = bytes_line(g.current());
+         return 0;
+       },
+       nullptr},
+      {"memory.min", kNonRoot,
+       [](Group& g, std::string* out) { return read_limit(g.memory().min(), g, out); },
+       limit_writer([](Group& g, uint64_t b, bool) { g.set_min(b); })},
+      {"memory.low", kNonRoot,
+       [](Group& g, std::string* out) { return read_limit(g.memory().low(), g, out); },
+       limit_writer([](Group& g, uint64_t b, bool) { g.set_low(b); })},
+      {"memory.high", kNonRoot,
+       [](Group& g, std::string* out) { return read_limit(g.memory().high(), g, out); },
+       limit_writer([](Group& g, uint64_t b, bool nb) { write_high(g, b, nb); })},
+      {"memory.max", kNonRoot,
+       [](Group& g, std::string* out) { return read_limit(g.memory().max(), g, out); },
+       limit_writer([](Group& g, uint64_t b, bool nb) { write_max(g, b, nb); })},
+      {"memory.events", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = g.events().format();
+         return 0;
+       },
+       nullptr},
+      {"memory.events.local", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = g.events_local().format();
+         return 0;
+       },
+       nullptr},
+      {"memory.oom.group", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = g.oom_group() ? "1\n" : "0\n";
+         return 0;
+       },
+       [](Group& g, std::string_view text, bool) {
+         int v = 0;
+         if (int err = parse_oom_group(text, &v)) return err;
+         g.set_oom_group(v == 1);
+         return 0;
+       }},
+  };
+  return table;
+}
+
+const FileSpec* find_spec(const Group& g, std::string_view name) {
+  for (const FileSpec& s : specs())
+    if (name == s.name && (s.where == kAll || !g.is_root())) return &s;
+  return nullptr;
+}
+
+class TableFile final : public File {
+ public:
+  TableFile(Group& g, const FileSpec& spec) : File(GroupRef(&g), spec.name), spec_(spec) {}
+  bool readable() const noexcept override { return static_cast<bool>(spec_.read); }
+  bool writable() const noexcept override { return static_cast<bool>(spec_.write); }
+  int read(std::string* out) override { return spec_.read ? spec_.read(group(), out) : EACCES; }
+  int write(std::string_view text, bool nonblocking) override {
+    return spec_.write ? spec_.write(group(), text, nonblocking) : EACCES;
+  }
+
+ private:
+  const FileSpec& spec_;
+};
+
+// memory.peak: the one file with per-open-file state.
+class PeakFile final : public File {
+ public:
+  explicit PeakFile(Group& g) : File(GroupRef(&g), "memory.peak"), watcher_(g) {}
+  bool readable() const noexcept override { return true; }
+  bool writable() const noexcept override { return true; }
+  int read(std::string* out) override {
+    *out = bytes_line(watcher_.read());
+    return 0;
+  }
+  // Any content resets this handle's peak, as in the kernel.
+  int write(std::string_view, bool) override {
+    watcher_.reset();
+    return 0;
+  }
+
+ private:
+  Group::PeakWatcher watcher_;
+};
+
+}  // namespace
+
+int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out) {
+  if (name == "memory.peak" && !group.is_root()) {
+    *out = std::make_unique<PeakFile>(group);
+    return 0;
+  }
+  const FileSpec* spec = find_spec(group, name);
+  if (!spec) return ENOENT;
+  *out = std::make_unique<TableFile>(group, *spec);
+  return 0;
+}
+
+std::vector<std::string> file_names(const Group& group) {
+  std::vector<std::string> names;
+  for (const FileSpec& s : specs()) {
+    if (s.where == kAll || !group.is_root()) names.emplace_back(s.name);
+    if (std::string_view(s.name) == "memory.max" && !group.is_root())
+      names.emplace_back("memory.peak");
+  }
+  return names;
+}
+
+int read_file(Group& group, std::string_view name, std::string* out) {
+  std::unique_ptr<File> f;
+  if (int err = open_file(group, name, &f)) return err;
+  return f->read(out);
+}
+
+int write_file(Group& group, std::string_view name, std::string_view text, bool nonblocking) {
+  std::unique_ptr<File> f;
+  if (int err = open_file(group, name, &f)) return err;
+  return f->write(text, nonblocking);
+}
+
+}  // namespace memcg
