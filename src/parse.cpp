@@ -105,26 +105,7 @@ constexpr Scan scan_signed(std::string_view s, bool allow_plus, bool* negative) 
 
 }  // namespace
 
-// ---- value grammar of the limit files ----
-
-int parse_limit(std::string_view text, unsigned unit_shift, uint64_t* units) {
-  const std::string_view s = strip(until_nul(text));
-  const uint64_t sentinel = max_units(unit_shift);
-  if (s == "max") {
-    *units = sentinel;
-    return 0;
-  }
-  const Scan size = scan_size(s);
-  if (size.length == 0 || size.length != s.size()) return EINVAL;
-  const uint64_t n = size.overflow ? UINT64_MAX : size.value >> unit_shift;
-  *units = n < sentinel ? n : sentinel;
-  return 0;
-}
-
-std::string format_limit(uint64_t units, unsigned unit_shift) {
-  if (units >= max_units(unit_shift)) return "max\n";
-  return std::to_string(units << unit_shift) + "\n";
-}
+// ---- sizes: scenario bytes and the limit files ----
 
 int parse_bytes(std::string_view text, uint64_t* bytes) {
   const std::string_view s = strip(until_nul(text));
@@ -137,6 +118,23 @@ int parse_bytes(std::string_view text, uint64_t* bytes) {
   if (size.overflow) return ERANGE;
   *bytes = size.value;
   return 0;
+}
+
+int parse_limit(std::string_view text, unsigned unit_shift, uint64_t* units) {
+  // The byte grammar with two differences: a value too large for 64 bits saturates instead of
+  // failing, and `max` (UINT64_MAX bytes) lands on the sentinel through the same clamp.
+  uint64_t bytes;
+  const int err = parse_bytes(text, &bytes);
+  if (err == EINVAL) return EINVAL;
+  const uint64_t n = err == ERANGE ? UINT64_MAX : bytes >> unit_shift;
+  const uint64_t sentinel = max_units(unit_shift);
+  *units = n < sentinel ? n : sentinel;
+  return 0;
+}
+
+std::string format_limit(uint64_t units, unsigned unit_shift) {
+  if (units >= max_units(unit_shift)) return "max\n";
+  return std::to_string(units << unit_shift) + "\n";
 }
 
 int parse_duration(std::string_view text, uint64_t* ns) {
