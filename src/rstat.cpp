@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <bit>
+#include <cstdint>
 #include <new>
 #include <stdexcept>
 
@@ -17,6 +18,13 @@ int resolve_shards(int nr_shards) {
   if (nr_shards > 0) return nr_shards;
   const long cpus = sysconf(_SC_NPROCESSORS_CONF);
   return cpus > 0 ? static_cast<int>(cpus) : 1;
+}
+
+// batch × nr_shards, validated before it is computed so that it cannot overflow.
+int64_t flush_threshold_for(int64_t batch, int nr_shards) {
+  if (batch < 1) throw std::invalid_argument("rstat: batch < 1");
+  if (batch > INT64_MAX / nr_shards) throw std::invalid_argument("rstat: batch too large");
+  return batch * nr_shards;
 }
 
 int64_t clamp_non_negative(int64_t v) noexcept {
@@ -82,9 +90,8 @@ Rstat::Rstat(size_t nr_items, Options options)
       options_(options),
       stride_((sizeof(ShardHeader) + nr_items * sizeof(int64_t) + kCacheLine - 1) / kCacheLine *
               kCacheLine),
-      flush_threshold_(options.batch * nr_shards_),
+      flush_threshold_(flush_threshold_for(options.batch, nr_shards_)),
       nr_mask_words_((static_cast<size_t>(nr_shards_) + 63) / 64) {
-  if (options.batch < 1) throw std::invalid_argument("rstat: batch < 1");
   shard_locks_ = std::make_unique<ShardLock[]>(static_cast<size_t>(nr_shards_));
   nonempty_ = std::make_unique<std::atomic<uint64_t>[]>(nr_mask_words_);
 }

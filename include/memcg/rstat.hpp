@@ -101,7 +101,7 @@ class Rstat {
     uint64_t periodic_ns = 2'000'000'000;
   };
 
-  // Throws std::invalid_argument when nr_shards < 0 or batch < 1.
+  // Throws std::invalid_argument when nr_shards < 0, batch < 1 or batch × nr_shards overflows.
   Rstat(size_t nr_items, Options options);
   // REQUIRES: every node of this Rstat was destroyed.
   ~Rstat();
