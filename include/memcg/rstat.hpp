@@ -26,7 +26,8 @@
 //
 // Memory: per node, nr_shards blocks of round_up(24 + 8 × nr_items, 64) bytes (raw counters,
 // tree links and tally of one shard share one cache line or two) plus 8 × nr_items bytes per
-// shard of flusher-only snapshots and three small cache lines of shared state.
+// shard of flusher-only snapshots, 24 × nr_items bytes of totals, locals and pending input, and
+// the node object itself (three cache lines). With 12 items and 64 shards: 14.5 KiB per node.
 #pragma once
 
 #include <sched.h>
