@@ -29,7 +29,9 @@ Stock::Stock(int nr_shards, int64_t batch, Mode mode)
   shards_ = std::make_unique<Shard[]>(static_cast<size_t>(nr_shards_));
 }
 
-Stock::~Stock() { drain_matching([](const StockOwner*) { return true; }, false); }
+Stock::~Stock() {
+  drain_matching([](const StockOwner*) { return true; }, false);
+}
 
 // ---- shard ownership ------------------------------------------------------------------------
 
