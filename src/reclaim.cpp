@@ -91,9 +91,13 @@ std::vector<WalkNode> collect_subtree(Group& root) {
   std::vector<WalkNode> nodes;
   std::unordered_map<const Group*, int> index;
   root.controller().walk(root, [&](Group& g) {
+    // A group whose last reference is gone is being released: skip it and, since its children
+    // keep it alive, it has none.
+    GroupRef ref = GroupRef::try_acquire(&g);
+    if (!ref) return;
     const int parent = &g == &root ? -1 : index.at(g.parent());
     index.emplace(&g, static_cast<int>(nodes.size()));
-    nodes.push_back({GroupRef(&g), parent, {}});
+    nodes.push_back({std::move(ref), parent, {}});
   });
   return nodes;
 }
@@ -161,7 +165,6 @@ class CallGuard {
 }  // namespace
 
 int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStats* stats) {
-  (void)reason;
   Controller& ctl = root.controller();
   const int64_t cluster = std::max<int64_t>(1, kSwapClusterBytes >> ctl.unit_shift());
   const int64_t nr_to_reclaim = std::max(nr_units, cluster);
@@ -199,6 +202,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
           g.raise(Event::kLow);
         }
         int64_t group_reclaimed = 0;
+        int64_t group_scanned = 0;
         for (const auto& entry : ReclaimAccess::snapshot(g)) {
           CallGuard guard(*entry);
           if (!guard.live()) continue;
@@ -226,9 +230,18 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
             const ReclaimResult r = guard.call(chunk, priority);
             st.scanned += r.scanned;
             st.reclaimed += r.reclaimed;
+            group_scanned += r.scanned;
             group_reclaimed += r.reclaimed;
             if (r.scanned == 0 || group_reclaimed >= nr_to_reclaim) break;
           }
+        }
+        if (group_scanned > 0) {
+          const bool proactive = reason == ReclaimReason::kProactive;
+          g.stat_add(proactive ? StatRegistry::kPgscanProactive : StatRegistry::kPgscanDirect,
+                     group_scanned, group_scanned);
+          if (group_reclaimed > 0)
+            g.stat_add(proactive ? StatRegistry::kPgstealProactive : StatRegistry::kPgstealDirect,
+                       group_reclaimed, group_reclaimed);
         }
         if (st.reclaimed >= nr_to_reclaim) {
           cursor.store(g.id(), std::memory_order_relaxed);
