@@ -109,31 +109,31 @@ static_assert(offsetof(struct rseq, rseq_cs) == kRseqCsOffset);
 //    jumps back to a C++ label.
 // The kernel clears rseq_cs itself when it finds the thread outside the armed range, so nothing
 // disarms it here. %= makes the labels unique for each emitted copy.
-#define MEMCG_RSEQ_CS_PROLOGUE                           \
-  ".pushsection __rseq_cs, \"aw\"\n\t"                   \
-  ".balign 32\n\t"                                       \
-  ".Lmemcg_cs_desc%=:\n\t"                               \
-  ".long 0, 0\n\t"                                       \
-  ".quad .Lmemcg_cs_start%=, "                           \
-  "(.Lmemcg_cs_end%= - .Lmemcg_cs_start%=), "            \
-  ".Lmemcg_cs_abort%=\n\t"                               \
-  ".popsection\n\t"                                      \
-  ".pushsection __rseq_cs_ptr_array, \"aw\"\n\t"         \
-  ".quad .Lmemcg_cs_desc%=\n\t"                          \
-  ".popsection\n\t"                                      \
-  "leaq .Lmemcg_cs_desc%=(%%rip), %%rax\n\t"             \
-  "movq %%rax, 8(%[rs])\n\t"                             \
-  ".Lmemcg_cs_start%=:\n\t"                              \
-  "cmpl %[cpu], 4(%[rs])\n\t"                            \
+#define MEMCG_RSEQ_CS_PROLOGUE                   \
+  ".pushsection __rseq_cs, \"aw\"\n\t"           \
+  ".balign 32\n\t"                               \
+  ".Lmemcg_cs_desc%=:\n\t"                       \
+  ".long 0, 0\n\t"                               \
+  ".quad .Lmemcg_cs_start%=, "                   \
+  "(.Lmemcg_cs_end%= - .Lmemcg_cs_start%=), "    \
+  ".Lmemcg_cs_abort%=\n\t"                       \
+  ".popsection\n\t"                              \
+  ".pushsection __rseq_cs_ptr_array, \"aw\"\n\t" \
+  ".quad .Lmemcg_cs_desc%=\n\t"                  \
+  ".popsection\n\t"                              \
+  "leaq .Lmemcg_cs_desc%=(%%rip), %%rax\n\t"     \
+  "movq %%rax, 8(%[rs])\n\t"                     \
+  ".Lmemcg_cs_start%=:\n\t"                      \
+  "cmpl %[cpu], 4(%[rs])\n\t"                    \
   "jnz %l[aborted]\n\t"
 
-#define MEMCG_RSEQ_CS_EPILOGUE                           \
-  ".Lmemcg_cs_end%=:\n\t"                                \
-  ".pushsection __rseq_failure, \"ax\"\n\t"              \
-  ".byte 0x0f, 0xb9, 0x3d\n\t"                           \
-  ".long 0x53053053\n\t"                                 \
-  ".Lmemcg_cs_abort%=:\n\t"                              \
-  "jmp %l[aborted]\n\t"                                  \
+#define MEMCG_RSEQ_CS_EPILOGUE              \
+  ".Lmemcg_cs_end%=:\n\t"                   \
+  ".pushsection __rseq_failure, \"ax\"\n\t" \
+  ".byte 0x0f, 0xb9, 0x3d\n\t"              \
+  ".long 0x53053053\n\t"                    \
+  ".Lmemcg_cs_abort%=:\n\t"                 \
+  "jmp %l[aborted]\n\t"                     \
   ".popsection\n\t"
 
 inline CsResult cs_add_bounded(int cpu, const uint64_t* disabled, const void* const* owner_slot,
@@ -156,8 +156,8 @@ inline CsResult cs_add_bounded(int cpu, const uint64_t* disabled, const void* co
            MEMCG_RSEQ_CS_EPILOGUE
            :
            : [rs] "r"(rs), [cpu] "r"(cpu), [disabled] "r"(disabled), [owner] "r"(owner_slot),
-             [expected] "r"(expected_owner), [count] "r"(count), [delta] "rm"(delta),
-             [lo] "rm"(lo), [hi] "rm"(hi)
+             [expected] "r"(expected_owner), [count] "r"(count), [delta] "rm"(delta), [lo] "rm"(lo),
+             [hi] "rm"(hi)
            : "rax", "memory", "cc"
            : failed, aborted);
   return CsResult::kOk;
