@@ -187,6 +187,11 @@ struct Params {
   int ops;
 };
 
+void PrintTo(const Params& p, std::ostream* os) {
+  *os << "seed " << p.seed << ", unit_shift " << p.shift << (p.local_events ? ", local_events" : "")
+      << ", " << p.ops << " operations";
+}
+
 class ModelTest : public ::testing::TestWithParam<Params> {};
 
 // Compares every observable value; returns a description of the first difference, or "".
