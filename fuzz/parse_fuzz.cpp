@@ -3,9 +3,9 @@
 // Checked for any input:
 //   - a parser returns 0 or one of its documented errors, and leaves its outputs untouched on
 //     error;
-//   - parse_limit's units are at most the sentinel, and format_limit → parse_limit gives them
-//     back; parse_limit agrees with parse_bytes (same grammar, floor and clamp, overflow →
-//     sentinel);
+//   - parse_limit's units are at most the sentinel, format_limit shows `max` exactly for the
+//     sentinel, and format_limit → parse_limit gives the units back; parse_limit agrees with
+//     parse_bytes (same grammar, floor and clamp, overflow → sentinel);
 //   - accepted values lie within their documented ranges, and re-parse from their canonical
 //     spelling to the same value.
 
@@ -59,6 +59,7 @@ void fuzz_limit(std::string_view text) {
 
     const std::string shown = format_limit(units, shift);
     CHECK(!shown.empty() && shown.back() == '\n');
+    CHECK((units == sentinel) == (shown == "max\n"));
     uint64_t again = kPoison;
     CHECK(parse_limit(shown, shift, &again) == 0);
     CHECK(again == units);

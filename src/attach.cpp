@@ -30,9 +30,13 @@ int attach_current_thread(Group& group) noexcept {
   return tl_attachment.set(&group);
 }
 
-void detach_current_thread() noexcept { tl_attachment.set(nullptr); }
+void detach_current_thread() noexcept {
+  tl_attachment.set(nullptr);
+}
 
-Group* attached_group() noexcept { return tl_attachment.group; }
+Group* attached_group() noexcept {
+  return tl_attachment.group;
+}
 
 Group& current_group(Controller& controller) noexcept {
   Group* g = tl_attachment.group;

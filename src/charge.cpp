@@ -6,6 +6,8 @@
 #include <new>
 
 #include "memcg/controller.hpp"
+#include "memcg/limits.hpp"
+#include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
 
 namespace memcg {
@@ -25,10 +27,41 @@ Group* group_of_counter(Group& start, const PageCounter* counter) noexcept {
   return nullptr;
 }
 
-int64_t at_least_one(int64_t v) noexcept { return v > 0 ? v : 1; }
+int64_t at_least_one(int64_t v) noexcept {
+  return v > 0 ? v : 1;
+}
+
+// memory.high bookkeeping of the calling thread: units charged while some level was over high
+// (the kernel's current->memcg_nr_pages_over_high), and the group they were charged to.
+thread_local int64_t tl_pages_over_high = 0;
+thread_local Group* tl_high_group = nullptr;  // holds a reference while non-null
+
+void handle_over_high() noexcept;
+
+// After the counters were charged: note whether some level is over memory.high, and if the
+// caller may block, reclaim and throttle now (the kernel does it on return to user space, which
+// for an in-process allocator is the end of the allocation call).
+void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
+  for (Group* g = &group; g && !g->is_root(); g = g->parent()) {
+    if (g->memory().usage() > g->memory().high()) [[unlikely]] {
+      if (tl_high_group != &group) {
+        if (tl_high_group) tl_high_group->put();
+        group.get();
+        tl_high_group = &group;
+      }
+      tl_pages_over_high += batch;
+      break;
+    }
+  }
+  if (tl_pages_over_high > 0 && (flags & kMayBlock) && !(flags & kInReclaim) &&
+      internal::tl_reclaim_depth == 0)
+    handle_over_high();
+}
 
 [[gnu::noinline]] ChargeStatus charge_slow(Group& group, int64_t n, uint32_t flags) noexcept {
   Controller& ctl = group.controller();
+  // A charge made while this thread reclaims must not recurse into reclaim.
+  if (internal::tl_reclaim_depth > 0) flags |= kInReclaim;
   Stock& stock = ctl.stock();
   ChargeCounters& stats = ctl.charge_counters();
   stats.slow_path.fetch_add(1, std::memory_order_relaxed);
@@ -48,6 +81,7 @@ int64_t at_least_one(int64_t v) noexcept { return v > 0 ? v : 1; }
     PageCounter* failed = group.memory().try_charge(batch);
     if (failed == nullptr) {
       if (batch > n) stock.refill(&group, batch - n);
+      check_high(group, batch, flags);
       return ChargeStatus::kOk;
     }
     over_limit = group_of_counter(group, failed);
@@ -57,8 +91,8 @@ int64_t at_least_one(int64_t v) noexcept { return v > 0 ? v : 1; }
       batch = n;
       continue;
     }
-    if (flags & kInReclaim) break;             // force
-    if (!(flags & kMayBlock)) goto nomem;      // atomic context: no reclaim, no sleep
+    if (flags & kInReclaim) break;         // force
+    if (!(flags & kMayBlock)) goto nomem;  // atomic context: no reclaim, no sleep
 
     over_limit->raise(Event::kMax);
     max_raised = true;
@@ -80,6 +114,8 @@ int64_t at_least_one(int64_t v) noexcept { return v > 0 ? v : 1; }
       if (flags & kRetryMayFail) goto nomem;
       if (n <= costly) over_limit->raise(Event::kOom);
       if (n <= costly && ctl.out_of_memory(*over_limit, n)) {
+        const std::atomic<bool>* dying = internal::tl_charging_member_killed;
+        if (dying && dying->load(std::memory_order_acquire)) goto nomem;
         retries = kMaxReclaimRetries;
         continue;
       }
@@ -109,6 +145,12 @@ ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags) noexcept {
   if (group.controller().stock().consume(&group, units)) [[likely]]
     return ChargeStatus::kOk;
   return charge_slow(group, units, flags);
+}
+
+void uncharge_direct(Group& group, int64_t units) noexcept {
+  if (group.is_root() || units <= 0) [[unlikely]]
+    return;
+  group.memory().uncharge(units);
 }
 
 void uncharge(Group& group, int64_t units) noexcept {
@@ -160,10 +202,77 @@ void ChargeHandle::release() noexcept {
   bytes_ = 0;
 }
 
+void handle_pending_high() noexcept {
+  if (tl_pages_over_high > 0 && internal::tl_reclaim_depth == 0) handle_over_high();
+}
+
 ChargeStats charge_stats(const Controller& controller) noexcept {
   const ChargeCounters& c = controller.charge_counters();
   return {c.slow_path.load(std::memory_order_relaxed), c.forced.load(std::memory_order_relaxed),
           c.failed.load(std::memory_order_relaxed), c.drains.load(std::memory_order_relaxed)};
 }
 
+}  // namespace memcg
+
+// ---- memory.high: reclaim and throttle (slow path) ----------------------------------------------
+namespace memcg {
+namespace {
+
+// Reclaims from every level of `group` below the root that is over its high, raising `high` on
+// each; returns units reclaimed (the kernel's reclaim_high).
+int64_t reclaim_high(Group& group, int64_t nr_units) noexcept {
+  int64_t reclaimed = 0;
+  for (Group* g = &group; g && !g->is_root(); g = g->parent()) {
+    if (g->memory().usage() <= g->memory().high()) continue;
+    g->raise(Event::kHigh);
+    reclaimed += reclaim(*g, nr_units, ReclaimReason::kHigh);
+  }
+  return reclaimed;
+}
+
+uint64_t max_overage(const Group& group) noexcept {
+  uint64_t worst = 0;
+  for (const Group* g = &group; g && !g->is_root(); g = g->parent())
+    worst = std::max(worst, high_overage(g->memory().usage(), g->memory().high()));
+  return worst;
+}
+
+// The kernel's mem_cgroup_handle_over_high: reclaim the excess; if the group is still far over
+// high, sleep a penalty that grows with the square of the overage.
+void handle_over_high() noexcept {
+  const int64_t nr = tl_pages_over_high;
+  Group* group = tl_high_group;
+  tl_pages_over_high = 0;
+  tl_high_group = nullptr;
+  if (nr <= 0 || group == nullptr) {
+    if (group) group->put();
+    return;
+  }
+  Controller& ctl = group->controller();
+  const unsigned shift = ctl.unit_shift();
+  // The penalty formula counts 4 KiB pages; a batch of 64 of them is its unit.
+  const uint64_t nr_pages = shift >= 12 ? static_cast<uint64_t>(nr) << (shift - 12)
+                                        : static_cast<uint64_t>(nr) >> (12 - shift);
+  const int64_t retry_units = std::max<int64_t>(1, kMinReclaimBytes >> shift);
+  int retries = kMaxReclaimRetries;
+  bool first = true;
+  for (;;) {
+    const int64_t reclaimed = reclaim_high(*group, first ? nr : retry_units);
+    const uint64_t penalty =
+        std::min(high_penalty_ms(max_overage(*group), nr_pages), kMaxHighDelayMs);
+    // Small penalties are forgiven: not worth a sleep.
+    if (penalty <= kMinHighDelayMs) break;
+    // Reclaim still makes progress (or may yet): try again before sleeping.
+    if (reclaimed > 0 || retries-- > 0) {
+      first = false;
+      continue;
+    }
+    ctl.charge_counters().throttled_ms.fetch_add(penalty, std::memory_order_relaxed);
+    ctl.clock().sleep_ns(penalty * 1'000'000);
+    break;
+  }
+  group->put();
+}
+
+}  // namespace
 }  // namespace memcg

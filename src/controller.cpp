@@ -1,5 +1,7 @@
 #include "memcg/controller.hpp"
 
+#include "memcg/oom.hpp"
+#include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
 
 #include <algorithm>
@@ -20,6 +22,7 @@ Controller::Controller(Options options)
     throw std::invalid_argument("memcg: nr_shards must be in 0..4096");
   root_ = new Group(*this, nullptr, "", 0);
   stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch);
+  oom_ = std::make_unique<internal::OomState>();
 }
 
 Controller::~Controller() {
@@ -204,11 +207,12 @@ int64_t Controller::to_units_ceil(uint64_t bytes) const noexcept {
 namespace memcg {
 
 int64_t Controller::reclaim_for_charge(Group& target, int64_t units) {
-  return reclaim_hook_ ? reclaim_hook_(target, units) : 0;
+  return reclaim_hook_ ? reclaim_hook_(target, units)
+                       : reclaim(target, units, ReclaimReason::kLimit);
 }
 
 bool Controller::out_of_memory(Group& domain, int64_t units) {
-  return oom_hook_ ? oom_hook_(domain, units) : false;
+  return oom_hook_ ? oom_hook_(domain, units) : OomKiller::kill(domain, units);
 }
 
 }  // namespace memcg

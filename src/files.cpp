@@ -6,6 +6,7 @@
 #include "memcg/controller.hpp"
 #include "memcg/limits.hpp"
 #include "memcg/parse.hpp"
+#include "memcg/reclaim.hpp"
 
 namespace memcg {
 namespace {
@@ -22,7 +23,9 @@ struct FileSpec {
   Writer write;  // empty = read-only
 };
 
-std::string bytes_line(uint64_t v) { return std::to_string(v) + "\n"; }
+std::string bytes_line(uint64_t v) {
+  return std::to_string(v) + "\n";
+}
 
 int read_limit(int64_t units, const Group& g, std::string* out) {
   *out = format_limit(static_cast<uint64_t>(units), g.controller().unit_shift());
@@ -37,6 +40,23 @@ Writer limit_writer(void (*apply)(Group&, uint64_t bytes, bool nonblocking)) {
     apply(g, g.controller().to_bytes(static_cast<int64_t>(units)), nonblocking);
     return 0;
   };
+}
+
+// memory.reclaim: proactive reclaim of the requested amount from the subtree, in bites of a
+// quarter of what is left, 16 fruitless bites at most. Swappiness is accepted and ignored: the
+// library's reclaimers do not distinguish anonymous from file memory.
+int write_reclaim(Group& g, std::string_view text) {
+  ReclaimRequest req;
+  if (int err = parse_reclaim(text, &req)) return err;
+  const int64_t target = g.controller().to_units_floor(req.bytes);
+  int64_t reclaimed = 0;
+  int retries = 16;
+  while (reclaimed < target) {
+    const int64_t got = reclaim(g, (target - reclaimed) / 4, ReclaimReason::kProactive);
+    reclaimed += got;
+    if (got == 0 && --retries == 0) return EAGAIN;
+  }
+  return 0;
 }
 
 const std::vector<FileSpec>& specs() {
@@ -71,6 +91,8 @@ const std::vector<FileSpec>& specs() {
          return 0;
        },
        nullptr},
+      {"memory.reclaim", kAll, nullptr,
+       [](Group& g, std::string_view text, bool) { return write_reclaim(g, text); }},
       {"memory.oom.group", kNonRoot,
        [](Group& g, std::string* out) {
          *out = g.oom_group() ? "1\n" : "0\n";

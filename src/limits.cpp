@@ -1,6 +1,7 @@
 #include "memcg/limits.hpp"
 
 #include "memcg/controller.hpp"
+#include "memcg/internal/int128.hpp"
 #include "memcg/stock.hpp"
 
 namespace memcg {
@@ -51,6 +52,26 @@ void write_max(Group& group, uint64_t bytes, bool nonblocking) {
     group.raise(Event::kOom);
     if (!ctl.out_of_memory(group, 1)) return;
   }
+}
+
+}  // namespace memcg
+
+namespace memcg {
+
+uint64_t high_overage(int64_t usage, int64_t high) noexcept {
+  if (usage <= high) return 0;
+  // Guard against a zero high: any usage is then a huge overage rather than a division by 0.
+  const uint64_t h = high > 0 ? static_cast<uint64_t>(high) : 1;
+  return (static_cast<uint64_t>(usage - high) << 20) / h;
+}
+
+uint64_t high_penalty_ms(uint64_t max_overage, uint64_t nr_pages) noexcept {
+  if (max_overage == 0) return 0;
+  // penalty = overage^2 * HZ >> 20 >> 14, scaled by the pages charged relative to a batch of 64.
+  // The square of a large overage can pass 64 bits; 128 bits keep it exact (it is capped later).
+  const internal::u128 sq = static_cast<internal::u128>(max_overage) * max_overage * 1000;
+  const internal::u128 ticks = ((sq >> 20) >> 14) * nr_pages / 64;
+  return ticks > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(ticks);
 }
 
 }  // namespace memcg

@@ -237,7 +237,8 @@ TEST(Charge, EvictionWhenMoreGroupsThanSlots) {
   std::vector<GroupRef> groups(Stock::kSlots + 1);
   for (size_t i = 0; i < groups.size(); ++i)
     ASSERT_EQ(ctl.create("g" + std::to_string(i), &groups[i]), 0);
-  for (size_t i = 0; i < Stock::kSlots; ++i) ASSERT_EQ(try_charge(*groups[i], 1), ChargeStatus::kOk);
+  for (size_t i = 0; i < Stock::kSlots; ++i)
+    ASSERT_EQ(try_charge(*groups[i], 1), ChargeStatus::kOk);
   int64_t stocked = 0;
   for (auto& g : groups) stocked += ctl.stock().stocked(g.get());
   EXPECT_EQ(stocked, 63 * Stock::kSlots);
@@ -326,7 +327,7 @@ TEST(Attach, HandleOutlivesTheRemovedGroup) {
   ASSERT_EQ(t.ctl.remove("a/b/c"), 0);
   EXPECT_EQ(t.ctl.nr_dying(), 1u);
   EXPECT_EQ(t.ctl.stock().stocked(c), 0);  // removal drained it from every stock
-  EXPECT_EQ(t.b->current(), 5 * kUnit);     // its charge is still counted above it
+  EXPECT_EQ(t.b->current(), 5 * kUnit);    // its charge is still counted above it
   h.release();
   t.ctl.stock().drain_all(&t.ctl.root());
   EXPECT_EQ(t.b->current(), 0u);

@@ -22,6 +22,7 @@
 // std::bad_alloc convenience.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 #include "memcg/group.hpp"
@@ -54,12 +55,19 @@ enum class ChargeStatus : uint8_t {
   kNoMem,   // not charged: the limit held and nothing could be freed
 };
 
-inline bool charged(ChargeStatus s) noexcept { return s != ChargeStatus::kNoMem; }
+inline bool charged(ChargeStatus s) noexcept {
+  return s != ChargeStatus::kNoMem;
+}
 
 // Charges `units` to `group` (nothing is recorded for the root group).
 ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags = kDefaultCharge) noexcept;
-// Uncharges `units` that were charged to `group`.
+// Uncharges `units` that were charged to `group`. They go back into this CPU's stock (so a
+// charge/uncharge pair usually touches no shared line); what overflows the batch goes back to the
+// counters.
 void uncharge(Group& group, int64_t units) noexcept;
+// Uncharges straight from the counters, so that usage drops at once. For memory freed by reclaim
+// or by an OOM kill, which a waiting charge must see (the kernel uncharges pages this way).
+void uncharge_direct(Group& group, int64_t units) noexcept;
 
 // Byte-denominated forms: rounded up to whole units (the same rounding both ways).
 ChargeStatus try_charge_bytes(Group& group, uint64_t bytes,
@@ -91,6 +99,10 @@ class ChargeHandle {
   uint64_t bytes_ = 0;
 };
 
+// Runs the memory.high handling that a charge deferred on this thread (charges that could not
+// block). Call from a point where the thread may reclaim and sleep. No-op when nothing is pending.
+void handle_pending_high() noexcept;
+
 // Counters of the charge path, for tests and diagnostics (relaxed, per controller).
 struct ChargeStats {
   uint64_t slow_path;  // charges that missed the stock
@@ -99,5 +111,20 @@ struct ChargeStats {
   uint64_t drains;     // drain_all calls made by failing charges
 };
 ChargeStats charge_stats(const Controller& controller) noexcept;
+
+namespace internal {
+// Reclaim depth of the calling thread. While it is non-zero (the thread is reclaiming), charges
+// are forced instead of recursing into reclaim, as the kernel's PF_MEMALLOC does.
+inline thread_local int tl_reclaim_depth = 0;
+// Set while a Member charges on this thread: once an OOM kill made that member a victim, its
+// charge fails instead of retrying (the kernel's "the caller is dying" exit from the ladder).
+inline thread_local const std::atomic<bool>* tl_charging_member_killed = nullptr;
+struct ReclaimScope {
+  ReclaimScope() noexcept { ++tl_reclaim_depth; }
+  ~ReclaimScope() { --tl_reclaim_depth; }
+  ReclaimScope(const ReclaimScope&) = delete;
+  ReclaimScope& operator=(const ReclaimScope&) = delete;
+};
+}  // namespace internal
 
 }  // namespace memcg

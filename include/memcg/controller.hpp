@@ -18,6 +18,9 @@
 namespace memcg {
 
 class Stock;
+namespace internal {
+struct OomState;
+}
 
 // Slow-path counters of the charge path (see charge_stats()).
 struct ChargeCounters {
@@ -25,6 +28,7 @@ struct ChargeCounters {
   std::atomic<uint64_t> forced{0};
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> drains{0};
+  std::atomic<uint64_t> throttled_ms{0};  // memory.high sleeps, in total
 };
 
 struct Options {
@@ -84,13 +88,15 @@ class Controller {
   // Slow-path policies the failure ladder calls. `reclaim` frees up to `units` from the subtree
   // of `target` and returns what it freed; `oom` tries to resolve an out-of-memory condition in
   // `domain` for a charge of `units` and returns true when it made progress (killed something).
-  // With none installed nothing is reclaimed and no OOM progress is made.
+  // By default the library's own reclaim driver (reclaim.hpp) and OOM killer (oom.hpp) run;
+  // a hook replaces them (tests, custom policies).
   // REQUIRES: set before charges run (they are read without synchronisation).
   using ReclaimFn = std::function<int64_t(Group& target, int64_t units)>;
   using OomFn = std::function<bool(Group& domain, int64_t units)>;
   void set_reclaim_hook(ReclaimFn fn) { reclaim_hook_ = std::move(fn); }
   void set_oom_hook(OomFn fn) { oom_hook_ = std::move(fn); }
   int64_t reclaim_for_charge(Group& target, int64_t units);
+  internal::OomState& oom_state() noexcept { return *oom_; }
   bool out_of_memory(Group& domain, int64_t units);
 
   // ---- units ----------------------------------------------------------------------------------
@@ -114,6 +120,7 @@ class Controller {
   Clock* const clock_;
   std::unique_ptr<Stock> stock_;
   ChargeCounters charge_counters_;
+  std::unique_ptr<internal::OomState> oom_;
   ReclaimFn reclaim_hook_;
   OomFn oom_hook_;
   mutable std::shared_mutex tree_mutex_;

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -31,6 +32,8 @@ namespace memcg {
 
 class Controller;
 class GroupRef;
+class Member;
+struct ReclaimerEntry;
 
 // "max" in the typed, byte-denominated API.
 inline constexpr uint64_t kUnlimited = UINT64_MAX;
@@ -107,6 +110,10 @@ class Group final : public StockOwner {
   friend class PeakWatcher;
 
   friend class Stock;
+  friend class Member;
+  friend class OomKiller;
+  friend struct ReclaimAccess;
+  friend struct OomKillerAccess;
   Group(Controller& controller, Group* parent, std::string name, uint64_t id);
   ~Group();
 
@@ -138,6 +145,15 @@ class Group final : public StockOwner {
   // Guarded by knob_mutex_: serialises setters and the memory.peak watchers of this group.
   mutable std::mutex knob_mutex_;
   std::vector<PeakWatcher*> peak_watchers_;
+
+  // Guarded by policy_mutex_: what reclaim and the OOM killer may act on in this group. Never
+  // held while calling a reclaimer or a kill callback.
+  mutable std::mutex policy_mutex_;
+  std::vector<std::shared_ptr<ReclaimerEntry>> reclaimers_;
+  std::vector<Member*> members_;
+  // Where the next partial reclaim walk rooted here resumes (id of the last group visited; 0 =
+  // from the start), so that successive reclaims spread over the subtree as in the kernel.
+  std::atomic<uint64_t> reclaim_cursor_{0};
 
   // Guarded by the controller's tree lock.
   std::vector<Group*> children_;  // online, sorted by name

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -46,6 +47,12 @@ class LruCache final : public Reclaimer {
   const std::string& name() const noexcept { return name_; }
   Group& group() const noexcept { return *group_; }
 
+  // Units are numbered in the order they were added (0, 1, 2, ...). The callback learns which
+  // units reclaim or shrink freed (`count` consecutive numbers from `first`), so that an
+  // application can drop the data it kept in them. Called without the cache's lock held.
+  using EvictFn = std::function<void(uint64_t first, int64_t count)>;
+  void set_evict_callback(EvictFn fn);
+
   // Reclaimer
   int64_t reclaimable() const noexcept override { return size(); }
   ReclaimResult reclaim(int64_t nr_to_scan, int priority) override;
@@ -54,10 +61,22 @@ class LruCache final : public Reclaimer {
   GroupRef group_;
   const std::string name_;
   const int referenced_percent_;
+  // Consecutive unit numbers, oldest run at the front.
+  struct Run {
+    uint64_t first;
+    int64_t count;
+  };
+  // Takes up to `n` units off the front, calling the evict callback; returns what it took.
+  int64_t pop_oldest(int64_t n, std::vector<Run>* freed);
+  void notify(const std::vector<Run>& freed);
+
   mutable std::mutex mu_;
-  // Oldest at the front. Each entry is one unit; `referenced` units rotate once when scanned.
-  std::deque<bool> units_;
-  uint64_t scan_clock_ = 0;  // guarded by mu_; deterministic choice of referenced units
+  std::deque<Run> runs_;    // guarded by mu_
+  uint64_t next_unit_ = 0;  // guarded by mu_
+  // Accumulates referenced_percent_ per scanned unit; every 100 marks one unit as referenced, so
+  // exactly that share of scanned units rotates, deterministically. Guarded by mu_.
+  int ref_accumulator_ = 0;
+  EvictFn on_evict_;  // guarded by mu_ (copied out before calling)
   std::atomic<int64_t> size_{0};
   std::atomic<uint64_t> evicted_{0};
   ReclaimerRegistration registration_;

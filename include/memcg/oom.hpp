@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,7 @@ class Member {
   std::atomic<int> adj_;
   std::atomic<int64_t> charged_{0};
   std::atomic<bool> killed_{false};
+  int oom_waits_ = 0;  // guarded by the controller's OOM lock
 };
 
 // Why a victim was chosen: the OOM report.
@@ -72,13 +74,13 @@ struct OomCandidate {
   int64_t badness = 0;
 };
 struct OomReport {
-  std::string domain;                   // the group whose limit was hit
+  std::string domain;  // the group whose limit was hit
   int64_t request_units = 0;
-  std::vector<OomCandidate> top;        // highest badness first (at most 5)
-  std::string victim;                   // member killed ("" if none)
-  std::string oom_group;                // group killed as a whole ("" if none)
-  std::vector<std::string> killed;      // every member killed
-  std::string format() const;           // a short human-readable report
+  std::vector<OomCandidate> top;    // highest badness first (at most 5)
+  std::string victim;               // member killed ("" if none)
+  std::string oom_group;            // group killed as a whole ("" if none)
+  std::vector<std::string> killed;  // every member killed
+  std::string format() const;       // a short human-readable report
 };
 
 // Installs the OOM killer as the controller's OOM policy (Controller::set_oom_hook). The
@@ -91,5 +93,14 @@ class OomKiller {
   // The last report produced in this controller (empty if none).
   static OomReport last_report(Controller& controller);
 };
+
+namespace internal {
+// Per-controller OOM state: the OOM lock (recursive, so that a kill callback may destroy its
+// member) and the last report.
+struct OomState {
+  std::recursive_mutex mu;
+  OomReport last;
+};
+}  // namespace internal
 
 }  // namespace memcg

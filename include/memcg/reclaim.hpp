@@ -71,13 +71,12 @@ enum class ReclaimReason : uint8_t {
 struct ReclaimStats {
   int64_t scanned = 0;
   int64_t reclaimed = 0;
-  int passes = 0;            // priority levels run
+  int passes = 0;             // priority levels run
   bool low_breached = false;  // the low-override pass ran
 };
 
 // Frees up to `nr_units` (at least 32 4-KiB pages' worth is asked of a group, as in the kernel)
 // from the subtree of `root`. Returns units reclaimed; `stats` receives the details.
-int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason,
-                ReclaimStats* stats = nullptr);
+int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStats* stats = nullptr);
 
 }  // namespace memcg

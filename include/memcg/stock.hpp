@@ -1,0 +1,246 @@
+// Stock: a per-CPU cache of pre-charged units.
+//
+// Charging a group walks its counters up to the root with atomic updates; the stock amortises
+// that walk. A charge of n units first tries consume(): if this CPU's shard caches the group with
+// at least n units, they are taken from there and the counters are not touched. Otherwise the
+// caller charges a whole batch to the counters and puts the surplus back with refill(). Units in
+// the stock are counted as used by their group (and its ancestors), so a group may look full
+// while its free room sits in stocks; drain_all() gives such units back.
+//
+// Each shard holds kSlots (owner, units) slots, at most batch() units each; the units a stock
+// can hide are therefore bounded by slack_bound() = shards x kSlots x batch, however many threads
+// there are.
+//
+// Thread safety: every method may be called from any thread at any time; a thread may migrate
+// between CPUs at any instant. Every unit given to refill() comes back exactly once, through a
+// successful consume() or through StockOwner::stock_uncharge().
+//
+// Cost: consume() and refill() are a few inline instructions on a hit. With restartable
+// sequences (internal::rseq_mode(), x86-64) a hit is a plain load-check-store that the kernel
+// restarts if the thread is preempted or migrated, so it issues no atomic read-modify-write:
+// about 2-3 ns. Otherwise (other architectures, ThreadSanitizer builds, MEMCG_NO_RSEQ=1, fewer
+// shards than CPUs, or Mode::kFallback) each shard is guarded by a try-lock: one atomic exchange
+// per call, and a busy shard sends the caller to its slow path instead of waiting. Draining a
+// shard that belongs to another CPU costs a system call in rseq mode.
+
+#ifndef MEMCG_STOCK_HPP_
+#define MEMCG_STOCK_HPP_
+
+#include <atomic>
+#include <cassert>
+#include <cstdint>
+#include <memory>
+
+#include "memcg/internal/cpu.hpp"
+#include "memcg/internal/rseq.hpp"
+
+namespace memcg {
+
+// What a stock slot refers to. Implemented by the group type; called only on slow paths.
+// The stock never calls stock_uncharge() or stock_put() while it holds a shard; it calls
+// stock_get() and stock_is_within() while holding one, so those two must not call back into the
+// stock.
+class StockOwner {
+ public:
+  // Gives `units` (> 0) back to the counters: they leave the stock for good.
+  virtual void stock_uncharge(int64_t units) noexcept = 0;
+  // A slot now refers to this owner: take a reference that keeps it alive.
+  virtual void stock_get() noexcept = 0;
+  // A slot let go of this owner: drop the reference taken by stock_get().
+  virtual void stock_put() noexcept = 0;
+  // True iff this owner is `root` or a descendant of it.
+  virtual bool stock_is_within(const StockOwner* root) const noexcept = 0;
+
+ protected:
+  ~StockOwner() = default;
+};
+
+class Stock {
+ public:
+  // Owners cached per shard: a CPU switching among up to this many groups keeps hitting.
+  static constexpr int kSlots = 7;
+  // Units per slot are kept small enough for a byte; larger requests bypass the stock anyway.
+  static constexpr int64_t kMaxBatch = 127;
+
+  enum class Mode {
+    kAuto,      // restartable sequences when internal::rseq_mode() allows, else the try-lock
+    kFallback,  // always the try-lock (tests, comparisons)
+  };
+
+  // nr_shards: shards to create; 0 means internal::nr_cpu_ids(). The shard of a call is its CPU
+  // modulo nr_shards. Rseq mode needs one shard per possible CPU and is not used with fewer.
+  // batch: the most units a slot holds and the largest request the stock serves.
+  // REQUIRES: nr_shards >= 0; 1 <= batch <= kMaxBatch.
+  Stock(int nr_shards, int64_t batch, Mode mode = Mode::kAuto);
+  // Drains every shard. REQUIRES: no concurrent call on this stock.
+  ~Stock();
+
+  Stock(const Stock&) = delete;
+  Stock& operator=(const Stock&) = delete;
+
+  // Takes n pre-charged units of `o` from this CPU's shard. False (a miss, nothing taken) when
+  // n > batch(), the shard is busy, or o's slot holds fewer than n units.
+  // REQUIRES: o != nullptr and the caller holds a reference to o; n >= 1.
+  bool consume(StockOwner* o, int64_t n) noexcept;
+
+  // Puts n charged units of `o` into this CPU's shard. Whatever the shard cannot keep goes back
+  // through o->stock_uncharge(): n > batch() or a busy shard (all n), or o's slot going above
+  // batch() (the whole slot). Without a slot for o, the first empty slot is used, else a slot is
+  // evicted (drained) in round-robin order: each shard's cursor names the next victim and moves
+  // on by one after each eviction.
+  // REQUIRES: o != nullptr and the caller holds a reference to o; n >= 0.
+  void refill(StockOwner* o, int64_t n) noexcept;
+
+  // Drains every slot of the calling CPU's shard.
+  void drain_cpu_local() noexcept;
+  // Drains, in every shard, the slots whose owner is `root` or a descendant (every slot when
+  // root is nullptr). Synchronous: the units are back in the counters when it returns. Waits for
+  // shards that are busy.
+  void drain_all(const StockOwner* root) noexcept;
+  // Drains every slot of `o` in every shard (group removal). REQUIRES: no concurrent refill for o
+  // if the caller wants no slot of o to remain.
+  void drain_owner(const StockOwner* o) noexcept;
+
+  // Units held for `o` over all shards; exact only when no other thread uses the stock.
+  int64_t stocked(const StockOwner* o) const noexcept;
+
+  int nr_shards() const noexcept { return nr_shards_; }
+  int64_t batch() const noexcept { return batch_; }
+  // The most units the stock can hide from the counters: nr_shards * kSlots * batch.
+  int64_t slack_bound() const noexcept { return int64_t{nr_shards_} * kSlots * batch_; }
+  // Whether hits run as restartable sequences (else the try-lock path).
+  bool uses_rseq() const noexcept { return rseq_; }
+
+  // Event counts summed over shards. Approximate while the stock is in use: counters are bumped
+  // with a relaxed load and store (no atomic read-modify-write on the hot path), so a thread
+  // preempted between the two can lose another's increment.
+  struct Stats {
+    uint64_t hits;             // consume() that took units
+    uint64_t misses;           // consume() that took nothing
+    uint64_t refills;          // refill() whose units stayed in the stock
+    uint64_t evictions;        // slots drained to make room for another owner
+    uint64_t overflow_drains;  // slots drained because a refill took them above batch()
+    uint64_t remote_drains;    // shards drained by drain_all() / drain_owner()
+  };
+  Stats stats() const noexcept;
+
+  // -------------------------------------------------------------------------------------------
+  // Implementation details.
+ private:
+  // Shard layout. Aligned to 64 bytes so that no two shards (written by different CPUs on every
+  // hit) ever share a cache line. Line 0 holds what a hit reads and only slow paths write; line
+  // 1 what a hit writes; line 2 the statistics.
+  struct alignas(64) Shard {
+    // Non-zero while a thread holds the shard: the try-lock of the fallback mode and the
+    // "disabled" word of the rseq protocol (internal/rseq.hpp). Owners change only under it.
+    std::atomic<uint64_t> disabled;
+    std::atomic<StockOwner*> owner[kSlots];
+    alignas(64) std::atomic<int64_t> units[kSlots];
+    uint8_t cursor;  // next eviction victim; changed only under `disabled`
+    alignas(64) std::atomic<uint64_t> hits, misses, refills, evictions, overflow_drains,
+        remote_drains;
+
+    // Slot caching `o`, or -1. Racy scan: the owner is checked again under the lock or inside
+    // the critical section that uses the slot.
+    int find(const StockOwner* o) const noexcept {
+      for (int i = 0; i < kSlots; ++i) {
+        if (owner[i].load(std::memory_order_relaxed) == o) return i;
+      }
+      return -1;
+    }
+  };
+  // Critical sections access the shard's words as the plain types they wrap.
+  static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
+                sizeof(std::atomic<int64_t>) == sizeof(int64_t) &&
+                sizeof(std::atomic<StockOwner*>) == sizeof(StockOwner*));
+
+  // A slot taken out of a shard under its lock, given back after the lock is released.
+  struct Taken {
+    StockOwner* owner;
+    int64_t units;
+  };
+
+  // Cheap counter bump for statistics (see Stats).
+  static void bump(std::atomic<uint64_t>& c) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+
+  // How often a hot path retries after an abort before taking the slow path.
+  static constexpr int kMaxAborts = 4;
+
+  bool consume_slow(StockOwner* o, int64_t n) noexcept;
+  void refill_slow(StockOwner* o, int64_t n) noexcept;
+  int local_shard() const noexcept;
+  bool try_lock(int idx) noexcept;
+  void lock_wait(int idx) noexcept;
+  void make_exclusive(int idx) noexcept;
+  void unlock(int idx) noexcept;
+  static Taken take(Shard& s, int i) noexcept;
+  static void give_back(const Taken& t) noexcept;
+  template <typename Match>
+  void drain_matching(Match match, bool count_remote) noexcept;
+
+  std::unique_ptr<Shard[]> shards_;
+  int nr_shards_;
+  int64_t batch_;
+  bool rseq_;
+};
+
+inline bool Stock::consume(StockOwner* o, int64_t n) noexcept {
+  assert(o != nullptr);
+#if MEMCG_RSEQ_CS
+  // n in [1, batch] with one unsigned compare.
+  if (__builtin_expect(rseq_, 1) && static_cast<uint64_t>(n - 1) < static_cast<uint64_t>(batch_)) {
+    struct rseq* rs = internal::rseq_area();
+    for (int attempt = 0; attempt < kMaxAborts; ++attempt) {
+      // A negative (unregistered) cpu_id becomes huge and fails the bound.
+      const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
+      if (cpu >= static_cast<uint32_t>(nr_shards_)) break;
+      Shard& s = shards_[cpu];
+      const int i = s.find(o);
+      if (i < 0) break;
+      const internal::CsResult r = internal::cs_add_bounded(
+          static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
+          reinterpret_cast<const void* const*>(&s.owner[i]), o,
+          reinterpret_cast<int64_t*>(&s.units[i]), -n, 0, INT64_MAX);
+      if (__builtin_expect(r == internal::CsResult::kOk, 1)) {
+        bump(s.hits);
+        return true;
+      }
+      if (r == internal::CsResult::kCompareFailed) break;
+      // Aborted: preempted or migrated before the commit; nothing was taken, try again.
+    }
+  }
+#endif
+  return consume_slow(o, n);
+}
+
+inline void Stock::refill(StockOwner* o, int64_t n) noexcept {
+  assert(o != nullptr);
+#if MEMCG_RSEQ_CS
+  if (__builtin_expect(rseq_, 1) && static_cast<uint64_t>(n - 1) < static_cast<uint64_t>(batch_)) {
+    struct rseq* rs = internal::rseq_area();
+    for (int attempt = 0; attempt < kMaxAborts; ++attempt) {
+      const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
+      if (cpu >= static_cast<uint32_t>(nr_shards_)) break;
+      Shard& s = shards_[cpu];
+      const int i = s.find(o);
+      if (i < 0) break;  // install or evict: slow path
+      const internal::CsResult r = internal::cs_add_bounded(
+          static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
+          reinterpret_cast<const void* const*>(&s.owner[i]), o,
+          reinterpret_cast<int64_t*>(&s.units[i]), n, INT64_MIN, batch_);
+      if (__builtin_expect(r == internal::CsResult::kOk, 1)) {
+        bump(s.refills);
+        return;
+      }
+      if (r == internal::CsResult::kCompareFailed) break;  // overflow, busy or slot changed
+    }
+  }
+#endif
+  refill_slow(o, n);
+}
+
+}  // namespace memcg
+
+#endif  // MEMCG_STOCK_HPP_

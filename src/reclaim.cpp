@@ -1,0 +1,250 @@
+// The reclaim driver: registrations of reclaimers, the walk over the reclaim root's subtree with
+// effective protection, proportional scan targets and rising priority.
+#include "memcg/reclaim.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "memcg/charge.hpp"
+#include "memcg/controller.hpp"
+#include "memcg/internal/int128.hpp"
+#include "memcg/protection.hpp"
+
+namespace memcg {
+
+// One registration. `call_mutex` is held for the duration of a call into the reclaimer: it keeps
+// calls of one registration from running concurrently and lets unregistration wait for an
+// in-flight call.
+struct ReclaimerEntry {
+  Reclaimer* reclaimer;
+  Group* group;
+  std::mutex call_mutex;
+  std::atomic<bool> removed{false};
+};
+
+struct ReclaimAccess {
+  static void add(Group& g, std::shared_ptr<ReclaimerEntry> e) {
+    std::lock_guard lock(g.policy_mutex_);
+    g.reclaimers_.push_back(std::move(e));
+  }
+  static void remove(Group& g, const ReclaimerEntry* e) {
+    std::lock_guard lock(g.policy_mutex_);
+    auto& v = g.reclaimers_;
+    v.erase(std::remove_if(v.begin(), v.end(), [e](const auto& p) { return p.get() == e; }),
+            v.end());
+  }
+  static std::vector<std::shared_ptr<ReclaimerEntry>> snapshot(Group& g) {
+    std::lock_guard lock(g.policy_mutex_);
+    return g.reclaimers_;
+  }
+  static std::atomic<uint64_t>& cursor(Group& g) { return g.reclaim_cursor_; }
+};
+
+struct ReclaimerRegistration::Entry : ReclaimerEntry {};
+
+namespace {
+// The registration whose reclaim() runs on this thread (to let it unregister itself).
+thread_local const ReclaimerEntry* tl_calling = nullptr;
+}  // namespace
+
+ReclaimerRegistration::ReclaimerRegistration(Group& group, Reclaimer& reclaimer)
+    : entry_(std::make_shared<Entry>()) {
+  entry_->reclaimer = &reclaimer;
+  entry_->group = &group;
+  group.get();
+  ReclaimAccess::add(group, entry_);
+}
+
+ReclaimerRegistration::ReclaimerRegistration(ReclaimerRegistration&& o) noexcept = default;
+
+ReclaimerRegistration& ReclaimerRegistration::operator=(ReclaimerRegistration&& o) noexcept {
+  if (this != &o) {
+    reset();
+    entry_ = std::move(o.entry_);
+  }
+  return *this;
+}
+
+void ReclaimerRegistration::reset() noexcept {
+  if (!entry_) return;
+  entry_->removed.store(true, std::memory_order_release);
+  ReclaimAccess::remove(*entry_->group, entry_.get());
+  // Wait for a call in flight on another thread; a reclaimer removing itself must not wait.
+  if (tl_calling != entry_.get()) std::lock_guard wait(entry_->call_mutex);
+  entry_->group->put();
+  entry_.reset();
+}
+
+namespace {
+
+constexpr int kDefPriority = 12;  // the kernel's DEF_PRIORITY: scan 1/4096 of each list first
+constexpr int64_t kSwapClusterBytes = 32 * 4096;
+
+// One group of the walk, with its inputs and effective protection.
+struct WalkNode {
+  GroupRef group;
+  int parent;  // index in the walk, -1 for the reclaim root
+  EffectiveProtection eff;
+};
+
+std::vector<WalkNode> collect_subtree(Group& root) {
+  std::vector<WalkNode> nodes;
+  std::unordered_map<const Group*, int> index;
+  root.controller().walk(root, [&](Group& g) {
+    const int parent = &g == &root ? -1 : index.at(g.parent());
+    index.emplace(&g, static_cast<int>(nodes.size()));
+    nodes.push_back({GroupRef(&g), parent, {}});
+  });
+  return nodes;
+}
+
+ProtectionInput input_of(const Group& g) {
+  const PageCounter& m = g.memory();
+  return {m.usage(), m.min(), m.low(), m.children_min_usage(), m.children_low_usage()};
+}
+
+// Top-down, so that each parent's values are fresh when its children are computed.
+void compute_walk_protection(std::vector<WalkNode>& nodes, bool recursive) {
+  for (WalkNode& n : nodes) {
+    if (n.parent < 0) {
+      n.eff = {};  // the reclaim root's own protection is ignored
+      continue;
+    }
+    const WalkNode& p = nodes[n.parent];
+    const ProtectionInput self = input_of(*n.group);
+    if (self.usage == 0) {
+      n.eff = {};
+    } else if (p.parent < 0) {
+      n.eff = {self.min, self.low};  // a child of the reclaim root gets its declared values
+    } else {
+      n.eff = compute_protection(self, input_of(*p.group), p.eff, recursive);
+    }
+  }
+}
+
+// Exclusive use of one registration for the span of a group visit: held, it guarantees the
+// reclaimer is alive (unregistration waits for it) and not being called by another thread.
+class CallGuard {
+ public:
+  explicit CallGuard(ReclaimerEntry& e) : e_(e), lock_(e.call_mutex, std::try_to_lock) {
+    live_ = lock_.owns_lock() && !e.removed.load(std::memory_order_acquire);
+    if (live_) {
+      outer_ = tl_calling;
+      tl_calling = &e;
+    }
+  }
+  ~CallGuard() {
+    if (live_) tl_calling = outer_;
+  }
+  bool live() const { return live_; }
+
+  // Calls the reclaimer; never lets an exception or an impossible report through.
+  ReclaimResult call(int64_t nr_to_scan, int priority) {
+    ReclaimResult r;
+    try {
+      r = e_.reclaimer->reclaim(nr_to_scan, priority);
+    } catch (...) {
+      r = {};
+    }
+    if (r.scanned < 0 || r.reclaimed < 0 || r.reclaimed > r.scanned) r = {};
+    return r;
+  }
+  int64_t size() const noexcept { return e_.reclaimer->reclaimable(); }
+
+ private:
+  ReclaimerEntry& e_;
+  std::unique_lock<std::mutex> lock_;
+  const ReclaimerEntry* outer_ = nullptr;
+  bool live_ = false;
+};
+
+}  // namespace
+
+int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStats* stats) {
+  (void)reason;
+  Controller& ctl = root.controller();
+  const int64_t cluster = std::max<int64_t>(1, kSwapClusterBytes >> ctl.unit_shift());
+  const int64_t nr_to_reclaim = std::max(nr_units, cluster);
+  const bool recursive = ctl.options().recursive_protection;
+  internal::ReclaimScope in_reclaim;  // charges made by reclaimers are forced
+
+  std::vector<WalkNode> nodes = collect_subtree(root);
+  ReclaimStats st;
+  std::atomic<uint64_t>& cursor = ReclaimAccess::cursor(root);
+  bool low_override = false;
+
+  for (;;) {
+    bool low_skipped = false;
+    for (int priority = kDefPriority; priority >= 0; --priority) {
+      ++st.passes;
+      compute_walk_protection(nodes, recursive);
+      // A partial walk: resume after the group where the last one stopped, so that successive
+      // reclaims of the same root spread their pressure over the subtree.
+      const uint64_t resume_after = cursor.load(std::memory_order_relaxed);
+      size_t start = 0;
+      for (size_t i = 0; i < nodes.size(); ++i)
+        if (nodes[i].group->id() == resume_after) start = i + 1;
+      bool bailed = false;
+      for (size_t i = start; i < nodes.size() && !bailed; ++i) {
+        WalkNode& n = nodes[i];
+        Group& g = *n.group;
+        const int64_t usage = g.memory().usage();
+        const bool is_root = n.parent < 0;
+        if (!is_root && n.eff.emin >= usage) continue;  // below min: never reclaimed
+        if (!is_root && n.eff.elow >= usage) {          // below low: only when nothing else
+          if (!low_override) {
+            low_skipped = true;
+            continue;
+          }
+          g.raise(Event::kLow);
+        }
+        int64_t group_reclaimed = 0;
+        for (const auto& entry : ReclaimAccess::snapshot(g)) {
+          CallGuard guard(*entry);
+          if (!guard.live()) continue;
+          const int64_t size = guard.size();
+          if (size <= 0) continue;
+          int64_t scan = size;
+          if (!is_root && (n.eff.emin > 0 || n.eff.elow > 0)) {
+            // Proportional protection: scan the unprotected share of the list.
+            int64_t protection = n.eff.emin;
+            if (!low_override && n.eff.elow > n.eff.emin) {
+              protection = n.eff.elow;
+              low_skipped = true;
+            }
+            const int64_t size_of_group = std::max(usage, protection);
+            scan = size - static_cast<int64_t>(static_cast<internal::i128>(size) * protection /
+                                               (size_of_group + 1));
+            scan = std::max(scan, cluster);
+          }
+          scan >>= priority;
+          // A removed group's leftovers are scraped out even at gentle priorities.
+          if (scan == 0 && !g.is_online()) scan = std::min(size, cluster);
+          while (scan > 0) {
+            const int64_t chunk = std::min(scan, cluster);
+            scan -= chunk;
+            const ReclaimResult r = guard.call(chunk, priority);
+            st.scanned += r.scanned;
+            st.reclaimed += r.reclaimed;
+            group_reclaimed += r.reclaimed;
+            if (r.scanned == 0 || group_reclaimed >= nr_to_reclaim) break;
+          }
+        }
+        if (st.reclaimed >= nr_to_reclaim) {
+          cursor.store(g.id(), std::memory_order_relaxed);
+          bailed = true;
+        }
+      }
+      if (!bailed) cursor.store(0, std::memory_order_relaxed);
+      if (st.reclaimed >= nr_to_reclaim) break;
+    }
+    // Best-effort protection is breached only when a whole attempt freed nothing.
+    if (st.reclaimed > 0 || !low_skipped || low_override) break;
+    low_override = true;
+    st.low_breached = true;
+  }
+  if (stats) *stats = st;
+  return st.reclaimed;
+}
+
+}  // namespace memcg

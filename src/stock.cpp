@@ -1,0 +1,246 @@
+// Stock slow paths: install, evict, overflow, busy shards and drains.
+//
+// Every path here works on a shard only while holding its `disabled` word (Shard::disabled):
+// taken with an exchange, it is a try-lock among slow paths, and in rseq mode it also makes every
+// critical section on that CPU fail its compare. Before touching the units of a shard in rseq mode
+// the holder calls make_exclusive(), which waits out critical sections that read the word before
+// it was set (internal/rseq.hpp). Owners are written only by holders, so a holder may read them
+// (and call into them: each slot holds a reference) without that wait.
+//
+// Units leave a shard only by take(), under the word; the callbacks that give them back
+// (stock_uncharge, stock_put) run after the word is released, so an owner may call into the stock
+// from them (a last put that removes the group and calls drain_owner(), for instance).
+
+#include "memcg/stock.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+
+namespace memcg {
+
+Stock::Stock(int nr_shards, int64_t batch, Mode mode)
+    : nr_shards_(nr_shards > 0 ? nr_shards : internal::nr_cpu_ids()),
+      batch_(std::clamp<int64_t>(batch, 1, kMaxBatch)),
+      rseq_(MEMCG_RSEQ_CS && mode == Mode::kAuto && internal::rseq_mode() &&
+            nr_shards_ >= internal::nr_cpu_ids()) {
+  assert(nr_shards >= 0);
+  assert(batch >= 1 && batch <= kMaxBatch);
+  shards_ = std::make_unique<Shard[]>(static_cast<size_t>(nr_shards_));
+}
+
+Stock::~Stock() {
+  drain_matching([](const StockOwner*) { return true; }, false);
+}
+
+// ---- shard ownership ------------------------------------------------------------------------
+
+// The calling thread's shard: its CPU, reduced modulo the shard count in fallback mode. In rseq
+// mode the shard must be the CPU itself (fences aim at it); a CPU beyond the shards (one that was
+// not possible at start-up) gets -1 and the caller acts as if the shard were busy.
+int Stock::local_shard() const noexcept {
+  const int cpu = internal::current_cpu();
+  if (!rseq_) return cpu % nr_shards_;
+  return cpu < nr_shards_ ? cpu : -1;
+}
+
+// In rseq mode, makes sure no critical section on CPU `idx` that read disabled == 0 can still
+// commit. If the caller runs on that CPU after having set the word, such a section was
+// preempted before that point and aborts when resumed, so no fence is needed (the common case
+// for local slow paths); otherwise fence the CPU.
+void Stock::make_exclusive(int idx) noexcept {
+  if (rseq_ && internal::current_cpu() != idx) internal::fence_cpu(idx);
+}
+
+bool Stock::try_lock(int idx) noexcept {
+  Shard& s = shards_[idx];
+  // Sequentially consistent: in rseq mode the word must be visible before the CPU check (or the
+  // fence) in make_exclusive; in fallback mode acquire would do.
+  if (s.disabled.exchange(1, std::memory_order_seq_cst) != 0) return false;
+  make_exclusive(idx);
+  return true;
+}
+
+void Stock::lock_wait(int idx) noexcept {
+  Shard& s = shards_[idx];
+  // Holders keep the word for a few dozen instructions; yielding lets a preempted holder on
+  // this CPU finish.
+  while (s.disabled.exchange(1, std::memory_order_seq_cst) != 0) {
+    while (s.disabled.load(std::memory_order_relaxed) != 0) sched_yield();
+  }
+}
+
+void Stock::unlock(int idx) noexcept {
+  // Release: the next holder, and in rseq mode the next critical section on this CPU (x86 keeps
+  // loads in order), see every slot written under the word.
+  shards_[idx].disabled.store(0, std::memory_order_release);
+}
+
+Stock::Taken Stock::take(Shard& s, int i) noexcept {
+  Taken t{s.owner[i].load(std::memory_order_relaxed), s.units[i].load(std::memory_order_relaxed)};
+  s.units[i].store(0, std::memory_order_relaxed);
+  s.owner[i].store(nullptr, std::memory_order_relaxed);
+  return t;
+}
+
+void Stock::give_back(const Taken& t) noexcept {
+  if (t.owner == nullptr) return;
+  if (t.units > 0) t.owner->stock_uncharge(t.units);
+  t.owner->stock_put();
+}
+
+// ---- local slow paths -----------------------------------------------------------------------
+
+bool Stock::consume_slow(StockOwner* o, int64_t n) noexcept {
+  const int idx = local_shard();
+  if (n < 1 || n > batch_ || idx < 0) {
+    if (idx >= 0) bump(shards_[idx].misses);
+    return false;
+  }
+  Shard& s = shards_[idx];
+  if (!try_lock(idx)) {
+    bump(s.misses);
+    return false;
+  }
+  bool hit = false;
+  if (const int i = s.find(o); i >= 0) {
+    const int64_t have = s.units[i].load(std::memory_order_relaxed);
+    if (have >= n) {
+      s.units[i].store(have - n, std::memory_order_relaxed);
+      hit = true;
+    }
+  }
+  bump(hit ? s.hits : s.misses);
+  unlock(idx);
+  return hit;
+}
+
+void Stock::refill_slow(StockOwner* o, int64_t n) noexcept {
+  if (n <= 0) return;
+  const int idx = n <= batch_ ? local_shard() : -1;
+  if (idx < 0 || !try_lock(idx)) {
+    o->stock_uncharge(n);  // too large, or the shard is busy: bypass the stock
+    return;
+  }
+  Shard& s = shards_[idx];
+  Taken out{nullptr, 0};
+  if (int i = s.find(o); i >= 0) {
+    const int64_t v = s.units[i].load(std::memory_order_relaxed) + n;
+    if (v > batch_) {
+      out = take(s, i);  // over the batch: the whole slot, and n, go back
+      out.units = v;
+      bump(s.overflow_drains);
+    } else {
+      s.units[i].store(v, std::memory_order_relaxed);
+      bump(s.refills);
+    }
+  } else {
+    for (i = 0; i < kSlots; ++i) {
+      if (s.owner[i].load(std::memory_order_relaxed) == nullptr) break;
+    }
+    if (i == kSlots) {
+      // Round robin: the victim is the slot the cursor names, whatever it holds. Fair to every
+      // owner and constant-time; an LRU would need a write per hit.
+      i = s.cursor;
+      s.cursor = static_cast<uint8_t>((i + 1) % kSlots);
+      out = take(s, i);
+      bump(s.evictions);
+    }
+    o->stock_get();
+    s.units[i].store(n, std::memory_order_relaxed);
+    s.owner[i].store(o, std::memory_order_relaxed);
+    bump(s.refills);
+  }
+  unlock(idx);
+  give_back(out);
+}
+
+// ---- drains ---------------------------------------------------------------------------------
+
+template <typename Match>
+void Stock::drain_matching(Match match, bool count_remote) noexcept {
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    Shard& s = shards_[idx];
+    // Unlocked pre-check: an empty shard needs neither the word nor a fence. A slot installed
+    // concurrently with this call may be missed; one installed before it is seen.
+    bool occupied = false;
+    for (int i = 0; i < kSlots; ++i) {
+      occupied |= s.owner[i].load(std::memory_order_relaxed) != nullptr;
+    }
+    if (!occupied) continue;
+
+    lock_wait(idx);
+    // Owners are stable and referenced while the word is held: match them before paying for a
+    // fence, which only the units need.
+    bool selected[kSlots] = {};
+    bool any = false;
+    for (int i = 0; i < kSlots; ++i) {
+      const StockOwner* owner = s.owner[i].load(std::memory_order_relaxed);
+      selected[i] = owner != nullptr && match(owner);
+      any |= selected[i];
+    }
+    Taken out[kSlots] = {};
+    if (any) {
+      make_exclusive(idx);
+      for (int i = 0; i < kSlots; ++i) {
+        if (selected[i]) out[i] = take(s, i);
+      }
+      if (count_remote) bump(s.remote_drains);
+    }
+    unlock(idx);
+    for (const Taken& t : out) give_back(t);
+  }
+}
+
+void Stock::drain_cpu_local() noexcept {
+  const int idx = local_shard();
+  if (idx < 0) return;
+  Shard& s = shards_[idx];
+  lock_wait(idx);
+  make_exclusive(idx);
+  Taken out[kSlots];
+  for (int i = 0; i < kSlots; ++i) out[i] = take(s, i);
+  unlock(idx);
+  for (const Taken& t : out) give_back(t);
+}
+
+void Stock::drain_all(const StockOwner* root) noexcept {
+  if (root == nullptr) {
+    drain_matching([](const StockOwner*) { return true; }, true);
+  } else {
+    drain_matching([root](const StockOwner* o) { return o->stock_is_within(root); }, true);
+  }
+}
+
+void Stock::drain_owner(const StockOwner* o) noexcept {
+  drain_matching([o](const StockOwner* owner) { return owner == o; }, true);
+}
+
+int64_t Stock::stocked(const StockOwner* o) const noexcept {
+  int64_t sum = 0;
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    const Shard& s = shards_[idx];
+    for (int i = 0; i < kSlots; ++i) {
+      if (s.owner[i].load(std::memory_order_relaxed) == o) {
+        sum += s.units[i].load(std::memory_order_relaxed);
+      }
+    }
+  }
+  return sum;
+}
+
+Stock::Stats Stock::stats() const noexcept {
+  Stats st{};
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    const Shard& s = shards_[idx];
+    st.hits += s.hits.load(std::memory_order_relaxed);
+    st.misses += s.misses.load(std::memory_order_relaxed);
+    st.refills += s.refills.load(std::memory_order_relaxed);
+    st.evictions += s.evictions.load(std::memory_order_relaxed);
+    st.overflow_drains += s.overflow_drains.load(std::memory_order_relaxed);
+    st.remote_drains += s.remote_drains.load(std::memory_order_relaxed);
+  }
+  return st;
+}
+
+}  // namespace memcg
