@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 
+#include "memcg/charge.hpp"
 #include "memcg/clock.hpp"
 #include "memcg/controller.hpp"
 #include "memcg/errors.hpp"
@@ -66,15 +67,6 @@ memcg::Options controller_options(const Config& c, memcg::Clock* clock) {
   return o;
 }
 
-// The library's policies for the charge path: its reclaim driver and its OOM killer.
-void install_policies(memcg::Controller& ctl) {
-  ctl.set_reclaim_hook([](memcg::Group& target, int64_t units) {
-    return memcg::reclaim(target, units, memcg::ReclaimReason::kLimit);
-  });
-  ctl.set_oom_hook(
-      [](memcg::Group& domain, int64_t units) { return memcg::OomKiller::kill(domain, units); });
-}
-
 // A member of the scenario: the library's Member plus what the kill callback did to it.
 struct MemberState {
   std::unique_ptr<memcg::Member> member;
@@ -84,9 +76,7 @@ struct MemberState {
 class Runner {
  public:
   Runner(const Scenario& s, const RunOptions& o)
-      : s_(s), opts_(o), ctl_(controller_options(s.config, &clock_)), unit_(s.config.unit) {
-    install_policies(ctl_);
-  }
+      : s_(s), opts_(o), ctl_(controller_options(s.config, &clock_)), unit_(s.config.unit) {}
 
   ~Runner() {
     // Members and caches hold charges and group references: gone before the controller.
@@ -105,6 +95,9 @@ class Runner {
       res.step = &s_.steps[i];
       res.index = i + 1;
       if (!perform(s_.steps[i], &res)) return std::move(r_);
+      // The end of a step is the simulation's return to user space: memory.high work that a
+      // charge deferred on this thread runs now, never in a later step or a later run.
+      memcg::handle_pending_high();
       res.time_ns = clock_.now_ns();
       report_kills(&res);
       if (res.checked) (res.passed ? r_.passed : r_.failed)++;
