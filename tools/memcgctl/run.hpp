@@ -1,10 +1,11 @@
 // Running a scenario: the real library, driven single-threaded on a virtual clock.
 //
 // The runner creates a memcg::Controller on a ManualClock with the scenario's options (the
-// library's own reclaim driver and OOM killer act as its policies), creates the groups and writes their knobs through the file interface, then performs the steps in order. `cache`
-// objects are memcg::LruCache, `member` objects memcg::Member. After every step it samples each
-// group's usage, limits and event counters (for the plot). Nothing is faked: a file the library
-// does not have reads as ENOENT, and that is reported as a failure.
+// library's own reclaim driver and OOM killer act as its policies), creates the groups and writes
+// their knobs through the file interface, then performs the steps in order. `cache` objects are
+// memcg::LruCache, `member` objects memcg::Member. After every step it samples each group's usage,
+// limits and event counters (for the plot). Nothing is faked: a file the library does not have
+// reads as ENOENT, and that is reported as a failure.
 //
 // Determinism: one thread, pinned to one CPU for the run (so per-CPU stock shards are chosen the
 // same way every time), virtual time only; the same scenario gives the same result.
