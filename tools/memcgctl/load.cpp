@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "memcg/errors.hpp"
 #include "memcg/parse.hpp"
@@ -150,7 +151,9 @@ class Loader {
     std::set<std::string> seen;
     bool ok = true;
     for (auto it = map.begin(); it != map.end(); ++it) {
-      const YAML::Node& k = it->first;
+      // Copies: the iterator's pair is a temporary proxy (nodes are handles, cheap to copy).
+      const YAML::Node k = it->first;
+      const YAML::Node v = it->second;
       if (!k.IsScalar()) {
         error(k, what + ": a key must be a plain name");
         ok = false;
@@ -167,7 +170,7 @@ class Loader {
         ok = false;
         continue;
       }
-      out->emplace_back(k, it->second);
+      out->emplace_back(k, v);
     }
     return ok;
   }
@@ -363,21 +366,24 @@ class Loader {
       error(node, "steps: expected a list of steps");
       return;
     }
-    for (const YAML::Node& s : node) {
+    for (auto step_it = node.begin(); step_it != node.end(); ++step_it) {
+      const YAML::Node s = *step_it;  // a handle; the iterator yields temporaries
       if (too_many()) return;
       if (!s.IsMap() || s.size() != 1) {
         error(s, "a step is a map with exactly one key (the step's name), e.g. `- tick: 1s`");
         continue;
       }
       auto it = s.begin();
-      if (!it->first.IsScalar()) {
-        error(it->first, "a step's key must be its name");
+      const YAML::Node key = it->first;
+      const YAML::Node body = it->second;
+      if (!key.IsScalar()) {
+        error(key, "a step's key must be its name");
         continue;
       }
       Step step;
-      step.kind = it->first.Scalar();
-      step.mark = mark_of(it->first);
-      if (load_step(step.kind, it->first, it->second, &step)) out->steps.push_back(std::move(step));
+      step.kind = key.Scalar();
+      step.mark = mark_of(key);
+      if (load_step(step.kind, key, body, &step)) out->steps.push_back(std::move(step));
     }
   }
 
@@ -794,10 +800,14 @@ bool load_scenario(std::string_view text, Scenario* out, std::vector<Diagnostic>
   const size_t before = errors->size();
   std::vector<Diagnostic> found;
   Loader(&found).load(text, &s);
-  std::stable_sort(found.begin(), found.end(), [](const Diagnostic& a, const Diagnostic& b) {
-    return std::pair(a.mark.line, a.mark.column) < std::pair(b.mark.line, b.mark.column);
+  // File order; errors found at one place keep the order they were found in.
+  std::vector<size_t> order(found.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tuple(found[a].mark.line, found[a].mark.column, a) <
+           std::tuple(found[b].mark.line, found[b].mark.column, b);
   });
-  errors->insert(errors->end(), found.begin(), found.end());
+  for (size_t i : order) errors->push_back(found[i]);
   if (errors->size() != before) return false;
   *out = std::move(s);
   return true;
