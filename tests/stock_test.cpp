@@ -290,8 +290,8 @@ TEST_P(StockTest, DestructorDrainsEveryShard) {
 TEST_P(StockTest, StatsCount) {
   FakeOwner o;
   auto stock = make();
-  stock->refill(&o, 5);         // install
-  stock->refill(&o, 5);         // add
+  stock->refill(&o, 5);  // install
+  stock->refill(&o, 5);  // add
   EXPECT_TRUE(stock->consume(&o, 3));
   EXPECT_FALSE(stock->consume(&o, 30));
   const Stock::Stats st = stock->stats();
@@ -437,9 +437,13 @@ INSTANTIATE_TEST_SUITE_P(Modes, StockStress,
                            return info.param == Stock::Mode::kAuto ? "Auto" : "Fallback";
                          });
 
-TEST_P(StockStress, MigratingThreadsNeverLoseOrDuplicateUnits) { stress(GetParam(), 0); }
+TEST_P(StockStress, MigratingThreadsNeverLoseOrDuplicateUnits) {
+  stress(GetParam(), 0);
+}
 
-TEST_P(StockStress, OneShardForAllCpus) { stress(GetParam(), 1); }
+TEST_P(StockStress, OneShardForAllCpus) {
+  stress(GetParam(), 1);
+}
 
 // ---- CPU helpers and critical sections -------------------------------------------------------
 
@@ -523,9 +527,8 @@ TEST_F(RseqCsTest, CompareEqualStorePointer) {
   int a = 0, b = 0;
   void* slot = &a;
   auto cas = [&](void* expect, void* newv) {
-    return retry([&](int cpu) {
-      return internal::cs_cmpeq_store_ptr(cpu, &disabled, &slot, expect, newv);
-    });
+    return retry(
+        [&](int cpu) { return internal::cs_cmpeq_store_ptr(cpu, &disabled, &slot, expect, newv); });
   };
   EXPECT_EQ(cas(&a, &b), CsResult::kOk);
   EXPECT_EQ(slot, &b);
@@ -569,9 +572,9 @@ TEST_F(RseqCsTest, DisableFenceProtocolHandsOverData) {
         for (;;) {
           const int cpu = internal::current_cpu();
           PerCpu& p = per_cpu[static_cast<size_t>(cpu)];
-          const CsResult r = internal::cs_add_bounded(
-              cpu, reinterpret_cast<const uint64_t*>(&p.disabled), &p.owner, nullptr, &p.count,
-              1, INT64_MIN, INT64_MAX);
+          const CsResult r =
+              internal::cs_add_bounded(cpu, reinterpret_cast<const uint64_t*>(&p.disabled),
+                                       &p.owner, nullptr, &p.count, 1, INT64_MIN, INT64_MAX);
           if (r == CsResult::kOk) {
             ++mine;
             break;
