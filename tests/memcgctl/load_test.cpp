@@ -1,6 +1,6 @@
 // The scenario loader and validator: every malformed file under malformed/ is rejected with the
 // line its first comment names (`# error: LINE: what the message says`), the examples load, and
-// the value helpers the reports use follow their rules.
+// the value functions the reports use follow their rules.
 #include <gtest/gtest.h>
 
 #include <filesystem>
