@@ -38,12 +38,15 @@
 
 namespace memcg {
 
+// How a MemoryResource charges (outside the class so that it can be a default argument).
+struct MemoryResourceOptions {
+  int kind = kDefaultKind;          // memory.stat item the bytes count under
+  uint32_t flags = kDefaultCharge;  // charge flags (kMayBlock: reclaim before failing)
+};
+
 class MemoryResource : public std::pmr::memory_resource {
  public:
-  struct Options {
-    int kind = kDefaultKind;           // memory.stat item the bytes count under
-    uint32_t flags = kDefaultCharge;  // charge flags (kMayBlock: reclaim before failing)
-  };
+  using Options = MemoryResourceOptions;
 
   // Charges `group` for every allocation.
   explicit MemoryResource(Group& group,
