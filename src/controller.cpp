@@ -1,5 +1,6 @@
 #include "memcg/controller.hpp"
 
+#include "memcg/internal/hook_bypass.hpp"
 #include "memcg/obj_stock.hpp"
 
 #include "memcg/oom.hpp"
@@ -37,8 +38,9 @@ Controller::Controller(Options options)
 }
 
 Controller::~Controller() {
+  internal::HookTeardown teardown;  // memcg_hook: frees below must not reach the groups
   // Stocks first: draining them uncharges and drops the references their slots hold.
-  obj_stock_.reset();  // its units go back through the unit stock
+  obj_stock_.reset();  // its units go straight back to the counters
   stock_.reset();
   // Free bottom-up: every group, online or dying, regardless of outstanding references.
   std::vector<Group*> order;
@@ -54,6 +56,8 @@ Controller::~Controller() {
     if (*it != root_) rstat_->detach((*it)->stat_node());
     delete *it;
   }
+  rstat_.reset();  // while `teardown` holds: buffers it grew may be charged to the groups
+  oom_.reset();
 }
 
 bool Controller::valid_name(std::string_view name) noexcept {

@@ -19,6 +19,17 @@ struct HookBypass {
   HookBypass& operator=(const HookBypass&) = delete;
 };
 
+// Non-zero: operator delete on this thread uncharges nothing. Set while a Controller is being
+// destroyed: its own structures, allocated by attached threads, are freed after its groups.
+inline thread_local int tl_hook_teardown = 0;
+
+struct HookTeardown {
+  HookTeardown() noexcept { ++tl_hook_teardown; }
+  ~HookTeardown() { --tl_hook_teardown; }
+  HookTeardown(const HookTeardown&) = delete;
+  HookTeardown& operator=(const HookTeardown&) = delete;
+};
+
 }  // namespace memcg::internal
 
 #endif  // MEMCG_INTERNAL_HOOK_BYPASS_HPP_
