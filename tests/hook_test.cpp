@@ -259,6 +259,26 @@ TEST(Hook, KindIsRecordedPerBlock) {
   EXPECT_EQ(g->stat(heap), 0);
 }
 
+TEST(Hook, RequestedSizeMode) {
+  Controller ctl;
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  hook::set_charge_usable_size(false);
+  char* p;
+  {
+    ScopedAttach attach(*g);
+    p = new char[100];
+    asm volatile("" : : "g"(p) : "memory");  // keep the compiler from eliding the pair
+  }
+  hook::set_charge_usable_size(true);
+  settle(ctl);
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), int64_t(100 + hook::kHeaderBytes));
+  delete[] p;
+  settle(ctl);
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), 0);
+  EXPECT_EQ(g->current(), 0u);
+}
+
 // The controller's own structures, allocated by an attached thread, are charged like any other
 // memory and freed safely when the controller goes, after its groups.
 TEST(Hook, ControllerStructuresAllocatedWhileAttached) {

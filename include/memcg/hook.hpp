@@ -51,6 +51,11 @@ int kind() noexcept;
 // Charge flags of the hook's charges (default kDefaultCharge: reclaim before failing).
 void set_flags(uint32_t flags) noexcept;
 uint32_t flags() noexcept;
+// What a block is charged: malloc_usable_size() of the whole block, header included (on, the
+// default: what the heap really spends on it), or the requested size plus the header (off: a
+// library call less per allocation, about 5 % of a malloc-heavy workload's time; the heap's own
+// rounding and chunk headers are then not counted). Each block remembers what it was charged.
+void set_charge_usable_size(bool on) noexcept;
 // Allocations that failed because their charge was refused.
 uint64_t failed_charges() noexcept;
 

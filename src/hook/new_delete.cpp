@@ -1,6 +1,7 @@
 // Replacement of every form of the global operator new and delete (see hook.hpp).
 //
-// Hot path of a charged allocation: malloc, malloc_usable_size, the object layer's charge
+// Hot path of a charged allocation: malloc, malloc_usable_size (unless turned off), the object
+// layer's charge
 // (a restartable sequence on this CPU's reserve), two header stores. Of a free: two header loads,
 // free, the object layer's uncharge. The thread's group is read from its attachment.
 #include <malloc.h>
@@ -32,6 +33,7 @@ static_assert(kDefaultAlign <= kHeaderBytes);
 std::atomic<int> g_kind{kDefaultKind};
 std::atomic<uint32_t> g_flags{kDefaultCharge};
 std::atomic<uint64_t> g_failed{0};
+std::atomic<bool> g_usable_size{true};
 
 // Bytes in front of the user block: the header, padded to keep the block's alignment.
 inline size_t prefix(size_t align) noexcept {
@@ -61,7 +63,8 @@ inline void* allocate(size_t size, size_t align, bool* refused) noexcept {
   uint64_t charged = 0;
   if (g != nullptr) {
     const int kind = g_kind.load(std::memory_order_relaxed);
-    const uint64_t bytes = malloc_usable_size(base);
+    const uint64_t bytes =
+        g_usable_size.load(std::memory_order_relaxed) ? malloc_usable_size(base) : size + pre;
     // The library's own allocations while it charges (reclaim, statistics) are not charged.
     internal::HookBypass bypass;
     if (!memcg::charged(try_charge_object(*g, bytes, g_flags.load(std::memory_order_relaxed),
@@ -127,6 +130,9 @@ void set_flags(uint32_t flags) noexcept {
 }
 uint32_t flags() noexcept {
   return g_flags.load(std::memory_order_relaxed);
+}
+void set_charge_usable_size(bool on) noexcept {
+  g_usable_size.store(on, std::memory_order_relaxed);
 }
 uint64_t failed_charges() noexcept {
   return g_failed.load(std::memory_order_relaxed);
