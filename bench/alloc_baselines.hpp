@@ -122,7 +122,8 @@ struct Header16Allocator {
   template <typename U>
   Header16Allocator(const Header16Allocator<U>&) noexcept {}
   T* allocate(size_t n) {
-    if (char* p = static_cast<char*>(std::malloc(n * sizeof(T) + 16))) return reinterpret_cast<T*>(p + 16);
+    if (char* p = static_cast<char*>(std::malloc(n * sizeof(T) + 16)))
+      return reinterpret_cast<T*>(p + 16);
     throw std::bad_alloc();
   }
   void deallocate(T* p, size_t) noexcept { std::free(reinterpret_cast<char*>(p) - 16); }

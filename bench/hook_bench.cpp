@@ -85,15 +85,18 @@ void new_delete(benchmark::State& state, New nw, Delete del) {
 }
 
 void BM_NewDelete_Malloc(benchmark::State& s) {
-  new_delete(s, [](size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); });
+  new_delete(
+      s, [](size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); });
 }
 void BM_NewDelete_HookUnattached(benchmark::State& s) {
   group();
-  new_delete(s, [](size_t n) { return ::operator new(n); }, [](void* p) { ::operator delete(p); });
+  new_delete(
+      s, [](size_t n) { return ::operator new(n); }, [](void* p) { ::operator delete(p); });
 }
 void BM_NewDelete_HookAttached(benchmark::State& s) {
   memcg::ScopedAttach attach(group());
-  new_delete(s, [](size_t n) { return ::operator new(n); }, [](void* p) { ::operator delete(p); });
+  new_delete(
+      s, [](size_t n) { return ::operator new(n); }, [](void* p) { ::operator delete(p); });
 }
 
 BENCHMARK(BM_MapOfStrings_Malloc)->Threads(1)->Threads(2);

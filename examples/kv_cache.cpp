@@ -68,8 +68,8 @@ class TenantCache final : public memcg::Reclaimer {
         lru_.push_back(k);
         const uint64_t bytes = k.capacity() + value_size + kEntryOverhead;
         try {
-          map_.emplace(std::move(k), Entry{std::pmr::string(value_size, 'v', &mr_),
-                                           std::prev(lru_.end())});
+          map_.emplace(std::move(k),
+                       Entry{std::pmr::string(value_size, 'v', &mr_), std::prev(lru_.end())});
           bytes_estimate_ += bytes;
         } catch (...) {
           lru_.pop_back();
@@ -210,9 +210,8 @@ int main() {
   ctl.obj_stock().drain_all(nullptr);
   ctl.stock().drain_all(nullptr);
   ctl.flush_stats();
-  std::printf("%-6s %9s %9s %9s %8s %9s %9s %8s %7s %5s %5s %5s\n", "tenant", "current",
-              "peak", "anon", "entries", "hits", "reclaimed", "self_ev", "dropped", "max",
-              "low", "oom");
+  std::printf("%-6s %9s %9s %9s %8s %9s %9s %8s %7s %5s %5s %5s\n", "tenant", "current", "peak",
+              "anon", "entries", "hits", "reclaimed", "self_ev", "dropped", "max", "low", "oom");
   for (const Tenant& t : ts) {
     const memcg::EventCounters& ev = t.group->events();
     std::printf("%-6s %8" PRIu64 "K %8" PRIu64 "K %8" PRId64 "K %8zu %9" PRIu64 " %9" PRIu64
@@ -220,8 +219,7 @@ int main() {
                 t.name, t.group->current() >> 10, t.group->peak() >> 10,
                 t.group->stat(memcg::StatRegistry::kAnon) >> 10, t.cache->entries(), t.hits,
                 t.cache->reclaim_evictions(), t.cache->self_evictions(), t.cache->dropped_puts(),
-                ev.get(memcg::Event::kMax), ev.get(memcg::Event::kLow),
-                ev.get(memcg::Event::kOom));
+                ev.get(memcg::Event::kMax), ev.get(memcg::Event::kLow), ev.get(memcg::Event::kOom));
   }
   std::printf("tenants: current %" PRIu64 "K of max %" PRIu64 "K, max events %" PRIu64 "\n",
               tenants->current() >> 10, tenants->max() >> 10,

@@ -63,9 +63,9 @@ TEST(Hook, EveryFormChargesAndUnchargesExactly) {
     b = ::operator new[](100);
     c = ::operator new(1000, std::nothrow);
     d = ::operator new[](30, std::nothrow);
-    e = ::operator new(50, std::align_val_t{64});
+    e = ::operator new (50, std::align_val_t{64});
     f = ::operator new[](5000, std::align_val_t{256});
-    h = ::operator new(7, std::align_val_t{32}, std::nothrow);
+    h = ::operator new (7, std::align_val_t{32}, std::nothrow);
     i = ::operator new[](70, std::align_val_t{128}, std::nothrow);
   }
   EXPECT_EQ(reinterpret_cast<uintptr_t>(e) % 64, 0u);
@@ -78,13 +78,13 @@ TEST(Hook, EveryFormChargesAndUnchargesExactly) {
   EXPECT_EQ(g->stat(StatRegistry::kAnon), expect);
   EXPECT_EQ(int64_t(g->current()), round_up(expect));
   // Freed while unattached, with every delete form.
-  ::operator delete(a, size_t{10});
+  ::operator delete (a, size_t{10});
   ::operator delete[](b);
   ::operator delete(c, std::nothrow);
   ::operator delete[](d, size_t{30});
-  ::operator delete(e, size_t{50}, std::align_val_t{64});
+  ::operator delete (e, size_t{50}, std::align_val_t{64});
   ::operator delete[](f, std::align_val_t{256});
-  ::operator delete(h, std::align_val_t{32}, std::nothrow);
+  ::operator delete (h, std::align_val_t{32}, std::nothrow);
   ::operator delete[](i, size_t{70}, std::align_val_t{128});
   settle(ctl);
   EXPECT_EQ(g->stat(StatRegistry::kAnon), 0);

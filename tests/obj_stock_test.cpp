@@ -112,8 +112,7 @@ TEST(ObjStock, KindsAreCountedApartAndNotDoubleCounted) {
   GroupRef g;
   ASSERT_EQ(ctl.create("g", &g), 0);
   ASSERT_EQ(try_charge_object(*g, 700, kDefaultCharge, objects), ChargeStatus::kOk);
-  ASSERT_EQ(try_charge_object(*g, 300, kDefaultCharge, StatRegistry::kKernel),
-            ChargeStatus::kOk);
+  ASSERT_EQ(try_charge_object(*g, 300, kDefaultCharge, StatRegistry::kKernel), ChargeStatus::kOk);
   ASSERT_EQ(try_charge(*g, 2), ChargeStatus::kOk);  // unit charges count as before
   settle(ctl);
   EXPECT_EQ(g->stat(objects), 700);
@@ -203,9 +202,9 @@ TEST(ObjStock, RemovedGroupStaysValidUntilItsLastBytesGo) {
   ASSERT_EQ(try_charge_object(*raw, 123), ChargeStatus::kOk);
   g.reset();
   ASSERT_EQ(ctl.remove("g"), 0);
-  EXPECT_EQ(ctl.nr_dying(), 1u);  // the object layer's reference keeps it
+  EXPECT_EQ(ctl.nr_dying(), 1u);                     // the object layer's reference keeps it
   EXPECT_EQ(ctl.root().current(), uint64_t(kUnit));  // still charged, through the root
-  uncharge_object(*raw, 123);  // no reference held by the caller
+  uncharge_object(*raw, 123);                        // no reference held by the caller
   settle(ctl);
   EXPECT_EQ(ctl.nr_dying(), 0u);
   EXPECT_EQ(ctl.root().current(), 0u);

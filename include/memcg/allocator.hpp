@@ -55,7 +55,7 @@ class Allocator {
     try {
       internal::HookBypass bypass;
       if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__) {
-        return static_cast<T*>(::operator new(bytes, std::align_val_t{alignof(T)}));
+        return static_cast<T*>(::operator new (bytes, std::align_val_t{alignof(T)}));
       } else {
         return static_cast<T*>(::operator new(bytes));
       }
@@ -70,7 +70,7 @@ class Allocator {
     {
       internal::HookBypass bypass;
       if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__) {
-        ::operator delete(p, bytes, std::align_val_t{alignof(T)});
+        ::operator delete (p, bytes, std::align_val_t{alignof(T)});
       } else {
         ::operator delete(p, bytes);
       }

@@ -92,11 +92,11 @@ class ObjStock {
 
   // Slow-path event counts summed over shards (approximate while in use).
   struct Stats {
-    uint64_t refills;    // unit charges made for the reserves
-    uint64_t switches;   // reserves that changed owner
-    uint64_t returns;    // reserves that went past one unit and returned whole units
-    uint64_t bypasses;   // calls that found the shard busy (or a kind >= kMaxKinds)
-    uint64_t drains;     // reserves emptied by drain_*()
+    uint64_t refills;       // unit charges made for the reserves
+    uint64_t switches;      // reserves that changed owner
+    uint64_t returns;       // reserves that went past one unit and returned whole units
+    uint64_t bypasses;      // calls that found the shard busy (or a kind >= kMaxKinds)
+    uint64_t drains;        // reserves emptied by drain_*()
     uint64_t stat_flushes;  // deferred byte statistics folded into a group
   };
   Stats stats() const noexcept;
@@ -163,8 +163,7 @@ class ObjStock {
 };
 
 // Byte-granular charge of the calling code's objects: the controller's object stock.
-inline ChargeStatus try_charge_object(Group& group, uint64_t bytes,
-                                      uint32_t flags = kDefaultCharge,
+inline ChargeStatus try_charge_object(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge,
                                       int kind = kDefaultKind) noexcept {
   return group.controller().obj_stock().charge(group, bytes, flags, kind);
 }

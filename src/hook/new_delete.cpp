@@ -144,8 +144,12 @@ namespace hk = memcg::hook;
 
 // ---- the replaceable global allocation functions ------------------------------------------------
 
-void* operator new(std::size_t n) { return hk::new_throwing(n, hk::kDefaultAlign); }
-void* operator new[](std::size_t n) { return hk::new_throwing(n, hk::kDefaultAlign); }
+void* operator new(std::size_t n) {
+  return hk::new_throwing(n, hk::kDefaultAlign);
+}
+void* operator new[](std::size_t n) {
+  return hk::new_throwing(n, hk::kDefaultAlign);
+}
 void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   return hk::new_nothrow(n, hk::kDefaultAlign);
 }
@@ -165,16 +169,24 @@ void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) n
   return hk::new_nothrow(n, static_cast<size_t>(a));
 }
 
-void operator delete(void* p) noexcept { hk::deallocate(p, hk::kDefaultAlign); }
-void operator delete[](void* p) noexcept { hk::deallocate(p, hk::kDefaultAlign); }
+void operator delete(void* p) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
+void operator delete[](void* p) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
 void operator delete(void* p, const std::nothrow_t&) noexcept {
   hk::deallocate(p, hk::kDefaultAlign);
 }
 void operator delete[](void* p, const std::nothrow_t&) noexcept {
   hk::deallocate(p, hk::kDefaultAlign);
 }
-void operator delete(void* p, std::size_t) noexcept { hk::deallocate(p, hk::kDefaultAlign); }
-void operator delete[](void* p, std::size_t) noexcept { hk::deallocate(p, hk::kDefaultAlign); }
+void operator delete(void* p, std::size_t) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
 void operator delete(void* p, std::align_val_t a) noexcept {
   hk::deallocate(p, static_cast<size_t>(a));
 }
