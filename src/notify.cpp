@@ -91,7 +91,9 @@ struct NotifyAccess {
   static NotifySlot& slot(Group& g) noexcept { return g.notify_; }
 };
 
-NotifySlot::~NotifySlot() { delete state_.load(std::memory_order_relaxed); }
+NotifySlot::~NotifySlot() {
+  delete state_.load(std::memory_order_relaxed);
+}
 
 namespace {
 
@@ -356,7 +358,9 @@ EventListener::~EventListener() {
   if (may_wait) d.idle_cv.wait(lock, [&] { return fs.inflight == 0; });
 }
 
-int EventListener::fd() const noexcept { return core_->fd; }
+int EventListener::fd() const noexcept {
+  return core_->fd;
+}
 
 uint64_t EventListener::consume() noexcept {
   uint64_t count = 0;

@@ -115,10 +115,10 @@ std::string render_prometheus(Controller& ctl) {
         }
         s.stats.resize(static_cast<size_t>(nr_items) + 2);
         for (int i = 0; i < nr_items; ++i) s.stats[i] = g.stat(i);
-        s.stats[nr_items] = g.stat(StatRegistry::kPgscanDirect) +
-                            g.stat(StatRegistry::kPgscanProactive);
-        s.stats[nr_items + 1] = g.stat(StatRegistry::kPgstealDirect) +
-                                g.stat(StatRegistry::kPgstealProactive);
+        s.stats[nr_items] =
+            g.stat(StatRegistry::kPgscanDirect) + g.stat(StatRegistry::kPgscanProactive);
+        s.stats[nr_items + 1] =
+            g.stat(StatRegistry::kPgstealDirect) + g.stat(StatRegistry::kPgstealProactive);
         groups.push_back(std::move(s));
       },
       /*include_dying=*/false);
@@ -131,8 +131,9 @@ std::string render_prometheus(Controller& ctl) {
     for (const Snapshot& s : groups)
       if (with_root || !s.root) sample(out, name, s, nullptr, {}, number(get(s)));
   };
-  gauge("memcg_memory_current_bytes", "Memory charged to the group and its descendants (memory.current).",
-        true, [](const Snapshot& s) { return s.current; });
+  gauge("memcg_memory_current_bytes",
+        "Memory charged to the group and its descendants (memory.current).", true,
+        [](const Snapshot& s) { return s.current; });
   gauge("memcg_memory_peak_bytes", "Highest memory.current recorded for the group (memory.peak).",
         true, [](const Snapshot& s) { return s.peak; });
   gauge("memcg_memory_min_bytes", "Hard memory protection (memory.min).", false,
@@ -154,8 +155,8 @@ std::string render_prometheus(Controller& ctl) {
       }
     }
   };
-  events("memcg_memory_events_total",
-         "Events of the group and its descendants (memory.events).", false);
+  events("memcg_memory_events_total", "Events of the group and its descendants (memory.events).",
+         false);
   events("memcg_memory_events_local_total", "Events of the group itself (memory.events.local).",
          true);
 
