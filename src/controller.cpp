@@ -176,9 +176,7 @@ void Controller::release(Group* g) noexcept {
   parent->put();
 }
 
-void Controller::flush_stats() {
-  rstat_->flush(root_->stat_node());
-}
+void Controller::flush_stats() { rstat_->flush(root_->stat_node()); }
 
 void Controller::tick() {
   rstat_->periodic(clock_->now_ns());
