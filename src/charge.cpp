@@ -71,7 +71,7 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
   int64_t batch = std::max<int64_t>(ctl.options().batch, n);
   if (flags & kNoSpin) batch = n;
   int retries = kMaxReclaimRetries;
-  bool drained = false;
+  Group* drained = nullptr;  // the highest subtree whose stocks this call drained
   bool max_raised = false;
   Group* over_limit = nullptr;
 
@@ -102,10 +102,10 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
       if (over_limit->memory().margin() >= n) continue;
       // Units pre-charged in other CPUs' stocks count against the limit: give them back
       // before calling the group full.
-      if (!drained) {
+      if (drained == nullptr || !over_limit->is_descendant_of(*drained)) {
         stock.drain_all(over_limit);
         stats.drains.fetch_add(1, std::memory_order_relaxed);
-        drained = true;
+        drained = over_limit;
         continue;
       }
       if (flags & kNoRetry) goto nomem;
