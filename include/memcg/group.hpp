@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "memcg/events.hpp"
+#include "memcg/internal/notify_slot.hpp"
 #include "memcg/page_counter.hpp"
 #include "memcg/rstat.hpp"
 #include "memcg/stock.hpp"
@@ -35,6 +36,9 @@ class Controller;
 class GroupRef;
 class Member;
 struct ReclaimerEntry;
+namespace internal {
+struct NotifyAccess;
+}
 
 // "max" in the typed, byte-denominated API.
 inline constexpr uint64_t kUnlimited = UINT64_MAX;
@@ -134,6 +138,7 @@ class Group final : public StockOwner {
   friend class OomKiller;
   friend struct ReclaimAccess;
   friend struct OomKillerAccess;
+  friend struct internal::NotifyAccess;
   Group(Controller& controller, Group* parent, std::string name, uint64_t id);
   ~Group();
 
@@ -184,6 +189,11 @@ class Group final : public StockOwner {
   // Guarded by the controller's tree lock.
   std::vector<Group*> children_;  // online, sorted by name
   std::vector<Group*> dying_;     // removed but still referenced
+
+  // ---- change notification of memory.events and memory.events.local (notify.hpp) ----------
+  // Listeners and rate-limit state; empty until the first listener subscribes.
+  internal::NotifySlot notify_;
+  // ---- end of change notification ----
 };
 
 // One open memory.peak handle. Mirrors the kernel's per-file peak: writing resets this handle's
