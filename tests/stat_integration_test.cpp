@@ -420,9 +420,11 @@ TEST(StatIntegrationTest, DeferredNotificationArrivesAfterTheIntervalOnSystemClo
   const auto t_second = steady_clock::now();
   EXPECT_GE(t_second - t0, milliseconds(10));
   if (burst_fit_interval) {
-    // One at once, one at the end of the interval, nothing later.
-    EXPECT_EQ(seen, 2u);
-    EXPECT_EQ(l->wait(50), 0u);
+    // One at once, one at the end of the interval. (Exact counts on the real clock depend on
+    // scheduling; the ManualClock test checks them exactly.)
+    seen += l->wait(50);
+    EXPECT_GE(seen, 2u);
+    EXPECT_LE(seen, 3u);
   } else {
     // A slow machine (sanitizers) spread the burst over several intervals: at most one
     // notification per interval it spanned, plus the deferred one.
