@@ -5,6 +5,7 @@
 #include <shared_mutex>
 
 #include "memcg/controller.hpp"
+#include "pressure_state.hpp"
 
 namespace memcg {
 
@@ -13,7 +14,8 @@ Group::Group(Controller& controller, Group* parent, std::string name, uint64_t i
       controller_(controller),
       parent_(parent),
       name_(std::move(name)),
-      id_(id) {
+      id_(id),
+      pressure_(std::make_unique<internal::GroupPressure>(controller.clock().now_ns())) {
   // A child keeps its parent alive: charges and reclaim walk upwards through it.
   if (parent_) parent_->get();
 }

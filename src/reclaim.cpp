@@ -9,6 +9,7 @@
 #include "memcg/controller.hpp"
 #include "memcg/internal/int128.hpp"
 #include "memcg/protection.hpp"
+#include "memcg/vmpressure.hpp"
 
 namespace memcg {
 
@@ -161,7 +162,6 @@ class CallGuard {
 }  // namespace
 
 int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStats* stats) {
-  (void)reason;
   Controller& ctl = root.controller();
   const int64_t cluster = std::max<int64_t>(1, kSwapClusterBytes >> ctl.unit_shift());
   const int64_t nr_to_reclaim = std::max(nr_units, cluster);
@@ -177,6 +177,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
     bool low_skipped = false;
     for (int priority = kDefPriority; priority >= 0; --priority) {
       ++st.passes;
+      vmpressure_prio(root, reason, priority);  // no-op above the critical priority
       compute_walk_protection(nodes, recursive);
       // A partial walk: resume after the group where the last one stopped, so that successive
       // reclaims of the same root spread their pressure over the subtree.
@@ -199,6 +200,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
           g.raise(Event::kLow);
         }
         int64_t group_reclaimed = 0;
+        const int64_t scanned_before = st.scanned;  // vmpressure: this visit's share
         for (const auto& entry : ReclaimAccess::snapshot(g)) {
           CallGuard guard(*entry);
           if (!guard.live()) continue;
@@ -230,6 +232,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
             if (r.scanned == 0 || group_reclaimed >= nr_to_reclaim) break;
           }
         }
+        vmpressure_group(g, reason, st.scanned - scanned_before, group_reclaimed);
         if (st.reclaimed >= nr_to_reclaim) {
           cursor.store(g.id(), std::memory_order_relaxed);
           bailed = true;
@@ -243,6 +246,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
     low_override = true;
     st.low_breached = true;
   }
+  vmpressure_tree(root, reason, st.scanned, st.reclaimed);  // gated: free without listeners
   if (stats) *stats = st;
   return st.reclaimed;
 }

@@ -34,6 +34,9 @@ class Controller;
 class GroupRef;
 class Member;
 struct ReclaimerEntry;
+namespace internal {
+struct GroupPressure;  // vmpressure and PSI state (vmpressure.hpp, psi.hpp)
+}
 
 // "max" in the typed, byte-denominated API.
 inline constexpr uint64_t kUnlimited = UINT64_MAX;
@@ -105,6 +108,9 @@ class Group final : public StockOwner {
   int attach() noexcept;
   void detach() noexcept;
 
+  // Pressure signals of this group (vmpressure.hpp, psi.hpp); internal to the library.
+  internal::GroupPressure& pressure_state() const noexcept { return *pressure_; }
+
  private:
   friend class Controller;
   friend class PeakWatcher;
@@ -158,6 +164,9 @@ class Group final : public StockOwner {
   // Guarded by the controller's tree lock.
   std::vector<Group*> children_;  // online, sorted by name
   std::vector<Group*> dying_;     // removed but still referenced
+
+  // Created with the group, freed with it (vmpressure and PSI).
+  const std::unique_ptr<internal::GroupPressure> pressure_;
 };
 
 // One open memory.peak handle. Mirrors the kernel's per-file peak: writing resets this handle's
