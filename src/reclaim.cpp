@@ -92,9 +92,15 @@ std::vector<WalkNode> collect_subtree(Group& root) {
   std::vector<WalkNode> nodes;
   std::unordered_map<const Group*, int> index;
   root.controller().walk(root, [&](Group& g) {
+    // A dying group whose last reference went is about to be freed (its release waits for the
+    // tree lock this walk holds): taking a reference now would revive it after it is freed. It
+    // has no children left (each held a reference to it).
+    if (!g.try_get()) return;
+    GroupRef ref(&g);
+    g.put();  // the reference try_get() took is now held by `ref`
     const int parent = &g == &root ? -1 : index.at(g.parent());
     index.emplace(&g, static_cast<int>(nodes.size()));
-    nodes.push_back({GroupRef(&g), parent, {}});
+    nodes.push_back({std::move(ref), parent, {}});
   });
   return nodes;
 }

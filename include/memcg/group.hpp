@@ -100,6 +100,14 @@ class Group final : public StockOwner {
 
   // ---- references -----------------------------------------------------------------------------
   void get() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
+  // Takes a reference unless the last one is already gone (the group waits to be freed). For
+  // code that finds groups through the tree instead of through a reference it holds.
+  bool try_get() noexcept {
+    int64_t r = refs_.load(std::memory_order_relaxed);
+    while (r > 0)
+      if (refs_.compare_exchange_weak(r, r + 1, std::memory_order_relaxed)) return true;
+    return false;
+  }
   void put() noexcept;
   int64_t nr_refs() const noexcept { return refs_.load(std::memory_order_relaxed); }
   int nr_attached() const noexcept { return attached_.load(std::memory_order_relaxed); }
