@@ -93,6 +93,7 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
     PageCounter* failed = group.memory().try_charge(batch);
     if (failed == nullptr) {
       if (batch > n) stock.refill(&group, batch - n);
+      group.stat_add(StatRegistry::kPgfault, 1, 1);
       check_high(group, batch, flags);
       return ChargeStatus::kOk;
     }
@@ -149,50 +150,64 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
 
 }  // namespace
 
-ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags) noexcept {
+// The per-kind byte total of memory.stat follows every charge and uncharge, so that the state
+// items add up to memory.current minus what sits in the stocks.
+inline void account_kind(Group& group, int kind, int64_t units) noexcept {
+  group.stat_add(kind, units << group.controller().unit_shift(), units < 0 ? -units : units);
+}
+
+ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags, int kind) noexcept {
   if (group.is_root() || units <= 0) [[unlikely]]
     return ChargeStatus::kOk;
   // Hot path: this CPU's stock holds pre-charged units for the group. No shared write, no high
   // check (as in the kernel, memory.high is looked at only when the counters are charged).
-  if (group.controller().stock().consume(&group, units)) [[likely]]
-    return ChargeStatus::kOk;
-  return charge_slow(group, units, flags);
+  ChargeStatus status = ChargeStatus::kOk;
+  if (!group.controller().stock().consume(&group, units)) [[unlikely]] {
+    status = charge_slow(group, units, flags);
+    if (status == ChargeStatus::kNoMem) return status;
+  }
+  account_kind(group, kind, units);
+  return status;
 }
 
-void uncharge_direct(Group& group, int64_t units) noexcept {
+void uncharge_direct(Group& group, int64_t units, int kind) noexcept {
   if (group.is_root() || units <= 0) [[unlikely]]
     return;
+  account_kind(group, kind, -units);
   group.memory().uncharge(units);
 }
 
-void uncharge(Group& group, int64_t units) noexcept {
+void uncharge(Group& group, int64_t units, int kind) noexcept {
   if (group.is_root() || units <= 0) [[unlikely]]
     return;
+  account_kind(group, kind, -units);
   // Back into this CPU's stock; what does not fit goes back to the counters.
   group.controller().stock().refill(&group, units);
 }
 
-ChargeStatus try_charge_bytes(Group& group, uint64_t bytes, uint32_t flags) noexcept {
-  return try_charge(group, group.controller().to_units_ceil(bytes), flags);
+ChargeStatus try_charge_bytes(Group& group, uint64_t bytes, uint32_t flags, int kind) noexcept {
+  return try_charge(group, group.controller().to_units_ceil(bytes), flags, kind);
 }
 
-void uncharge_bytes(Group& group, uint64_t bytes) noexcept {
-  uncharge(group, group.controller().to_units_ceil(bytes));
+void uncharge_bytes(Group& group, uint64_t bytes, int kind) noexcept {
+  uncharge(group, group.controller().to_units_ceil(bytes), kind);
 }
 
-void charge_or_throw(Group& group, uint64_t bytes, uint32_t flags) {
-  if (!charged(try_charge_bytes(group, bytes, flags))) throw std::bad_alloc();
+void charge_or_throw(Group& group, uint64_t bytes, uint32_t flags, int kind) {
+  if (!charged(try_charge_bytes(group, bytes, flags, kind))) throw std::bad_alloc();
 }
 
-ChargeHandle::ChargeHandle(Group& group, uint64_t bytes, uint32_t flags) noexcept {
-  if (charged(try_charge_bytes(group, bytes, flags))) {
+ChargeHandle::ChargeHandle(Group& group, uint64_t bytes, uint32_t flags, int kind) noexcept {
+  if (charged(try_charge_bytes(group, bytes, flags, kind))) {
     group.get();
     group_ = &group;
     bytes_ = bytes;
+    kind_ = kind;
   }
 }
 
-ChargeHandle::ChargeHandle(ChargeHandle&& o) noexcept : group_(o.group_), bytes_(o.bytes_) {
+ChargeHandle::ChargeHandle(ChargeHandle&& o) noexcept
+    : group_(o.group_), bytes_(o.bytes_), kind_(o.kind_) {
   o.group_ = nullptr;
   o.bytes_ = 0;
 }
@@ -202,13 +217,14 @@ ChargeHandle& ChargeHandle::operator=(ChargeHandle&& o) noexcept {
     release();
     std::swap(group_, o.group_);
     std::swap(bytes_, o.bytes_);
+    std::swap(kind_, o.kind_);
   }
   return *this;
 }
 
 void ChargeHandle::release() noexcept {
   if (!group_) return;
-  uncharge_bytes(*group_, bytes_);
+  uncharge_bytes(*group_, bytes_, kind_);
   group_->put();
   group_ = nullptr;
   bytes_ = 0;

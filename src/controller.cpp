@@ -20,6 +20,14 @@ Controller::Controller(Options options)
     throw std::invalid_argument("memcg: batch must be in 1..127 units");
   if (options_.nr_shards < 0 || options_.nr_shards > 4096)
     throw std::invalid_argument("memcg: nr_shards must be in 0..4096");
+  for (const std::string& kind : options_.stat_kinds)
+    if (registry_.add(kind, StatKind::kState) < 0)
+      throw std::invalid_argument("memcg: bad or duplicate stat kind '" + kind + "'");
+  registry_.freeze();
+  Rstat::Options ro;
+  ro.nr_shards = options_.nr_shards;
+  ro.batch = options_.batch;
+  rstat_ = std::make_unique<Rstat>(registry_.size(), ro);
   root_ = new Group(*this, nullptr, "", 0);
   stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch);
   oom_ = std::make_unique<internal::OomState>();
@@ -38,7 +46,10 @@ Controller::~Controller() {
     for (Group* c : g->children_) stack.push_back(c);
     for (Group* c : g->dying_) stack.push_back(c);
   }
-  for (auto it = order.rbegin(); it != order.rend(); ++it) delete *it;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (*it != root_) rstat_->detach((*it)->stat_node());
+    delete *it;
+  }
 }
 
 bool Controller::valid_name(std::string_view name) noexcept {
@@ -158,9 +169,15 @@ void Controller::release(Group* g) noexcept {
     // Its dying children hold references to it, so none can be left here.
     --nr_dying_;
   }
+  // Whatever statistics it still had pending go to its parent: nothing is lost.
+  rstat_->detach(g->stat_node());
   delete g;
   parent->put();
 }
+
+void Controller::flush_stats() { rstat_->flush(root_->stat_node()); }
+
+void Controller::tick() { rstat_->periodic(clock_->now_ns()); }
 
 void Controller::walk(Group& from, const std::function<void(Group&)>& fn,
                       bool include_dying) const {

@@ -60,6 +60,31 @@ int write_reclaim(Group& g, std::string_view text) {
   return 0;
 }
 
+// memory.stat: the kernel's flat "key value" lines, after a fold if enough is pending (or the
+// periodic one is due). State items first (bytes), then pgscan/pgsteal (the sums of their
+// per-reason items, as in the kernel) and the event items (counts).
+int read_stat(Group& g, std::string* out) {
+  Controller& ctl = g.controller();
+  ctl.tick();
+  ctl.rstat().flush_if_needed(g.stat_node());
+  const StatRegistry& reg = ctl.stats();
+  std::string s;
+  auto line = [&](std::string_view key, int64_t v) {
+    s.append(key);
+    s += ' ';
+    s += std::to_string(v);
+    s += '\n';
+  };
+  for (size_t i = 0; i < reg.size(); ++i)
+    if (reg.item(i).kind == StatKind::kState) line(reg.item(i).name, g.stat(static_cast<int>(i)));
+  line("pgscan", g.stat(StatRegistry::kPgscanDirect) + g.stat(StatRegistry::kPgscanProactive));
+  line("pgsteal", g.stat(StatRegistry::kPgstealDirect) + g.stat(StatRegistry::kPgstealProactive));
+  for (size_t i = 0; i < reg.size(); ++i)
+    if (reg.item(i).kind == StatKind::kEvent) line(reg.item(i).name, g.stat(static_cast<int>(i)));
+  *out = std::move(s);
+  return 0;
+}
+
 const std::vector<FileSpec>& specs() {
   static const std::vector<FileSpec> table = {
       {"memory.current", kNonRoot,
@@ -92,6 +117,7 @@ const std::vector<FileSpec>& specs() {
          return 0;
        },
        nullptr},
+      {"memory.stat", kAll, read_stat, nullptr},
       {"memory.reclaim", kAll, nullptr,
        [](Group& g, std::string_view text, bool) { return write_reclaim(g, text); }},
       {"memory.oom.group", kNonRoot,

@@ -15,6 +15,7 @@ Group::Group(Controller& controller, Group* parent, std::string name, uint64_t i
       parent_(parent),
       name_(std::move(name)),
       id_(id),
+      stat_node_(controller.rstat(), parent ? &parent->stat_node_ : nullptr),
       pressure_(std::make_unique<internal::GroupPressure>(controller.clock().now_ns())) {
   // A child keeps its parent alive: charges and reclaim walk upwards through it.
   if (parent_) parent_->get();
@@ -41,6 +42,10 @@ std::vector<GroupRef> Group::children() const {
   out.reserve(children_.size());
   for (Group* c : children_) out.emplace_back(c);
   return out;
+}
+
+void Group::stat_add(int item, int64_t delta, int64_t magnitude_units) noexcept {
+  controller_.rstat().update(stat_node_, item, delta, magnitude_units);
 }
 
 uint64_t Group::to_bytes(int64_t units) const noexcept {

@@ -13,7 +13,7 @@ LruCache::LruCache(Group& group, std::string name, int referenced_percent)
 LruCache::~LruCache() {
   // Unregister first: once that returns no reclaim is running on this cache.
   registration_.reset();
-  uncharge_direct(*group_, size_.exchange(0, std::memory_order_relaxed));
+  uncharge_direct(*group_, size_.exchange(0, std::memory_order_relaxed), StatRegistry::kFile);
 }
 
 void LruCache::set_evict_callback(EvictFn fn) {
@@ -25,7 +25,7 @@ int64_t LruCache::grow(int64_t units, uint32_t flags) {
   int64_t added = 0;
   for (; added < units; ++added) {
     // Charged before the lock is taken: the charge may reclaim from this very cache.
-    if (!charged(try_charge(*group_, 1, flags))) break;
+    if (!charged(try_charge(*group_, 1, flags, StatRegistry::kFile))) break;
     std::lock_guard lock(mu_);
     if (!runs_.empty() && runs_.back().first + runs_.back().count == next_unit_)
       ++runs_.back().count;
@@ -69,7 +69,7 @@ int64_t LruCache::shrink(int64_t units) {
     std::lock_guard lock(mu_);
     taken = pop_oldest(units, &freed);
   }
-  uncharge_direct(*group_, taken);
+  uncharge_direct(*group_, taken, StatRegistry::kFile);
   notify(freed);
   return taken;
 }
@@ -96,7 +96,7 @@ ReclaimResult LruCache::reclaim(int64_t nr_to_scan, int /*priority*/) {
     }
   }
   // Straight from the counters: the charge that asked for this must see the room at once.
-  uncharge_direct(*group_, result.reclaimed);
+  uncharge_direct(*group_, result.reclaimed, StatRegistry::kFile);
   evicted_.fetch_add(static_cast<uint64_t>(result.reclaimed), std::memory_order_relaxed);
   notify(freed);
   return result;

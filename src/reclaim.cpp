@@ -92,12 +92,10 @@ std::vector<WalkNode> collect_subtree(Group& root) {
   std::vector<WalkNode> nodes;
   std::unordered_map<const Group*, int> index;
   root.controller().walk(root, [&](Group& g) {
-    // A dying group whose last reference went is about to be freed (its release waits for the
-    // tree lock this walk holds): taking a reference now would revive it after it is freed. It
-    // has no children left (each held a reference to it).
-    if (!g.try_get()) return;
-    GroupRef ref(&g);
-    g.put();  // the reference try_get() took is now held by `ref`
+    // A group whose last reference is gone is being released: skip it and, since its children
+    // keep it alive, it has none.
+    GroupRef ref = GroupRef::try_acquire(&g);
+    if (!ref) return;
     const int parent = &g == &root ? -1 : index.at(g.parent());
     index.emplace(&g, static_cast<int>(nodes.size()));
     nodes.push_back({std::move(ref), parent, {}});
@@ -206,7 +204,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
           g.raise(Event::kLow);
         }
         int64_t group_reclaimed = 0;
-        const int64_t scanned_before = st.scanned;  // vmpressure: this visit's share
+        int64_t group_scanned = 0;
         for (const auto& entry : ReclaimAccess::snapshot(g)) {
           CallGuard guard(*entry);
           if (!guard.live()) continue;
@@ -234,11 +232,20 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
             const ReclaimResult r = guard.call(chunk, priority);
             st.scanned += r.scanned;
             st.reclaimed += r.reclaimed;
+            group_scanned += r.scanned;
             group_reclaimed += r.reclaimed;
             if (r.scanned == 0 || group_reclaimed >= nr_to_reclaim) break;
           }
         }
-        vmpressure_group(g, reason, st.scanned - scanned_before, group_reclaimed);
+        if (group_scanned > 0) {
+          const bool proactive = reason == ReclaimReason::kProactive;
+          g.stat_add(proactive ? StatRegistry::kPgscanProactive : StatRegistry::kPgscanDirect,
+                     group_scanned, group_scanned);
+          if (group_reclaimed > 0)
+            g.stat_add(proactive ? StatRegistry::kPgstealProactive : StatRegistry::kPgstealDirect,
+                       group_reclaimed, group_reclaimed);
+        }
+        vmpressure_group(g, reason, group_scanned, group_reclaimed);
         if (st.reclaimed >= nr_to_reclaim) {
           cursor.store(g.id(), std::memory_order_relaxed);
           bailed = true;

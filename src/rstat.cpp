@@ -305,8 +305,12 @@ void Rstat::detach(RstatNode& n) {
   assert(n.nr_children_.load(std::memory_order_relaxed) == 0);
   // The deltas of n are on the trees of the shards that received them (see add_on_shard), and
   // whatever n's children pushed into its pending input arrived while n was on that shard's tree:
-  // a flush of n folds all of it into n's parent and leaves n on no tree.
-  flush(n);
+  // a flush of n folds all of it into n's parent and leaves n on no tree. Every shard is visited
+  // under its lock, skipping neither by the mask nor by the unlocked test: both may miss a link
+  // made just before, which an ordinary flush leaves for the next one, but n is about to be freed
+  // and must be on no tree at all.
+  counters_.flushes.fetch_add(1, std::memory_order_relaxed);
+  for (int s = 0; s < nr_shards_; ++s) flush_shard(n, s);
   std::lock_guard<std::mutex> flush_lock(flush_mutex_);
 #ifndef NDEBUG
   for (size_t i = 0; i < nr_items_; ++i) assert(n.pending_[i] == 0);

@@ -94,12 +94,12 @@ void Stock::give_back(const Taken& t) noexcept {
 bool Stock::consume_slow(StockOwner* o, int64_t n) noexcept {
   const int idx = local_shard();
   if (n < 1 || n > batch_ || idx < 0) {
-    if (idx >= 0) bump(shards_[idx].misses);
+    if (idx >= 0) bump(shards_[idx].stats.misses);
     return false;
   }
   Shard& s = shards_[idx];
   if (!try_lock(idx)) {
-    bump(s.misses);
+    bump(s.stats.misses);
     return false;
   }
   bool hit = false;
@@ -110,7 +110,7 @@ bool Stock::consume_slow(StockOwner* o, int64_t n) noexcept {
       hit = true;
     }
   }
-  bump(hit ? s.hits : s.misses);
+  bump(hit ? s.stats.hits : s.stats.misses);
   unlock(idx);
   return hit;
 }
@@ -129,10 +129,10 @@ void Stock::refill_slow(StockOwner* o, int64_t n) noexcept {
     if (v > batch_) {
       out = take(s, i);  // over the batch: the whole slot, and n, go back
       out.units = v;
-      bump(s.overflow_drains);
+      bump(s.stats.overflow_drains);
     } else {
       s.units[i].store(v, std::memory_order_relaxed);
-      bump(s.refills);
+      bump(s.stats.refills);
     }
   } else {
     for (i = 0; i < kSlots; ++i) {
@@ -144,12 +144,12 @@ void Stock::refill_slow(StockOwner* o, int64_t n) noexcept {
       i = s.cursor;
       s.cursor = static_cast<uint8_t>((i + 1) % kSlots);
       out = take(s, i);
-      bump(s.evictions);
+      bump(s.stats.evictions);
     }
     o->stock_get();
     s.units[i].store(n, std::memory_order_relaxed);
     s.owner[i].store(o, std::memory_order_relaxed);
-    bump(s.refills);
+    bump(s.stats.refills);
   }
   unlock(idx);
   give_back(out);
@@ -185,7 +185,7 @@ void Stock::drain_matching(Match match, bool count_remote) noexcept {
       for (int i = 0; i < kSlots; ++i) {
         if (selected[i]) out[i] = take(s, i);
       }
-      if (count_remote) bump(s.remote_drains);
+      if (count_remote) bump(s.stats.remote_drains);
     }
     unlock(idx);
     for (const Taken& t : out) give_back(t);
@@ -233,12 +233,12 @@ Stock::Stats Stock::stats() const noexcept {
   Stats st{};
   for (int idx = 0; idx < nr_shards_; ++idx) {
     const Shard& s = shards_[idx];
-    st.hits += s.hits.load(std::memory_order_relaxed);
-    st.misses += s.misses.load(std::memory_order_relaxed);
-    st.refills += s.refills.load(std::memory_order_relaxed);
-    st.evictions += s.evictions.load(std::memory_order_relaxed);
-    st.overflow_drains += s.overflow_drains.load(std::memory_order_relaxed);
-    st.remote_drains += s.remote_drains.load(std::memory_order_relaxed);
+    st.hits += s.stats.hits.load(std::memory_order_relaxed);
+    st.misses += s.stats.misses.load(std::memory_order_relaxed);
+    st.refills += s.stats.refills.load(std::memory_order_relaxed);
+    st.evictions += s.stats.evictions.load(std::memory_order_relaxed);
+    st.overflow_drains += s.stats.overflow_drains.load(std::memory_order_relaxed);
+    st.remote_drains += s.stats.remote_drains.load(std::memory_order_relaxed);
   }
   return st;
 }

@@ -47,7 +47,9 @@ TEST(ReclaimStress, EverythingAtOnceEndsWithZeroUsage) {
           write_file(*top, "memory.reclaim", "1M");
         }
       }  // the cache unregisters (waiting for an in-flight reclaim) and uncharges
-      if (g->is_online()) EXPECT_EQ(ctl.remove(*g), 0);
+      if (g->is_online()) {
+        EXPECT_EQ(ctl.remove(*g), 0);
+      }
     }
   };
   // Members: charge pinned memory; may be OOM-killed.

@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "memcg/group.hpp"
+#include "memcg/stat_registry.hpp"
 
 namespace memcg {
 
@@ -59,23 +60,30 @@ inline bool charged(ChargeStatus s) noexcept {
   return s != ChargeStatus::kNoMem;
 }
 
+// The kind of memory a charge is, for memory.stat: a StatRegistry index (built-in such as
+// StatRegistry::kAnon / kFile / kKernel / kSock, or an application kind from
+// Controller::stat_index()). The same kind must be given to the uncharge.
+inline constexpr int kDefaultKind = StatRegistry::kAnon;
+
 // Charges `units` to `group` (nothing is recorded for the root group).
-ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags = kDefaultCharge) noexcept;
+ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags = kDefaultCharge,
+                        int kind = kDefaultKind) noexcept;
 // Uncharges `units` that were charged to `group`. They go back into this CPU's stock (so a
 // charge/uncharge pair usually touches no shared line); what overflows the batch goes back to the
 // counters.
-void uncharge(Group& group, int64_t units) noexcept;
+void uncharge(Group& group, int64_t units, int kind = kDefaultKind) noexcept;
 // Uncharges straight from the counters, so that usage drops at once. For memory freed by reclaim
 // or by an OOM kill, which a waiting charge must see (the kernel uncharges pages this way).
-void uncharge_direct(Group& group, int64_t units) noexcept;
+void uncharge_direct(Group& group, int64_t units, int kind = kDefaultKind) noexcept;
 
 // Byte-denominated forms: rounded up to whole units (the same rounding both ways).
-ChargeStatus try_charge_bytes(Group& group, uint64_t bytes,
-                              uint32_t flags = kDefaultCharge) noexcept;
-void uncharge_bytes(Group& group, uint64_t bytes) noexcept;
+ChargeStatus try_charge_bytes(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge,
+                              int kind = kDefaultKind) noexcept;
+void uncharge_bytes(Group& group, uint64_t bytes, int kind = kDefaultKind) noexcept;
 
 // Throws std::bad_alloc when the charge fails.
-void charge_or_throw(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge);
+void charge_or_throw(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge,
+                     int kind = kDefaultKind);
 
 // A charge that remembers its group and holds a reference to it, so that it is uncharged from
 // the right group after the thread moved and even after the group was removed. Costs two atomic
@@ -84,7 +92,8 @@ class ChargeHandle {
  public:
   ChargeHandle() = default;
   // Charges `bytes` to `group`; check ok() for the result.
-  ChargeHandle(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge) noexcept;
+  ChargeHandle(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge,
+               int kind = kDefaultKind) noexcept;
   ChargeHandle(ChargeHandle&& o) noexcept;
   ChargeHandle& operator=(ChargeHandle&& o) noexcept;
   ~ChargeHandle() { release(); }
@@ -97,6 +106,7 @@ class ChargeHandle {
  private:
   Group* group_ = nullptr;  // holds a reference while non-null
   uint64_t bytes_ = 0;
+  int kind_ = kDefaultKind;
 };
 
 // Runs the memory.high handling that a charge deferred on this thread (charges that could not

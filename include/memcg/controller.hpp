@@ -10,10 +10,14 @@
 #include <functional>
 #include <memory>
 #include <shared_mutex>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "memcg/clock.hpp"
 #include "memcg/group.hpp"
+#include "memcg/rstat.hpp"
+#include "memcg/stat_registry.hpp"
 
 namespace memcg {
 
@@ -44,6 +48,9 @@ struct Options {
   bool local_events = false;
   // Time source; null = SystemClock. Must outlive the controller.
   Clock* clock = nullptr;
+  // Application kinds of memory for memory.stat (e.g. "hash_tables"), registered at start-up
+  // after the built-in ones; names are [a-z0-9_]+. Their indices: Controller::stat_index().
+  std::vector<std::string> stat_kinds;
 };
 
 class Controller {
@@ -73,7 +80,8 @@ class Controller {
 
   // Visits `from` and its descendants in pre-order (a parent before its children), the dying ones
   // too when `include_dying`. The tree lock is held in shared mode during the walk: `fn` must not
-  // create or remove groups.
+  // create or remove groups. A dying group may be in the middle of its release: to keep one
+  // beyond the call, take it with GroupRef::try_acquire(), never with GroupRef(g).
   void walk(Group& from, const std::function<void(Group&)>& fn, bool include_dying = true) const;
 
   size_t nr_groups() const noexcept;  // online, the root included
@@ -99,6 +107,19 @@ class Controller {
   internal::OomState& oom_state() noexcept { return *oom_; }
   bool out_of_memory(Group& domain, int64_t units);
 
+  // ---- statistics (memory.stat) -------------------------------------------------------------
+  const StatRegistry& stats() const noexcept { return registry_; }
+  // Index of a stat item by name (built-in or from Options::stat_kinds); -1 if unknown.
+  int stat_index(std::string_view name) const noexcept { return registry_.find(name); }
+  Rstat& rstat() noexcept { return *rstat_; }
+  // Folds every pending statistic delta now (memory.stat reads otherwise fold only when enough
+  // is pending, or when the last full fold is older than the 2 s period).
+  void flush_stats();
+  // Periodic work that the kernel does from timers: the 2 s statistics fold. Called by reads and
+  // slow paths on their own; call it from an application timer for a bound on staleness that
+  // does not depend on reads.
+  void tick();
+
   // ---- units ----------------------------------------------------------------------------------
   unsigned unit_shift() const noexcept { return options_.unit_shift; }
   uint64_t unit_size() const noexcept { return uint64_t{1} << options_.unit_shift; }
@@ -118,6 +139,8 @@ class Controller {
 
   const Options options_;
   Clock* const clock_;
+  StatRegistry registry_;
+  std::unique_ptr<Rstat> rstat_;
   std::unique_ptr<Stock> stock_;
   ChargeCounters charge_counters_;
   std::unique_ptr<internal::OomState> oom_;

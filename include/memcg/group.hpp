@@ -26,6 +26,7 @@
 
 #include "memcg/events.hpp"
 #include "memcg/page_counter.hpp"
+#include "memcg/rstat.hpp"
 #include "memcg/stock.hpp"
 
 namespace memcg {
@@ -98,14 +99,24 @@ class Group final : public StockOwner {
   PageCounter& memory() noexcept { return memory_; }
   const PageCounter& memory() const noexcept { return memory_; }
 
+  // ---- statistics -----------------------------------------------------------------------------
+  // Hierarchical (this group and its descendants) and local totals of stat item `item` as of the
+  // last fold that covered this group, clamped at 0: bytes for state items, counts for events.
+  int64_t stat(int item) const noexcept { return stat_node_.total(item); }
+  int64_t stat_local(int item) const noexcept { return stat_node_.local(item); }
+  // Adds `delta` (bytes or a count) to item `item` of this group on the calling thread's CPU;
+  // `magnitude_units` is its size in charge units for the fold threshold.
+  void stat_add(int item, int64_t delta, int64_t magnitude_units) noexcept;
+  RstatNode& stat_node() noexcept { return stat_node_; }
+
   // ---- references -----------------------------------------------------------------------------
   void get() noexcept { refs_.fetch_add(1, std::memory_order_relaxed); }
-  // Takes a reference unless the last one is already gone (the group waits to be freed). For
-  // code that finds groups through the tree instead of through a reference it holds.
+  // Takes a reference unless the last one is already gone (the group is being released). For
+  // code that finds groups through the tree (walks), where a dying group's count may be 0.
   bool try_get() noexcept {
-    int64_t r = refs_.load(std::memory_order_relaxed);
-    while (r > 0)
-      if (refs_.compare_exchange_weak(r, r + 1, std::memory_order_relaxed)) return true;
+    int64_t refs = refs_.load(std::memory_order_relaxed);
+    while (refs > 0)
+      if (refs_.compare_exchange_weak(refs, refs + 1, std::memory_order_relaxed)) return true;
     return false;
   }
   void put() noexcept;
@@ -155,6 +166,7 @@ class Group final : public StockOwner {
   std::atomic<bool> oom_group_{false};
   EventCounters events_;
   EventCounters events_local_;
+  RstatNode stat_node_;
 
   // Guarded by knob_mutex_: serialises setters and the memory.peak watchers of this group.
   mutable std::mutex knob_mutex_;
@@ -205,6 +217,12 @@ class GroupRef {
     if (g_) g_->get();
   }
   GroupRef(const GroupRef& o) noexcept : GroupRef(o.g_) {}
+  // A reference to `g` if it is not being released, else an empty handle (see Group::try_get).
+  static GroupRef try_acquire(Group* g) noexcept {
+    GroupRef r;
+    if (g && g->try_get()) r.g_ = g;
+    return r;
+  }
   GroupRef(GroupRef&& o) noexcept : g_(o.g_) { o.g_ = nullptr; }
   GroupRef& operator=(GroupRef o) noexcept {
     std::swap(g_, o.g_);

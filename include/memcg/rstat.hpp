@@ -30,6 +30,8 @@
 // the node object itself (three cache lines). With 12 items and 64 shards: 14.5 KiB per node.
 #pragma once
 
+#include "memcg/internal/cpu.hpp"
+
 #include <sched.h>
 
 #include <atomic>
@@ -177,10 +179,11 @@ class Rstat {
 
   // ---- hot path helpers; the integrator replaces the two marked ones ----
 
-  // The calling thread's shard. To be replaced by a read of the rseq cpu_id field.
+  // The calling thread's shard: its CPU (read from rseq's cpu_id where glibc registered it),
+  // folded onto fewer shards when so configured.
   int current_shard() const noexcept {
-    const int cpu = sched_getcpu();
-    return cpu < 0 ? 0 : cpu % nr_shards_;
+    const int cpu = internal::current_cpu();
+    return cpu < nr_shards_ ? cpu : cpu % nr_shards_;
   }
   // Adds to a counter of a shard. Today a locked add, because threads that share a CPU's shard
   // may run concurrently with each other; to be replaced by a per-CPU rseq add.

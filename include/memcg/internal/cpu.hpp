@@ -18,15 +18,20 @@
 #include <cstdint>
 
 // glibc 2.35 and later register an rseq area for every thread they create and export where it
-// lives. Elsewhere current_cpu() always takes the sched_getcpu() route.
+// lives. Elsewhere current_cpu() always takes the sched_getcpu() route. Defining
+// MEMCG_HAVE_GLIBC_RSEQ=0 on the command line forces that route (to test it).
+#ifndef MEMCG_HAVE_GLIBC_RSEQ
 #if defined(__GLIBC__) && defined(__has_include)
 #if __has_include(<sys/rseq.h>)
-#include <sys/rseq.h>
 #define MEMCG_HAVE_GLIBC_RSEQ 1
+#endif
 #endif
 #endif
 #ifndef MEMCG_HAVE_GLIBC_RSEQ
 #define MEMCG_HAVE_GLIBC_RSEQ 0
+#endif
+#if MEMCG_HAVE_GLIBC_RSEQ
+#include <sys/rseq.h>
 #endif
 
 namespace memcg::internal {

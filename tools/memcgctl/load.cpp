@@ -1,0 +1,833 @@
+#include "load.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "memcg/errors.hpp"
+#include "memcg/parse.hpp"
+
+namespace memcgctl {
+
+const char* outcome_name(ChargeStep::Outcome o) {
+  switch (o) {
+    case ChargeStep::Outcome::kOk:
+      return "ok";
+    case ChargeStep::Outcome::kKilled:
+      return "killed";
+    case ChargeStep::Outcome::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+const char* op_name(ExpectStep::Op op) {
+  switch (op) {
+    case ExpectStep::Op::kEq:
+      return "eq";
+    case ExpectStep::Op::kLe:
+      return "le";
+    case ExpectStep::Op::kGe:
+      return "ge";
+    case ExpectStep::Op::kCloseTo:
+      return "close_to";
+  }
+  return "?";
+}
+
+bool is_keyed_file(std::string_view file) {
+  return file == "memory.events" || file == "memory.events.local" || file == "memory.stat" ||
+         file == "memory.swap.events" || file == "memory.numa_stat";
+}
+
+namespace {
+
+// The largest stock shard count a scenario may ask for: enough for any simulated machine, small
+// enough that a typo (cpus: 10000000) is reported instead of allocating per-shard state for it.
+constexpr int kMaxCpus = 4096;
+// Bounds of memcg::Options (controller.hpp): unit_shift 6..30, batch 1..127.
+constexpr unsigned kMinUnitShift = 6;
+constexpr unsigned kMaxUnitShift = 30;
+constexpr int64_t kMaxBatch = 127;
+// Errors listed before giving up: the first few locate the problem; hundreds would bury it.
+constexpr size_t kMaxErrors = 20;
+
+Mark mark_of(const YAML::Node& n) {
+  const YAML::Mark m = n.Mark();
+  if (m.line < 0) return {};
+  return {m.line + 1, m.column + 1};
+}
+
+Mark mark_of(const YAML::Mark& m) {
+  if (m.line < 0) return {};
+  return {m.line + 1, m.column + 1};
+}
+
+bool parse_uint(std::string_view s, uint64_t* v) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// Group paths relative to the root: segments of [A-Za-z0-9_.-], not "." or "..", joined by '/'.
+bool valid_group_path(std::string_view path) {
+  if (path.empty()) return false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view seg = path.substr(start, end - start);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    for (char c : seg) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '.' || c == '-';
+      if (!ok) return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+std::string parent_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "/" : path.substr(0, slash);
+}
+
+bool valid_file_name(std::string_view f) {
+  if (f.empty()) return false;
+  for (char c : f) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+class Loader {
+ public:
+  explicit Loader(std::vector<Diagnostic>* errors) : errors_(errors) {}
+
+  bool load(std::string_view text, Scenario* out) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      error(mark_of(e.mark), "YAML syntax: " + e.msg);
+      return false;
+    }
+    try {
+      load_root(root, out);
+    } catch (const YAML::Exception& e) {
+      // yaml-cpp throws only for misuse of a node; report it rather than crash on odd input.
+      error(mark_of(e.mark), "cannot read this: " + e.msg);
+    }
+    return errors_->empty();
+  }
+
+ private:
+  // ---- diagnostics ------------------------------------------------------------------------------
+  void error(Mark m, std::string message) {
+    if (errors_->size() < kMaxErrors) errors_->push_back({m, std::move(message)});
+  }
+  void error(const YAML::Node& n, std::string message) { error(mark_of(n), std::move(message)); }
+  bool too_many() const { return errors_->size() >= kMaxErrors; }
+
+  // ---- node helpers -----------------------------------------------------------------------------
+  // A map's entries in file order; duplicate and unknown keys are reported.
+  using Entries = std::vector<std::pair<YAML::Node, YAML::Node>>;
+  bool entries(const YAML::Node& map, const std::string& what, const std::set<std::string>& allowed,
+               Entries* out) {
+    if (map.IsNull()) return true;
+    if (!map.IsMap()) {
+      error(map, what + ": expected a map");
+      return false;
+    }
+    std::set<std::string> seen;
+    bool ok = true;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      // Copies: the iterator's pair is a temporary proxy (nodes are handles, cheap to copy).
+      const YAML::Node k = it->first;
+      const YAML::Node v = it->second;
+      if (!k.IsScalar()) {
+        error(k, what + ": a key must be a plain name");
+        ok = false;
+        continue;
+      }
+      const std::string& key = k.Scalar();
+      if (!seen.insert(key).second) {
+        error(k, what + ": duplicate key `" + key + "`");
+        ok = false;
+        continue;
+      }
+      if (!allowed.empty() && !allowed.count(key)) {
+        error(k, what + ": unknown key `" + key + "`" + one_of(allowed));
+        ok = false;
+        continue;
+      }
+      out->emplace_back(k, v);
+    }
+    return ok;
+  }
+
+  static std::string one_of(const std::set<std::string>& allowed) {
+    std::string s = " (expected one of:";
+    for (const auto& a : allowed) s += " " + a;
+    return s + ")";
+  }
+
+  static const YAML::Node* find(const Entries& e, std::string_view key) {
+    for (const auto& [k, v] : e)
+      if (k.Scalar() == key) return &v;
+    return nullptr;
+  }
+
+  bool scalar(const YAML::Node& n, const std::string& what, std::string* out) {
+    if (!n.IsScalar()) {
+      error(n, what + ": expected a single value");
+      return false;
+    }
+    *out = n.Scalar();
+    return true;
+  }
+
+  // A required scalar field of a step.
+  bool required(const YAML::Node& map, const Entries& e, const std::string& what,
+                std::string_view key, std::string* out) {
+    const YAML::Node* n = find(e, key);
+    if (!n) {
+      error(map, what + ": missing `" + std::string(key) + "`");
+      return false;
+    }
+    return scalar(*n, what + " `" + std::string(key) + "`", out);
+  }
+
+  bool size(const YAML::Node& n, const std::string& what, uint64_t* bytes) {
+    std::string s;
+    if (!scalar(n, what, &s)) return false;
+    const int err = memcg::parse_bytes(s, bytes);
+    if (err == ERANGE) {
+      error(n, what + ": `" + s + "` does not fit 64 bits");
+      return false;
+    }
+    if (err) {
+      error(n, what + ": `" + s + "` is not a size (a number with an optional K, M, G or T)");
+      return false;
+    }
+    return true;
+  }
+
+  bool boolean(const YAML::Node& n, const std::string& what, bool* out) {
+    std::string s;
+    if (!scalar(n, what, &s)) return false;
+    if (s == "true") {
+      *out = true;
+    } else if (s == "false") {
+      *out = false;
+    } else {
+      error(n, what + ": expected true or false, not `" + s + "`");
+      return false;
+    }
+    return true;
+  }
+
+  // ---- groups -----------------------------------------------------------------------------------
+  bool known_group(const std::string& g) const { return g == "/" || online_.count(g) != 0; }
+
+  // A group reference of a step: "/" or an existing group at this point of the steps.
+  bool group_ref(const YAML::Node& n, const std::string& g, const std::string& what,
+                 bool allow_root = true) {
+    if (g == "/" && allow_root) return true;
+    if (g == "/" || !valid_group_path(g)) {
+      error(n, what + ": `" + g + "` is not a group path");
+      return false;
+    }
+    if (!online_.count(g)) {
+      error(n, what + ": no group `" + g + "`" +
+                   (declared_.count(g) ? " (it was removed before this step)" : ""));
+      return false;
+    }
+    return true;
+  }
+
+  // Knob writes of a `groups` entry or a `set` step, checked with the library's parsers where the
+  // file's grammar is known.
+  void knob(const YAML::Node& key, const YAML::Node& value, const std::string& group,
+            std::vector<Knob>* out) {
+    const std::string file = key.Scalar();
+    if (!valid_file_name(file)) {
+      error(key, "`" + file + "` is not an interface file name");
+      return;
+    }
+    if (file == "memory.reclaim") {
+      error(key, "memory.reclaim is not a knob: use a `reclaim` step");
+      return;
+    }
+    std::string v;
+    if (!scalar(value, group + " " + file, &v)) return;
+    int err = 0;
+    if (file == "memory.min" || file == "memory.low" || file == "memory.high" ||
+        file == "memory.max" || file == "memory.swap.high" || file == "memory.swap.max") {
+      uint64_t units = 0;
+      err = memcg::parse_limit(v, unit_shift_, &units);
+    } else if (file == "memory.oom.group") {
+      int on = 0;
+      err = memcg::parse_oom_group(v, &on);
+    }
+    if (err) {
+      error(value, group + " " + file + ": `" + v + "` is rejected by the file (" +
+                       memcg::errno_name(err) + ")");
+      return;
+    }
+    out->push_back({group, file, v, mark_of(value)});
+  }
+
+  void load_groups(const YAML::Node& node, Scenario* out) {
+    Entries e;
+    if (!entries(node, "groups", {}, &e)) return;
+    for (const auto& [k, v] : e) {
+      const std::string path = k.Scalar();
+      if (path == "/") {
+        error(k, "groups: the root group `/` always exists; it cannot be declared");
+        continue;
+      }
+      if (!valid_group_path(path)) {
+        error(k,
+              "groups: `" + path + "` is not a group path (names of [A-Za-z0-9_.-] joined by /)");
+        continue;
+      }
+      const std::string parent = parent_of(path);
+      if (!known_group(parent)) {
+        error(k, "groups: `" + path + "` comes before its parent `" + parent + "`");
+        continue;
+      }
+      GroupSpec g;
+      g.path = path;
+      g.mark = mark_of(k);
+      Entries knobs;
+      if (entries(v, "groups: " + path, {}, &knobs))
+        for (const auto& [kk, kv] : knobs) knob(kk, kv, path, &g.knobs);
+      online_.insert(path);
+      declared_.insert(path);
+      out->groups.push_back(std::move(g));
+    }
+  }
+
+  // ---- config -----------------------------------------------------------------------------------
+  void load_config(const YAML::Node& node, Config* c) {
+    Entries e;
+    if (!entries(node, "config", {"unit", "cpus", "batch", "recursive_protection", "local_events"},
+                 &e))
+      return;
+    for (const auto& [k, v] : e) {
+      const std::string key = k.Scalar();
+      std::string s;
+      uint64_t n = 0;
+      if (key == "unit") {
+        if (!size(v, "config unit", &n)) continue;
+        if (n == 0 || (n & (n - 1)) != 0 || n < (uint64_t{1} << kMinUnitShift) ||
+            n > (uint64_t{1} << kMaxUnitShift)) {
+          error(v, "config unit: must be a power of two from 64 to 1G, not " + v.Scalar());
+          continue;
+        }
+        c->unit = n;
+        unit_shift_ = static_cast<unsigned>(__builtin_ctzll(n));
+      } else if (key == "cpus") {
+        if (!scalar(v, "config cpus", &s)) continue;
+        if (!parse_uint(s, &n) || n < 1 || n > kMaxCpus) {
+          error(v, "config cpus: expected a whole number from 1 to " + std::to_string(kMaxCpus));
+          continue;
+        }
+        c->cpus = static_cast<int>(n);
+      } else if (key == "batch") {
+        if (!scalar(v, "config batch", &s)) continue;
+        if (!parse_uint(s, &n) || n < 1 || n > kMaxBatch) {
+          error(v, "config batch: expected a whole number of units from 1 to " +
+                       std::to_string(kMaxBatch));
+          continue;
+        }
+        c->batch = static_cast<int64_t>(n);
+      } else if (key == "recursive_protection") {
+        boolean(v, "config recursive_protection", &c->recursive_protection);
+      } else if (key == "local_events") {
+        boolean(v, "config local_events", &c->local_events);
+      }
+    }
+  }
+
+  // ---- steps ------------------------------------------------------------------------------------
+  void load_steps(const YAML::Node& node, Scenario* out) {
+    if (!node.IsSequence()) {
+      error(node, "steps: expected a list of steps");
+      return;
+    }
+    for (auto step_it = node.begin(); step_it != node.end(); ++step_it) {
+      const YAML::Node s = *step_it;  // a handle; the iterator yields temporaries
+      if (too_many()) return;
+      if (!s.IsMap() || s.size() != 1) {
+        error(s, "a step is a map with exactly one key (the step's name), e.g. `- tick: 1s`");
+        continue;
+      }
+      auto it = s.begin();
+      const YAML::Node key = it->first;
+      const YAML::Node body = it->second;
+      if (!key.IsScalar()) {
+        error(key, "a step's key must be its name");
+        continue;
+      }
+      Step step;
+      step.kind = key.Scalar();
+      step.mark = mark_of(key);
+      if (load_step(step.kind, key, body, &step)) out->steps.push_back(std::move(step));
+    }
+  }
+
+  bool load_step(const std::string& kind, const YAML::Node& key, const YAML::Node& v, Step* step) {
+    if (kind == "set") return load_set(v, step);
+    if (kind == "write") return load_write(v, step);
+    if (kind == "cache") return load_cache(v, step);
+    if (kind == "member") return load_member(v, step);
+    if (kind == "charge") return load_charge(v, step);
+    if (kind == "release") return load_release(v, step);
+    if (kind == "exit") return load_exit(v, step);
+    if (kind == "reclaim") return load_reclaim(v, step);
+    if (kind == "remove") return load_remove(v, step);
+    if (kind == "tick") return load_tick(v, step);
+    if (kind == "expect") return load_expect(v, step);
+    if (kind == "print") return load_print(v, step);
+    error(key, "unknown step `" + kind +
+                   "` (expected set, write, cache, member, charge, release, exit, reclaim, "
+                   "remove, tick, expect or print)");
+    return false;
+  }
+
+  bool load_set(const YAML::Node& v, Step* step) {
+    Entries groups;
+    if (!v.IsMap()) {
+      error(v, "set: expected { GROUP: { FILE: VALUE, ... }, ... }");
+      return false;
+    }
+    if (!entries(v, "set", {}, &groups)) return false;
+    SetStep set;
+    const size_t before = errors_->size();
+    for (const auto& [gk, gv] : groups) {
+      const std::string g = gk.Scalar();
+      if (!group_ref(gk, g, "set")) continue;
+      Entries knobs;
+      if (!gv.IsMap()) {
+        error(gv, "set " + g + ": expected { FILE: VALUE, ... }");
+        continue;
+      }
+      if (entries(gv, "set " + g, {}, &knobs))
+        for (const auto& [kk, kv] : knobs) knob(kk, kv, g, &set.knobs);
+    }
+    step->body = std::move(set);
+    return errors_->size() == before;
+  }
+
+  bool load_write(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "write", {"group", "file", "value", "expect"}, &e)) return false;
+    WriteStep w;
+    bool ok = required(v, e, "write", "group", &w.group) &&
+              group_ref(*find(e, "group"), w.group, "write");
+    ok = required(v, e, "write", "file", &w.file) && ok;
+    if (ok && !valid_file_name(w.file)) {
+      error(*find(e, "file"), "write: `" + w.file + "` is not an interface file name");
+      ok = false;
+    }
+    ok = required(v, e, "write", "value", &w.value) && ok;
+    if (const YAML::Node* x = find(e, "expect")) {
+      w.has_expect = true;
+      ok = errno_value(*x, "write expect", &w.expect) && ok;
+    }
+    step->body = std::move(w);
+    return ok;
+  }
+
+  bool errno_value(const YAML::Node& n, const std::string& what, int* out) {
+    std::string s;
+    if (!scalar(n, what, &s)) return false;
+    const int code = memcg::errno_from_name(s);
+    if (code < 0) {
+      error(n, what + ": `" + s +
+                   "` is not `ok` or an error name (EINVAL, ERANGE, EBUSY, EAGAIN, "
+                   "EINTR, ENOMEM, EACCES, ENOENT)");
+      return false;
+    }
+    *out = code;
+    return true;
+  }
+
+  bool entries_required_map(const YAML::Node& v, const std::string& what,
+                            const std::set<std::string>& allowed, Entries* e) {
+    if (!v.IsMap()) {
+      error(v, what + ": expected a map of fields");
+      return false;
+    }
+    return entries(v, what, allowed, e);
+  }
+
+  bool load_cache(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "cache", {"name", "group", "grow", "shrink", "drop", "referenced"},
+                              &e))
+      return false;
+    CacheStep c;
+    if (!required(v, e, "cache", "name", &c.name)) return false;
+    const int ops = !!find(e, "grow") + !!find(e, "shrink") + !!find(e, "drop");
+    if (ops != 1) {
+      error(v, "cache " + c.name + ": give exactly one of `grow`, `shrink` or `drop`");
+      return false;
+    }
+    bool ok = true;
+    const auto existing = caches_.find(c.name);
+    if (const YAML::Node* g = find(e, "group")) {
+      ok = scalar(*g, "cache group", &c.group) && group_ref(*g, c.group, "cache " + c.name);
+      if (ok && existing != caches_.end() && existing->second != c.group) {
+        error(*g,
+              "cache " + c.name + " belongs to `" + existing->second + "`, not `" + c.group + "`");
+        ok = false;
+      }
+    }
+    if (const YAML::Node* r = find(e, "referenced")) {
+      std::string s;
+      uint64_t pct = 0;
+      if (scalar(*r, "cache referenced", &s)) {
+        std::string_view sv = s;
+        if (!sv.empty() && sv.back() == '%') sv.remove_suffix(1);
+        if (!parse_uint(sv, &pct) || pct > 100) {
+          error(*r, "cache referenced: expected a percentage from 0% to 100%, not `" + s + "`");
+          ok = false;
+        }
+      } else {
+        ok = false;
+      }
+      if (existing != caches_.end()) {
+        error(*r, "cache " + c.name + ": `referenced` is set when the cache is created");
+        ok = false;
+      }
+      c.referenced_percent = static_cast<int>(pct);
+      c.has_referenced = true;
+    }
+    if (const YAML::Node* n = find(e, "grow")) {
+      c.op = CacheStep::Op::kGrow;
+      ok = size(*n, "cache grow", &c.bytes) && ok;
+      if (existing == caches_.end()) {
+        if (c.group.empty() && !find(e, "group")) {
+          error(v, "cache " + c.name + ": a new cache needs a `group`");
+          ok = false;
+        } else if (ok) {
+          caches_[c.name] = c.group;
+        }
+      }
+    } else {
+      if (existing == caches_.end()) {
+        error(v, "cache " + c.name + ": no such cache (create it with `grow` and a `group`)");
+        ok = false;
+      }
+      if (const YAML::Node* n = find(e, "shrink")) {
+        c.op = CacheStep::Op::kShrink;
+        ok = size(*n, "cache shrink", &c.bytes) && ok;
+      } else {
+        c.op = CacheStep::Op::kDrop;
+        bool drop = false;
+        const YAML::Node& d = *find(e, "drop");
+        if (boolean(d, "cache drop", &drop) && !drop) {
+          error(d, "cache drop: only `drop: true` means something");
+          ok = false;
+        }
+      }
+    }
+    step->body = std::move(c);
+    return ok;
+  }
+
+  bool load_member(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "member", {"name", "group", "immune"}, &e)) return false;
+    MemberStep m;
+    bool ok = required(v, e, "member", "name", &m.name);
+    ok = required(v, e, "member", "group", &m.group) && ok &&
+         group_ref(*find(e, "group"), m.group, "member " + m.name);
+    if (const YAML::Node* i = find(e, "immune")) ok = boolean(*i, "member immune", &m.immune) && ok;
+    if (ok && members_.count(m.name)) {
+      error(*find(e, "name"), "member `" + m.name + "` exists already");
+      ok = false;
+    }
+    if (ok) members_[m.name] = m.group;
+    step->body = std::move(m);
+    return ok;
+  }
+
+  bool member_ref(const YAML::Node& map, const Entries& e, const std::string& what,
+                  std::string* out) {
+    if (!required(map, e, what, "member", out)) return false;
+    if (!members_.count(*out)) {
+      error(*find(e, "member"), what + ": no member `" + *out + "`" +
+                                    (exited_.count(*out) ? " (it exited before this step)" : ""));
+      return false;
+    }
+    return true;
+  }
+
+  bool load_charge(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "charge", {"member", "size", "expect"}, &e)) return false;
+    ChargeStep c;
+    bool ok = member_ref(v, e, "charge", &c.member);
+    if (const YAML::Node* n = find(e, "size")) {
+      ok = size(*n, "charge size", &c.bytes) && ok;
+    } else {
+      error(v, "charge: missing `size`");
+      ok = false;
+    }
+    if (const YAML::Node* x = find(e, "expect")) {
+      std::string s;
+      c.has_expect = true;
+      if (!scalar(*x, "charge expect", &s)) {
+        ok = false;
+      } else if (s == "ok") {
+        c.expect = ChargeStep::Outcome::kOk;
+      } else if (s == "killed") {
+        c.expect = ChargeStep::Outcome::kKilled;
+      } else if (s == "failed") {
+        c.expect = ChargeStep::Outcome::kFailed;
+      } else {
+        error(*x, "charge expect: expected ok, killed or failed, not `" + s + "`");
+        ok = false;
+      }
+    }
+    step->body = std::move(c);
+    return ok;
+  }
+
+  bool load_release(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "release", {"member", "size"}, &e)) return false;
+    ReleaseStep r;
+    bool ok = member_ref(v, e, "release", &r.member);
+    if (const YAML::Node* n = find(e, "size")) {
+      r.all = false;
+      ok = size(*n, "release size", &r.bytes) && ok;
+    }
+    step->body = std::move(r);
+    return ok;
+  }
+
+  bool load_exit(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "exit", {"member"}, &e)) return false;
+    ExitStep x;
+    if (!member_ref(v, e, "exit", &x.member)) return false;
+    members_.erase(x.member);
+    exited_.insert(x.member);
+    step->body = std::move(x);
+    return true;
+  }
+
+  bool load_reclaim(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "reclaim", {"group", "size", "expect"}, &e)) return false;
+    ReclaimStep r;
+    bool ok = required(v, e, "reclaim", "group", &r.group) &&
+              group_ref(*find(e, "group"), r.group, "reclaim");
+    if (required(v, e, "reclaim", "size", &r.size)) {
+      memcg::ReclaimRequest req;
+      if (memcg::parse_reclaim(r.size, &req) != 0) {
+        error(*find(e, "size"), "reclaim size: `" + r.size +
+                                    "` is rejected by memory.reclaim (a size, then optional "
+                                    "`swappiness=N`)");
+        ok = false;
+      }
+    } else {
+      ok = false;
+    }
+    if (const YAML::Node* x = find(e, "expect")) {
+      r.has_expect = true;
+      ok = errno_value(*x, "reclaim expect", &r.expect) && ok;
+    }
+    step->body = std::move(r);
+    return ok;
+  }
+
+  bool load_remove(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "remove", {"group"}, &e)) return false;
+    RemoveStep r;
+    if (!required(v, e, "remove", "group", &r.group)) return false;
+    const YAML::Node& g = *find(e, "group");
+    if (!group_ref(g, r.group, "remove", /*allow_root=*/false)) return false;
+    const std::string prefix = r.group + "/";
+    for (const auto& other : online_) {
+      if (other.compare(0, prefix.size(), prefix) == 0) {
+        error(g, "remove: `" + r.group + "` still has the child `" + other + "`");
+        return false;
+      }
+    }
+    for (const auto& [name, group] : members_) {
+      if (group == r.group) {
+        error(g, "remove: `" + r.group + "` still has the member `" + name + "` (exit it first)");
+        return false;
+      }
+    }
+    online_.erase(r.group);
+    step->body = std::move(r);
+    return true;
+  }
+
+  bool load_tick(const YAML::Node& v, Step* step) {
+    std::string s;
+    if (!scalar(v, "tick", &s)) return false;
+    TickStep t;
+    const int err = memcg::parse_duration(s, &t.ns);
+    if (err) {
+      error(v, "tick: `" + s + "` is not a duration (a number with ns, us, ms, s or m)" +
+                   (err == ERANGE ? ": too long" : ""));
+      return false;
+    }
+    step->body = t;
+    return true;
+  }
+
+  bool load_expect(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "expect",
+                              {"group", "file", "key", "eq", "le", "ge", "close_to", "err"}, &e))
+      return false;
+    ExpectStep x;
+    bool ok = required(v, e, "expect", "group", &x.group) &&
+              group_ref(*find(e, "group"), x.group, "expect");
+    ok = required(v, e, "expect", "file", &x.file) && ok;
+    if (const YAML::Node* k = find(e, "key")) ok = scalar(*k, "expect key", &x.key) && ok;
+    if (ok && x.key.empty() && is_keyed_file(x.file)) {
+      error(*find(e, "file"), "expect: " + x.file + " has one value per key: give a `key`");
+      ok = false;
+    }
+    int ops = 0;
+    const YAML::Node* value = nullptr;
+    for (auto [name, op] : {std::pair{"eq", ExpectStep::Op::kEq},
+                            {"le", ExpectStep::Op::kLe},
+                            {"ge", ExpectStep::Op::kGe},
+                            {"close_to", ExpectStep::Op::kCloseTo}}) {
+      if (const YAML::Node* n = find(e, name)) {
+        ++ops;
+        x.op = op;
+        value = n;
+      }
+    }
+    if (ops != 1) {
+      error(v, "expect: give exactly one check of `eq`, `le`, `ge` or `close_to`");
+      step->body = std::move(x);
+      return false;
+    }
+    std::string what = std::string("expect ") + op_name(x.op);
+    ok = size(*value, what, &x.value) && ok;
+    x.value_text = value->IsScalar() ? value->Scalar() : "";
+    const YAML::Node* err = find(e, "err");
+    if (x.op == ExpectStep::Op::kCloseTo) {
+      std::string s;
+      if (!err) {
+        error(v, "expect close_to: missing `err` (the allowed error, in percent)");
+        ok = false;
+      } else if (!scalar(*err, "expect err", &s) || !parse_uint(s, &x.err) || x.err > 100) {
+        error(*err, "expect err: expected a whole percentage from 0 to 100");
+        ok = false;
+      }
+    } else if (err) {
+      error(*err, "expect: `err` goes with `close_to` only");
+      ok = false;
+    }
+    step->body = std::move(x);
+    return ok;
+  }
+
+  bool load_print(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "print", {"group", "file", "key"}, &e)) return false;
+    PrintStep p;
+    if (!required(v, e, "print", "group", &p.group)) return false;
+    bool ok = p.group == "all" || group_ref(*find(e, "group"), p.group, "print");
+    if (const YAML::Node* f = find(e, "file")) ok = scalar(*f, "print file", &p.file) && ok;
+    if (const YAML::Node* k = find(e, "key")) {
+      ok = scalar(*k, "print key", &p.key) && ok;
+      if (ok && !is_keyed_file(p.file)) {
+        error(*k, "print: `key` needs a keyed file (memory.events, memory.stat, ...)");
+        ok = false;
+      }
+    }
+    step->body = std::move(p);
+    return ok;
+  }
+
+  void load_root(const YAML::Node& root, Scenario* out) {
+    if (!root.IsMap()) {
+      error(root.IsDefined() && !root.IsNull() ? mark_of(root) : Mark{1, 1},
+            "a scenario is a map with `steps` (and optional `name`, `config`, `groups`)");
+      return;
+    }
+    Entries e;
+    entries(root, "scenario", {"name", "config", "groups", "steps"}, &e);
+    // config first: the unit decides how knob values are checked.
+    if (const YAML::Node* c = find(e, "config")) load_config(*c, &out->config);
+    if (const YAML::Node* n = find(e, "name")) scalar(*n, "name", &out->name);
+    if (const YAML::Node* g = find(e, "groups")) load_groups(*g, out);
+    if (const YAML::Node* s = find(e, "steps")) {
+      load_steps(*s, out);
+    } else {
+      error(root, "scenario: missing `steps`");
+    }
+  }
+
+  std::vector<Diagnostic>* errors_;
+  unsigned unit_shift_ = 12;
+  std::set<std::string> online_;                // groups that exist at the step being read
+  std::set<std::string> declared_;              // every group ever declared
+  std::map<std::string, std::string> caches_;   // name → group
+  std::map<std::string, std::string> members_;  // live members: name → group
+  std::set<std::string> exited_;
+};
+
+}  // namespace
+
+bool load_scenario(std::string_view text, Scenario* out, std::vector<Diagnostic>* errors) {
+  Scenario s;
+  const size_t before = errors->size();
+  std::vector<Diagnostic> found;
+  Loader(&found).load(text, &s);
+  // File order; errors found at one place keep the order they were found in.
+  std::vector<size_t> order(found.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::tuple(found[a].mark.line, found[a].mark.column, a) <
+           std::tuple(found[b].mark.line, found[b].mark.column, b);
+  });
+  for (size_t i : order) errors->push_back(found[i]);
+  if (errors->size() != before) return false;
+  *out = std::move(s);
+  return true;
+}
+
+bool load_scenario_file(const std::string& path, Scenario* out, std::vector<Diagnostic>* errors) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    errors->push_back({{}, "cannot open the file"});
+    return false;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return load_scenario(text.str(), out, errors);
+}
+
+std::string format_diagnostic(const std::string& file, const Diagnostic& d) {
+  if (d.mark.line <= 0) return file + ": " + d.message;
+  return file + ":" + std::to_string(d.mark.line) + ":" + std::to_string(d.mark.column) + ": " +
+         d.message;
+}
+
+}  // namespace memcgctl

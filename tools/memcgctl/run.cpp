@@ -1,0 +1,554 @@
+#include "run.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <charconv>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "memcg/charge.hpp"
+#include "memcg/clock.hpp"
+#include "memcg/controller.hpp"
+#include "memcg/errors.hpp"
+#include "memcg/files.hpp"
+#include "memcg/lru_cache.hpp"
+#include "memcg/oom.hpp"
+#include "memcg/parse.hpp"
+#include "memcg/reclaim.hpp"
+#include "values.hpp"
+
+namespace memcgctl {
+
+namespace {
+
+std::string error_text(int err) {
+  std::string s = memcg::errno_name(err);
+  if (err == ENOENT) s += " (the library has no such file)";
+  if (err == EACCES) s += " (the file is not writable)";
+  return s;
+}
+
+// Pins the calling thread to the first CPU it may run on, for the scope: the per-CPU stock then
+// uses the same shard throughout the run, whatever the scheduler would have done.
+class PinToOneCpu {
+ public:
+  PinToOneCpu() {
+    if (pthread_getaffinity_np(pthread_self(), sizeof(old_), &old_) != 0) return;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &old_)) continue;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pinned_ = pthread_setaffinity_np(pthread_self(), sizeof(one), &one) == 0;
+      return;
+    }
+  }
+  ~PinToOneCpu() {
+    if (pinned_) pthread_setaffinity_np(pthread_self(), sizeof(old_), &old_);
+  }
+  PinToOneCpu(const PinToOneCpu&) = delete;
+  PinToOneCpu& operator=(const PinToOneCpu&) = delete;
+
+ private:
+  cpu_set_t old_;
+  bool pinned_ = false;
+};
+
+memcg::Options controller_options(const Config& c, memcg::Clock* clock) {
+  memcg::Options o;
+  o.unit_shift = static_cast<unsigned>(__builtin_ctzll(c.unit));
+  o.batch = c.batch;
+  o.nr_shards = c.cpus;
+  o.recursive_protection = c.recursive_protection;
+  o.local_events = c.local_events;
+  o.clock = clock;
+  return o;
+}
+
+// A member of the scenario: the library's Member plus what the kill callback did to it.
+struct MemberState {
+  std::unique_ptr<memcg::Member> member;
+  bool killed = false;
+};
+
+class Runner {
+ public:
+  Runner(const Scenario& s, const RunOptions& o)
+      : s_(s), opts_(o), ctl_(controller_options(s.config, &clock_)), unit_(s.config.unit) {}
+
+  ~Runner() {
+    // Members and caches hold charges and group references: gone before the controller.
+    members_.clear();
+    caches_.clear();
+  }
+
+  RunResult run() {
+    PinToOneCpu pin;
+    for (const GroupSpec& g : s_.groups) r_.groups.push_back(g.path);
+    if (!preflight()) return std::move(r_);
+    if (!create_groups()) return std::move(r_);
+    sample(0);
+    for (size_t i = 0; i < s_.steps.size(); ++i) {
+      StepResult res;
+      res.step = &s_.steps[i];
+      res.index = i + 1;
+      if (!perform(s_.steps[i], &res)) return std::move(r_);
+      // The end of a step is the simulation's return to user space: memory.high work that a
+      // charge deferred on this thread runs now, never in a later step or a later run.
+      memcg::handle_pending_high();
+      res.time_ns = clock_.now_ns();
+      report_kills(&res);
+      if (res.checked) (res.passed ? r_.passed : r_.failed)++;
+      if (res.failed) r_.failed++;
+      r_.steps.push_back(std::move(res));
+      sample(i + 1);
+      if (opts_.on_step) opts_.on_step(i + 1, s_.steps.size(), clock_.now_ns());
+    }
+    collect_final();
+    return std::move(r_);
+  }
+
+ private:
+  // ---- set-up -----------------------------------------------------------------------------------
+  void malformed(Mark m, std::string message) {
+    r_.malformed = true;
+    r_.error = {m, std::move(message)};
+  }
+
+  // Every knob write of the scenario, tried through the file interface on a scratch controller
+  // (non-blocking, so that nothing is reclaimed): a file the library lacks or a value it rejects
+  // is reported before anything runs.
+  bool preflight() {
+    memcg::ManualClock clock;
+    memcg::Controller scratch(controller_options(s_.config, &clock));
+    for (const GroupSpec& g : s_.groups) scratch.create(g.path);
+    auto check = [&](const Knob& k) {
+      memcg::GroupRef g = scratch.lookup(k.group);
+      std::unique_ptr<memcg::File> f;
+      int err = g ? memcg::open_file(*g, k.file, &f) : ENOENT;
+      if (err) {
+        malformed(k.mark, k.group + " " + k.file + ": no such file in this library (" +
+                              memcg::errno_name(err) + ")");
+        return false;
+      }
+      if (!f->writable()) {
+        malformed(k.mark, k.group + " " + k.file + ": the file is read-only");
+        return false;
+      }
+      err = f->write(k.value, /*nonblocking=*/true);
+      if (err) {
+        malformed(k.mark, k.group + " " + k.file + ": `" + k.value + "` is rejected (" +
+                              memcg::errno_name(err) + ")");
+        return false;
+      }
+      return true;
+    };
+    for (const GroupSpec& g : s_.groups)
+      for (const Knob& k : g.knobs)
+        if (!check(k)) return false;
+    for (const Step& st : s_.steps)
+      if (const auto* set = std::get_if<SetStep>(&st.body))
+        for (const Knob& k : set->knobs)
+          if (!check(k)) return false;
+    return true;
+  }
+
+  bool create_groups() {
+    for (const GroupSpec& g : s_.groups) {
+      if (int err = ctl_.create(g.path)) {
+        malformed(g.mark, "cannot create group " + g.path + ": " + memcg::errno_name(err));
+        return false;
+      }
+      for (const Knob& k : g.knobs)
+        if (!write_knob(k)) return false;
+    }
+    return true;
+  }
+
+  bool write_knob(const Knob& k) {
+    memcg::GroupRef g = ctl_.lookup(k.group);
+    const int err = g ? memcg::write_file(*g, k.file, k.value) : ENOENT;
+    if (err) {
+      malformed(k.mark, k.group + " " + k.file + ": writing `" + k.value + "` failed (" +
+                            error_text(err) + ")");
+      return false;
+    }
+    return true;
+  }
+
+  // ---- sampling ---------------------------------------------------------------------------------
+  void sample(size_t step) {
+    Sample smp;
+    smp.step = step;
+    smp.time_ns = clock_.now_ns();
+    for (const std::string& path : r_.groups) {
+      GroupSample gs;
+      if (memcg::GroupRef g = ctl_.lookup(path)) {
+        gs.online = true;
+        gs.current = g->current();
+        gs.high = g->high();
+        gs.max = g->max();
+        for (size_t e = 0; e < kEventNames.size(); ++e)
+          gs.events[e] = g->events_local().get(static_cast<memcg::Event>(e));
+      }
+      smp.groups.push_back(gs);
+    }
+    r_.samples.push_back(std::move(smp));
+  }
+
+  void collect_final() {
+    std::vector<std::string> paths = {"/"};
+    for (const std::string& p : r_.groups)
+      if (ctl_.lookup(p)) paths.push_back(p);
+    for (const std::string& p : paths) {
+      memcg::GroupRef g = ctl_.lookup(p);
+      FinalGroup fg;
+      fg.path = p;
+      for (const std::string& name : memcg::file_names(*g)) {
+        std::unique_ptr<memcg::File> f;
+        if (memcg::open_file(*g, name, &f) != 0 || !f->readable()) continue;
+        FinalFile ff;
+        ff.name = name;
+        ff.error = f->read(&ff.content);
+        fg.files.push_back(std::move(ff));
+      }
+      r_.final_groups.push_back(std::move(fg));
+    }
+  }
+
+  // The periodic work of the library that time drives. Called after every advance of the
+  // virtual clock, with the new time.
+  // The library's periodic work (the 2 s statistics fold) on the virtual clock.
+  void on_tick(uint64_t /*now_ns*/) { ctl_.tick(); }
+
+  // ---- steps ------------------------------------------------------------------------------------
+  int64_t units_of(uint64_t bytes) const {
+    if (bytes == UINT64_MAX) return ctl_.max_units();
+    return static_cast<int64_t>(bytes / unit_ + (bytes % unit_ != 0));
+  }
+
+  memcg::GroupRef group(const std::string& path, StepResult* res) {
+    memcg::GroupRef g = ctl_.lookup(path);
+    if (!g) {
+      res->failed = true;
+      res->message = "no group " + path;
+    }
+    return g;
+  }
+
+  bool perform(const Step& st, StepResult* res) {
+    return std::visit([&](const auto& body) { return perform_body(st, body, res); }, st.body);
+  }
+
+  bool perform_body(const Step&, const SetStep& set, StepResult* res) {
+    for (const Knob& k : set.knobs)
+      if (!write_knob(k)) return false;
+    Json written = Json::object();
+    for (const Knob& k : set.knobs) written[k.group][k.file] = k.value;
+    res->detail["written"] = std::move(written);
+    return true;
+  }
+
+  bool perform_body(const Step&, const WriteStep& w, StepResult* res) {
+    memcg::GroupRef g = group(w.group, res);
+    if (!g) return true;
+    const int err = memcg::write_file(*g, w.file, w.value);
+    res->detail["result"] = memcg::errno_name(err);
+    if (w.has_expect) {
+      res->checked = true;
+      res->passed = err == w.expect;
+      res->detail["expect"] = memcg::errno_name(w.expect);
+      if (!res->passed)
+        res->message = "write " + w.group + " " + w.file + " \"" + w.value + "\": expected " +
+                       memcg::errno_name(w.expect) + ", got " + error_text(err);
+    }
+    return true;
+  }
+
+  bool perform_body(const Step&, const CacheStep& c, StepResult* res) {
+    auto it = caches_.find(c.name);
+    if (it == caches_.end()) {
+      memcg::GroupRef g = group(c.group, res);
+      if (!g) return true;
+      it = caches_
+               .emplace(c.name, std::make_unique<memcg::LruCache>(*g, c.name, c.referenced_percent))
+               .first;
+    }
+    memcg::LruCache& cache = *it->second;
+    const int64_t units = units_of(c.bytes);
+    switch (c.op) {
+      case CacheStep::Op::kGrow: {
+        int64_t grown = 0;
+        // One unit per call: the first charge that fails stops the growth.
+        while (grown < units && cache.grow(1) == 1) ++grown;
+        res->detail["grown"] = grown * unit_;
+        res->detail["requested"] = units * unit_;
+        if (grown < units) {
+          res->detail["stopped"] = "a charge failed";
+          res->notes.push_back("cache " + c.name + " grew " + human_size(grown * unit_) + " of " +
+                               human_size(units * unit_) + ": a charge failed");
+        }
+        break;
+      }
+      case CacheStep::Op::kShrink:
+        res->detail["freed"] = cache.shrink(units) * unit_;
+        break;
+      case CacheStep::Op::kDrop:
+        res->detail["freed"] = cache.size() * unit_;
+        cache.drop();
+        break;
+    }
+    res->detail["size"] = cache.size() * unit_;
+    res->detail["evicted"] = cache.evicted() * unit_;
+    return true;
+  }
+
+  bool perform_body(const Step&, const MemberStep& m, StepResult* res) {
+    memcg::GroupRef g = group(m.group, res);
+    if (!g) return true;
+    auto state = std::make_unique<MemberState>();
+    MemberState* sp = state.get();
+    // Killing a member releases its pinned memory, like the exit of a killed process.
+    auto on_kill = [sp](memcg::Member& victim) {
+      sp->killed = true;
+      victim.uncharge(victim.charged());
+    };
+    state->member =
+        std::make_unique<memcg::Member>(*g, m.name, on_kill, m.immune ? memcg::Member::kImmune : 0);
+    members_[m.name] = std::move(state);
+    return true;
+  }
+
+  void report_kills(StepResult* res) {
+    Json killed = Json::array();
+    for (auto& [name, st] : members_) {
+      if (st->killed && !reported_kills_.count(name)) {
+        reported_kills_.insert(name);
+        killed.push_back(name);
+      }
+    }
+    if (killed.empty()) return;
+    std::string note = "killed by the OOM killer:";
+    for (const auto& name : killed) note += " " + name.get<std::string>();
+    res->notes.push_back(std::move(note));
+    res->detail["killed"] = std::move(killed);
+  }
+
+  bool perform_body(const Step&, const ChargeStep& c, StepResult* res) {
+    MemberState& st = *members_.at(c.member);
+    const int64_t units = units_of(c.bytes);
+    int64_t done = 0;
+    ChargeStep::Outcome outcome = ChargeStep::Outcome::kOk;
+    while (done < units) {
+      if (st.killed) {
+        outcome = ChargeStep::Outcome::kKilled;
+        break;
+      }
+      if (!memcg::charged(st.member->charge(1))) {
+        outcome = st.killed ? ChargeStep::Outcome::kKilled : ChargeStep::Outcome::kFailed;
+        break;
+      }
+      ++done;
+    }
+    if (st.killed) {
+      outcome = ChargeStep::Outcome::kKilled;
+      // A charge retried after the kill may have landed: a killed member holds nothing.
+      st.member->uncharge(st.member->charged());
+    }
+    res->detail["charged"] = done * unit_;
+    res->detail["outcome"] = outcome_name(outcome);
+    if (c.has_expect) {
+      res->checked = true;
+      res->passed = outcome == c.expect;
+      res->detail["expect"] = outcome_name(c.expect);
+      if (!res->passed)
+        res->message = "charge " + c.member + " " + human_size(c.bytes) + ": expected " +
+                       outcome_name(c.expect) + ", got " + outcome_name(outcome) + " after " +
+                       human_size(done * unit_);
+    }
+    return true;
+  }
+
+  bool perform_body(const Step&, const ReleaseStep& r, StepResult* res) {
+    memcg::Member& m = *members_.at(r.member)->member;
+    const int64_t units = r.all ? m.charged() : units_of(r.bytes);
+    res->detail["released"] = m.uncharge(units) * unit_;
+    return true;
+  }
+
+  bool perform_body(const Step&, const ExitStep& x, StepResult* res) {
+    auto it = members_.find(x.member);
+    res->detail["released"] = it->second->member->charged() * unit_;
+    members_.erase(it);
+    return true;
+  }
+
+  bool perform_body(const Step&, const ReclaimStep& r, StepResult* res) {
+    memcg::GroupRef g = group(r.group, res);
+    if (!g) return true;
+    const uint64_t before = g->current();
+    const int err = memcg::write_file(*g, "memory.reclaim", r.size);
+    res->detail["result"] = memcg::errno_name(err);
+    res->detail["reclaimed"] = before > g->current() ? before - g->current() : 0;
+    if (r.has_expect) {
+      res->checked = true;
+      res->passed = err == r.expect;
+      res->detail["expect"] = memcg::errno_name(r.expect);
+      if (!res->passed)
+        res->message = "reclaim " + r.group + " " + r.size + ": expected " +
+                       memcg::errno_name(r.expect) + ", got " + error_text(err);
+    } else if (err == ENOENT) {
+      res->failed = true;
+      res->message = "reclaim " + r.group + " " + r.size + ": " + error_text(err);
+    }
+    return true;
+  }
+
+  bool perform_body(const Step&, const RemoveStep& r, StepResult* res) {
+    const int err = ctl_.remove(r.group);
+    res->detail["result"] = memcg::errno_name(err);
+    if (err) {
+      res->failed = true;
+      res->message = "remove " + r.group + ": " + memcg::errno_name(err);
+    }
+    return true;
+  }
+
+  bool perform_body(const Step&, const TickStep& t, StepResult*) {
+    clock_.advance(t.ns);
+    on_tick(clock_.now_ns());
+    return true;
+  }
+
+  // Reads GROUP FILE[.KEY]: 0 and the value text, or an error with `why` set.
+  int read_value(memcg::Group& g, const std::string& file, const std::string& key,
+                 std::string* value, std::string* why) {
+    std::string content;
+    const int err = memcg::read_file(g, file, &content);
+    if (err) {
+      *why = "cannot read: " + error_text(err);
+      return err;
+    }
+    if (key.empty()) {
+      *value = trim(content);
+      return 0;
+    }
+    for (const auto& [k, v] : keyed_lines(content)) {
+      if (k == key) {
+        *value = v;
+        return 0;
+      }
+    }
+    *why = "no key `" + key + "` in " + file;
+    return ENOENT;
+  }
+
+  bool perform_body(const Step&, const ExpectStep& x, StepResult* res) {
+    res->checked = true;
+    const std::string what = x.group + " " + x.file + (x.key.empty() ? "" : "." + x.key);
+    std::string expected = std::string(op_name(x.op)) + " " + x.value_text;
+    if (x.op == ExpectStep::Op::kCloseTo) expected += " err " + std::to_string(x.err);
+    res->detail["expected"] = expected;
+    memcg::GroupRef g = group(x.group, res);
+    if (!g) {
+      res->failed = false;
+      res->passed = false;
+      res->message = "expect " + what + " " + expected + ": no group " + x.group;
+      return true;
+    }
+    std::string text, why;
+    uint64_t v = 0;
+    if (read_value(*g, x.file, x.key, &text, &why) == 0 && !read_number(text, &v))
+      why = "read `" + text + "`, not a number";
+    if (!why.empty()) {
+      res->passed = false;
+      res->detail["error"] = why;
+      res->message = "expect " + what + " " + expected + ": " + why;
+      return true;
+    }
+    res->detail["read"] = value_json(text);
+    switch (x.op) {
+      case ExpectStep::Op::kEq:
+        res->passed = v == x.value;
+        break;
+      case ExpectStep::Op::kLe:
+        res->passed = v <= x.value;
+        break;
+      case ExpectStep::Op::kGe:
+        res->passed = v >= x.value;
+        break;
+      case ExpectStep::Op::kCloseTo:
+        res->passed = close_to(v, x.value, x.err);
+        break;
+    }
+    if (!res->passed) {
+      std::string read = text;
+      if (human_size(v) != text) read += " (" + human_size(v) + ")";
+      res->message = "expect " + what + " " + expected + ": read " + read;
+    }
+    return true;
+  }
+
+  bool perform_body(const Step&, const PrintStep& p, StepResult* res) {
+    std::vector<std::string> groups;
+    if (p.group == "all") {
+      for (const std::string& path : r_.groups)
+        if (ctl_.lookup(path)) groups.push_back(path);
+    } else {
+      groups.push_back(p.group);
+    }
+    const std::string file = p.file.empty() ? "memory.current" : p.file;
+    Json values = Json::object();
+    for (const std::string& path : groups) {
+      memcg::GroupRef g = group(path, res);
+      if (!g) return true;
+      std::string content;
+      const int err = memcg::read_file(*g, file, &content);
+      if (err) {
+        res->failed = true;
+        res->message = "print " + path + " " + file + ": cannot read: " + error_text(err);
+        return true;
+      }
+      if (is_keyed_file(file)) {
+        bool found = p.key.empty();
+        for (const auto& [k, v] : keyed_lines(content)) {
+          if (!p.key.empty() && k != p.key) continue;
+          found = true;
+          res->lines.push_back(path + " " + file + "." + k + " " + v);
+          values[path][k] = value_json(v);
+        }
+        if (!found) {
+          res->failed = true;
+          res->message = "print " + path + " " + file + ": no key `" + p.key + "`";
+          return true;
+        }
+      } else {
+        const std::string v = trim(content);
+        res->lines.push_back(path + " " + file + " " + v);
+        values[path] = value_json(v);
+      }
+    }
+    res->detail["values"] = std::move(values);
+    return true;
+  }
+
+  const Scenario& s_;
+  const RunOptions& opts_;
+  memcg::ManualClock clock_;
+  memcg::Controller ctl_;
+  const uint64_t unit_;
+  std::map<std::string, std::unique_ptr<memcg::LruCache>> caches_;
+  std::map<std::string, std::unique_ptr<MemberState>> members_;
+  std::set<std::string> reported_kills_;
+  RunResult r_;
+};
+
+}  // namespace
+
+RunResult run_scenario(const Scenario& scenario, const RunOptions& options) {
+  return Runner(scenario, options).run();
+}
+
+}  // namespace memcgctl
