@@ -83,7 +83,7 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
   int64_t batch = std::max<int64_t>(ctl.options().batch, n);
   if (flags & kNoSpin) batch = n;
   int retries = kMaxReclaimRetries;
-  bool drained = false;
+  Group* drained = nullptr;  // the highest subtree whose stocks this call drained
   bool max_raised = false;
   Group* over_limit = nullptr;
 
@@ -114,10 +114,10 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
       if (over_limit->memory().margin() >= n) continue;
       // Units pre-charged in other CPUs' stocks count against the limit: give them back
       // before calling the group full.
-      if (!drained) {
+      if (drained == nullptr || !over_limit->is_descendant_of(*drained)) {
         stock.drain_all(over_limit);
         stats.drains.fetch_add(1, std::memory_order_relaxed);
-        drained = true;
+        drained = over_limit;
         continue;
       }
       if (flags & kNoRetry) goto nomem;

@@ -6,49 +6,37 @@
 
 namespace memcg {
 namespace {
+
 constexpr int kMaxReclaimRetries = 16;
+
+// The shared first half of a blocking memory.high/max write: drain the subtree's stocks once,
+// then reclaim the excess over `limit` until there is none or 16 passes freed nothing. True when
+// usage ended at or below the limit.
+bool reclaim_down_to(Group& group, int64_t (PageCounter::*limit)() const noexcept) {
+  Controller& ctl = group.controller();
+  const PageCounter& mem = group.memory();
+  if (mem.usage() <= (mem.*limit)()) return true;
+  ctl.stock().drain_all(&group);
+  for (int retries = kMaxReclaimRetries;;) {
+    const int64_t excess = mem.usage() - (mem.*limit)();
+    if (excess <= 0) return true;
+    if (ctl.reclaim_for_charge(group, excess) == 0 && --retries == 0) return false;
+  }
+}
+
 }  // namespace
 
 void write_high(Group& group, uint64_t bytes, bool nonblocking) {
   group.set_high(bytes);
-  if (nonblocking) return;
-  Controller& ctl = group.controller();
-  PageCounter& mem = group.memory();
-  bool drained = false;
-  int retries = kMaxReclaimRetries;
-  for (;;) {
-    const int64_t usage = mem.usage();
-    const int64_t high = mem.high();
-    if (usage <= high) return;
-    if (!drained) {
-      ctl.stock().drain_all(&group);
-      drained = true;
-      continue;
-    }
-    if (ctl.reclaim_for_charge(group, usage - high) == 0 && --retries == 0) return;
-  }
+  if (!nonblocking) reclaim_down_to(group, &PageCounter::high);
 }
 
 void write_max(Group& group, uint64_t bytes, bool nonblocking) {
   group.set_max(bytes);
-  if (nonblocking) return;
+  if (nonblocking || reclaim_down_to(group, &PageCounter::max)) return;
+  // Reclaim gave up: kill, one unit's worth at a time, until usage fits or no victim is left.
   Controller& ctl = group.controller();
-  PageCounter& mem = group.memory();
-  bool drained = false;
-  int retries = kMaxReclaimRetries;
-  for (;;) {
-    const int64_t usage = mem.usage();
-    const int64_t max = mem.max();
-    if (usage <= max) return;
-    if (!drained) {
-      ctl.stock().drain_all(&group);
-      drained = true;
-      continue;
-    }
-    if (retries > 0) {
-      if (ctl.reclaim_for_charge(group, usage - max) == 0) --retries;
-      continue;
-    }
+  while (group.memory().usage() > group.memory().max()) {
     group.raise(Event::kOom);
     if (!ctl.out_of_memory(group, 1)) return;
   }

@@ -87,6 +87,7 @@ int64_t RstatNode::local(int item) const noexcept {
 Rstat::Rstat(size_t nr_items, Options options)
     : nr_items_(nr_items),
       nr_shards_(resolve_shards(options.nr_shards)),
+      cs_mode_(MEMCG_RSEQ_CS && internal::rseq_mode() && nr_shards_ >= internal::nr_cpu_ids()),
       options_(options),
       stride_((sizeof(ShardHeader) + nr_items * sizeof(int64_t) + kCacheLine - 1) / kCacheLine *
               kCacheLine),
@@ -196,6 +197,10 @@ void Rstat::flush_shard(RstatNode& r, int shard) {
     list = build_flush_list(r, shard);
     if (list != nullptr && r.parent_ == nullptr && options_.nonempty_mask) clear_nonempty(shard);
   }
+  // Updates on this CPU store without a barrier (add_on_current_cpu): fence the CPU so that its
+  // committed adds are visible below and its later on-tree tests see the unlink.
+  // Shards past the CPUs exist only for update_on() (tests): no critical section writes them.
+  if (cs_mode_ && list != nullptr && shard < internal::nr_cpu_ids()) internal::fence_cpu(shard);
   // The nodes are off the tree now; an update from here on links them again, and its delta is
   // either seen by fold() below or left for that next flush.
   uint64_t folded = 0;

@@ -79,8 +79,13 @@ void Stock::unlock(int idx) noexcept {
 Stock::Taken Stock::take(Shard& s, int i) noexcept {
   Taken t{s.owner[i].load(std::memory_order_relaxed), s.units[i].load(std::memory_order_relaxed)};
   s.units[i].store(0, std::memory_order_relaxed);
-  s.owner[i].store(nullptr, std::memory_order_relaxed);
+  s.owner[i].store(nullptr, std::memory_order_release);
   return t;
+}
+
+void Stock::uncharge_taken(Taken& t) noexcept {
+  if (t.owner != nullptr && t.units > 0) t.owner->stock_uncharge(t.units);
+  t.units = 0;
 }
 
 void Stock::give_back(const Taken& t) noexcept {
@@ -129,6 +134,7 @@ void Stock::refill_slow(StockOwner* o, int64_t n) noexcept {
     if (v > batch_) {
       out = take(s, i);  // over the batch: the whole slot, and n, go back
       out.units = v;
+      uncharge_taken(out);
       bump(s.stats.overflow_drains);
     } else {
       s.units[i].store(v, std::memory_order_relaxed);
@@ -144,6 +150,7 @@ void Stock::refill_slow(StockOwner* o, int64_t n) noexcept {
       i = s.cursor;
       s.cursor = static_cast<uint8_t>((i + 1) % kSlots);
       out = take(s, i);
+      uncharge_taken(out);
       bump(s.stats.evictions);
     }
     o->stock_get();
@@ -165,9 +172,9 @@ void Stock::drain_matching(Match match, bool count_remote) noexcept {
     // concurrently with this call may be missed; one installed before it is seen.
     bool occupied = false;
     for (int i = 0; i < kSlots; ++i) {
-      occupied |= s.owner[i].load(std::memory_order_relaxed) != nullptr;
+      occupied |= s.owner[i].load(std::memory_order_acquire) != nullptr;
     }
-    if (!occupied) continue;
+    if (!occupied && s.disabled.load(std::memory_order_acquire) == 0) continue;
 
     lock_wait(idx);
     // Owners are stable and referenced while the word is held: match them before paying for a
@@ -183,7 +190,10 @@ void Stock::drain_matching(Match match, bool count_remote) noexcept {
     if (any) {
       make_exclusive(idx);
       for (int i = 0; i < kSlots; ++i) {
-        if (selected[i]) out[i] = take(s, i);
+        if (selected[i]) {
+          out[i] = take(s, i);
+          uncharge_taken(out[i]);
+        }
       }
       if (count_remote) bump(s.stats.remote_drains);
     }
@@ -199,7 +209,10 @@ void Stock::drain_cpu_local() noexcept {
   lock_wait(idx);
   make_exclusive(idx);
   Taken out[kSlots];
-  for (int i = 0; i < kSlots; ++i) out[i] = take(s, i);
+  for (int i = 0; i < kSlots; ++i) {
+    out[i] = take(s, i);
+    uncharge_taken(out[i]);
+  }
   unlock(idx);
   for (const Taken& t : out) give_back(t);
 }

@@ -31,6 +31,7 @@
 #pragma once
 
 #include "memcg/internal/cpu.hpp"
+#include "memcg/internal/rseq.hpp"
 
 #include <sched.h>
 
@@ -116,9 +117,18 @@ class Rstat {
   // the flush threshold only. delta == 0 is ignored entirely.
   // REQUIRES: 0 <= item < nr_items; n not detached.
   void update(RstatNode& n, int item, int64_t delta, int64_t magnitude_units) noexcept {
+    if (delta == 0) return;
+#if MEMCG_RSEQ_CS
+    if (cs_mode_) {
+      update_tail(n, add_on_current_cpu(n, item, delta), magnitude_units);
+      return;
+    }
+#endif
     update_on(current_shard(), n, item, delta, magnitude_units);
   }
-  // As update(), on an explicit shard (tests and simulations). REQUIRES: 0 <= shard < nr_shards.
+  // As update(), on an explicit shard (tests and simulations), with a locked add. REQUIRES:
+  // 0 <= shard < nr_shards, and no concurrent update() on the CPU of that shard (update() writes
+  // its CPU's shard with plain stores when shards are one per CPU).
   inline void update_on(int shard, RstatNode& n, int item, int64_t delta,
                         int64_t magnitude_units) noexcept;
 
@@ -185,8 +195,8 @@ class Rstat {
     const int cpu = internal::current_cpu();
     return cpu < nr_shards_ ? cpu : cpu % nr_shards_;
   }
-  // Adds to a counter of a shard. Today a locked add, because threads that share a CPU's shard
-  // may run concurrently with each other; to be replaced by a per-CPU rseq add.
+  // Adds to a counter of a shard with a locked add: the path when shards are not one per CPU (or
+  // restartable sequences are unavailable), where threads sharing a shard may run concurrently.
   //
   // Ordering: seq_cst (the same `lock xadd` as relaxed on x86-64) so that the add precedes the
   // updater's on-tree test in the single total order, while a flush unlinks a node (seq_cst
@@ -198,6 +208,27 @@ class Rstat {
   static void add_on_shard(std::atomic<int64_t>& counter, int64_t delta) noexcept {
     counter.fetch_add(delta, std::memory_order_seq_cst);
   }
+#if MEMCG_RSEQ_CS
+  // With one shard per CPU: the add is a plain store committed in a restartable sequence on the
+  // calling thread's CPU (no lock prefix), retried on the new CPU if the thread was preempted or
+  // migrated. Returns the shard it landed on. The pairing that add_on_shard gets from seq_cst is
+  // restored on the flush side: after unlinking a shard's nodes, the flush fences that CPU
+  // (membarrier) before it reads their counters, so a store that the updater's on-tree test
+  // raced with is either seen by the fold or followed by a test that sees the unlink.
+  int add_on_current_cpu(RstatNode& n, int item, int64_t delta) noexcept {
+    static constexpr uint64_t kNeverDisabled = 0;
+    static const void* const kOwner = &kNeverDisabled;
+    for (;;) {
+      const int cpu = internal::current_cpu();
+      int64_t* counter = reinterpret_cast<int64_t*>(&counters_of(n, cpu)[item]);
+      if (internal::cs_add_bounded(cpu, &kNeverDisabled, &kOwner, kOwner, counter, delta,
+                                   INT64_MIN, INT64_MAX) == internal::CsResult::kOk)
+        return cpu;
+    }
+  }
+#endif
+  // The rest of an update once the delta is in the shard's counter.
+  inline void update_tail(RstatNode& n, int shard, int64_t magnitude_units) noexcept;
 
   struct ShardHeader;
   ShardHeader& header(const RstatNode& n, int shard) const noexcept;
@@ -217,6 +248,8 @@ class Rstat {
   // Read-only after construction.
   const size_t nr_items_;
   const int nr_shards_;
+  // Per-CPU updates through restartable sequences (shards = CPUs, rseq registered).
+  const bool cs_mode_;
   const Options options_;
   const size_t stride_;            // bytes per (node, shard) block, a multiple of 64
   const int64_t flush_threshold_;  // batch × nr_shards
@@ -282,6 +315,10 @@ inline void Rstat::update_on(int shard, RstatNode& n, int item, int64_t delta,
   assert(!n.detached_);
   if (delta == 0) return;
   add_on_shard(counters_of(n, shard)[item], delta);
+  update_tail(n, shard, magnitude_units);
+}
+
+inline void Rstat::update_tail(RstatNode& n, int shard, int64_t magnitude_units) noexcept {
   // Speculative on-tree test: a node already on the tree needs nothing more. See add_on_shard
   // for why a concurrent flush cannot strand the delta just added.
   if (header(n, shard).next.load(std::memory_order_seq_cst) == nullptr) [[unlikely]] {

@@ -180,6 +180,7 @@ class Stock {
   void make_exclusive(int idx) noexcept;
   void unlock(int idx) noexcept;
   static Taken take(Shard& s, int i) noexcept;
+  static void uncharge_taken(Taken& t) noexcept;
   static void give_back(const Taken& t) noexcept;
   template <typename Match>
   void drain_matching(Match match, bool count_remote) noexcept;
