@@ -1,5 +1,6 @@
 #include "memcg/controller.hpp"
 
+#include "memcg/notify.hpp"
 #include "memcg/oom.hpp"
 #include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
@@ -177,7 +178,10 @@ void Controller::release(Group* g) noexcept {
 
 void Controller::flush_stats() { rstat_->flush(root_->stat_node()); }
 
-void Controller::tick() { rstat_->periodic(clock_->now_ns()); }
+void Controller::tick() {
+  rstat_->periodic(clock_->now_ns());
+  internal::deliver_due_notifications(*this);
+}
 
 void Controller::walk(Group& from, const std::function<void(Group&)>& fn,
                       bool include_dying) const {

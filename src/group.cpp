@@ -84,9 +84,12 @@ void Group::raise(Event e) noexcept {
   events_local_.add(e);
   if (controller_.options().local_events) {
     if (!is_root()) events_.add(e);
-    return;
+  } else {
+    for (Group* g = this; g && !g->is_root(); g = g->parent_) g->events_.add(e);
   }
-  for (Group* g = this; g && !g->is_root(); g = g->parent_) g->events_.add(e);
+  // Listeners of the files just changed (notify.hpp); one relaxed load while there are none.
+  if (internal::event_listeners_exist()) [[unlikely]]
+    internal::notify_events_raised(*this);
 }
 
 int Group::attach() noexcept {

@@ -443,7 +443,7 @@ TEST(RstatTest, ConcurrentUpdatesFlushesAndDetachesSumExactly) {
 }
 
 TEST(RstatTest, OptionsAndStalenessBound) {
-  EXPECT_EQ(Rstat::staleness_bound_units(64, 8), 512u);
+  EXPECT_EQ(Rstat::staleness_bound_units(64, 8), 64u * 8 + 63u * 8);
   Rstat rs(4, options_with(5));
   EXPECT_EQ(rs.nr_shards(), 5);
   EXPECT_EQ(rs.flush_threshold(), 320);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "memcg/events.hpp"
+#include "memcg/internal/notify_slot.hpp"
 #include "memcg/page_counter.hpp"
 #include "memcg/rstat.hpp"
 #include "memcg/stock.hpp"
@@ -37,6 +38,7 @@ class Member;
 struct ReclaimerEntry;
 namespace internal {
 struct GroupPressure;  // vmpressure and PSI state (vmpressure.hpp, psi.hpp)
+struct NotifyAccess;
 }
 
 // "max" in the typed, byte-denominated API.
@@ -139,6 +141,7 @@ class Group final : public StockOwner {
   friend class OomKiller;
   friend struct ReclaimAccess;
   friend struct OomKillerAccess;
+  friend struct internal::NotifyAccess;
   Group(Controller& controller, Group* parent, std::string name, uint64_t id);
   ~Group();
 
@@ -187,6 +190,10 @@ class Group final : public StockOwner {
 
   // Created with the group, freed with it (vmpressure and PSI).
   const std::unique_ptr<internal::GroupPressure> pressure_;
+  // ---- change notification of memory.events and memory.events.local (notify.hpp) ----------
+  // Listeners and rate-limit state; empty until the first listener subscribes.
+  internal::NotifySlot notify_;
+  // ---- end of change notification ----
 };
 
 // One open memory.peak handle. Mirrors the kernel's per-file peak: writing resets this handle's

@@ -162,9 +162,11 @@ class Rstat {
   const Options& options() const noexcept { return options_; }
 
   // Units of update magnitude a reader's view may miss per level of the tree (and for at most
-  // periodic_ns): batch × nr_shards, the reader-flush threshold.
+  // periodic_ns): the reader-flush threshold (batch × nr_shards, the shared count) plus what each
+  // shard's tally holds below one batch before it moves into that count (batch − 1 per shard).
   static constexpr uint64_t staleness_bound_units(int64_t batch, int nr_shards) noexcept {
-    return static_cast<uint64_t>(batch) * static_cast<uint64_t>(nr_shards);
+    return static_cast<uint64_t>(batch) * static_cast<uint64_t>(nr_shards) +
+           static_cast<uint64_t>(batch - 1) * static_cast<uint64_t>(nr_shards);
   }
   int64_t flush_threshold() const noexcept { return flush_threshold_; }
 

@@ -1,0 +1,303 @@
+// The Prometheus exposition, checked with a parser of the text format written here (and with
+// promtool where it is installed).
+#include "memcg/prometheus.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memcg/charge.hpp"
+#include "memcg/controller.hpp"
+
+namespace memcg {
+namespace {
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;  // unescaped values
+  double value;
+};
+
+struct Family {
+  std::string help;
+  std::string type;
+  std::vector<Sample> samples;
+};
+
+bool metric_name_char(char c, bool first) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' ||
+         (!first && c >= '0' && c <= '9');
+}
+
+// Parses a label value starting after its opening quote; `i` ends after the closing quote.
+bool parse_label_value(const std::string& line, size_t& i, std::string* out) {
+  out->clear();
+  while (i < line.size()) {
+    const char c = line[i++];
+    if (c == '"') return true;
+    if (c == '\n') return false;
+    if (c != '\\') {
+      *out += c;
+      continue;
+    }
+    if (i >= line.size()) return false;
+    const char e = line[i++];
+    if (e == '\\') {
+      *out += '\\';
+    } else if (e == '"') {
+      *out += '"';
+    } else if (e == 'n') {
+      *out += '\n';
+    } else {
+      return false;
+    }
+  }
+  return false;
+}
+
+bool parse_value(const std::string& s, double* v) {
+  if (s == "+Inf") {
+    *v = INFINITY;
+    return true;
+  }
+  if (s == "-Inf") {
+    *v = -INFINITY;
+    return true;
+  }
+  if (s == "NaN") {
+    *v = NAN;
+    return true;
+  }
+  char* end = nullptr;
+  *v = std::strtod(s.c_str(), &end);
+  return !s.empty() && end == s.c_str() + s.size();
+}
+
+// Text format 0.0.4: # HELP / # TYPE lines, other comments, blank lines, and samples
+// `name{label="value",...} value [timestamp]`. Fails the test on any malformed line, on a sample
+// whose family lacks HELP or TYPE before it, on repeated HELP/TYPE, on a family whose samples
+// are not contiguous, and on a repeated series.
+void parse_into(const std::string& text, std::map<std::string, Family>* out) {
+  std::map<std::string, Family>& families = *out;
+  std::set<std::string> series;
+  std::string current;  // family of the last sample
+  std::set<std::string> closed;
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  EXPECT_TRUE(text.empty() || text.back() == '\n');
+  while (std::getline(in, line)) {
+    ++n;
+    SCOPED_TRACE("line " + std::to_string(n) + ": " + line);
+    if (line.empty()) continue;
+    if (line[0] == '#') {
+      std::istringstream c(line);
+      std::string hash, kind, name;
+      c >> hash >> kind >> name;
+      if (kind != "HELP" && kind != "TYPE") continue;  // a plain comment
+      EXPECT_EQ(hash, "#");
+      EXPECT_FALSE(name.empty());
+      Family& f = families[name];
+      std::string rest;
+      std::getline(c, rest);
+      if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
+      if (kind == "HELP") {
+        EXPECT_TRUE(f.help.empty()) << "second HELP";
+        EXPECT_TRUE(f.samples.empty()) << "HELP after samples";
+        EXPECT_FALSE(rest.empty());
+        f.help = rest;
+      } else {
+        EXPECT_TRUE(f.type.empty()) << "second TYPE";
+        EXPECT_TRUE(f.samples.empty()) << "TYPE after samples";
+        EXPECT_TRUE(rest == "counter" || rest == "gauge" || rest == "histogram" ||
+                    rest == "summary" || rest == "untyped")
+            << rest;
+        f.type = rest;
+      }
+      continue;
+    }
+    Sample s;
+    size_t i = 0;
+    while (i < line.size() && metric_name_char(line[i], i == 0)) ++i;
+    s.name = line.substr(0, i);
+    ASSERT_FALSE(s.name.empty());
+    if (i < line.size() && line[i] == '{') {
+      ++i;
+      while (i < line.size() && line[i] != '}') {
+        const size_t start = i;
+        while (i < line.size() && metric_name_char(line[i], i == start)) ++i;
+        const std::string label = line.substr(start, i - start);
+        ASSERT_FALSE(label.empty());
+        ASSERT_LT(i + 1, line.size());
+        ASSERT_EQ(line[i], '=');
+        ASSERT_EQ(line[i + 1], '"');
+        i += 2;
+        std::string value;
+        ASSERT_TRUE(parse_label_value(line, i, &value));
+        ASSERT_TRUE(s.labels.emplace(label, value).second) << "label repeated";
+        if (i < line.size() && line[i] == ',') ++i;
+      }
+      ASSERT_LT(i, line.size());
+      ++i;  // '}'
+    }
+    ASSERT_LT(i, line.size());
+    ASSERT_EQ(line[i], ' ');
+    std::istringstream rest(line.substr(i + 1));
+    std::string value, timestamp, extra;
+    rest >> value >> timestamp >> extra;
+    ASSERT_TRUE(parse_value(value, &s.value)) << value;
+    ASSERT_TRUE(extra.empty());
+    if (!timestamp.empty()) {
+      ASSERT_EQ(timestamp.find_first_not_of("-0123456789"), std::string::npos);
+    }
+
+    auto it = families.find(s.name);
+    ASSERT_NE(it, families.end()) << "sample without HELP/TYPE";
+    ASSERT_FALSE(it->second.help.empty()) << "sample before HELP";
+    ASSERT_FALSE(it->second.type.empty()) << "sample before TYPE";
+    if (s.name != current) {
+      ASSERT_EQ(closed.count(s.name), 0u) << "family samples not contiguous";
+      if (!current.empty()) closed.insert(current);
+      current = s.name;
+    }
+    std::string key = s.name;
+    for (const auto& [k, v] : s.labels) key += "|" + k + "=" + v;
+    EXPECT_TRUE(series.insert(key).second) << "repeated series";
+    it->second.samples.push_back(std::move(s));
+  }
+}
+
+std::map<std::string, Family> parse_exposition(const std::string& text) {
+  std::map<std::string, Family> families;
+  parse_into(text, &families);
+  return families;
+}
+
+double value_of(const std::map<std::string, Family>& f, const std::string& name,
+                const std::map<std::string, std::string>& labels) {
+  auto it = f.find(name);
+  if (it == f.end()) return NAN;
+  for (const Sample& s : it->second.samples)
+    if (s.labels == labels) return s.value;
+  return NAN;
+}
+
+struct Populated {
+  Populated() : ctl(options()) {
+    EXPECT_EQ(ctl.create("tenants", &tenants), 0);
+    EXPECT_EQ(ctl.create("tenants/a.b-c:d@e+f_g", &odd), 0);
+    EXPECT_EQ(ctl.create("tenants/gone", &gone), 0);
+    odd->set_max(64 << 20);
+    odd->set_low(1 << 20);
+    EXPECT_TRUE(charged(try_charge(*odd, 10, kDefaultCharge, ctl.stat_index("hash_tables"))));
+    EXPECT_TRUE(charged(try_charge(*odd, 3, kDefaultCharge, StatRegistry::kSock)));
+    odd->raise(Event::kHigh);
+    EXPECT_EQ(ctl.remove(*gone), 0);
+    ctl.flush_stats();
+  }
+  ~Populated() {
+    uncharge(*odd, 10, ctl.stat_index("hash_tables"));
+    uncharge(*odd, 3, StatRegistry::kSock);
+  }
+  static Options options() {
+    Options o;
+    o.stat_kinds = {"hash_tables"};
+    return o;
+  }
+  Controller ctl;
+  GroupRef tenants, odd, gone;
+};
+
+TEST(PrometheusTest, EscapesLabelValuesAndHelp) {
+  EXPECT_EQ(prometheus_escape_label("plain/a.b"), "plain/a.b");
+  EXPECT_EQ(prometheus_escape_label("a\"b"), "a\\\"b");
+  EXPECT_EQ(prometheus_escape_label("a\\b"), "a\\\\b");
+  EXPECT_EQ(prometheus_escape_label("a\nb"), "a\\nb");
+  EXPECT_EQ(prometheus_escape_label("\\\"\n"), "\\\\\\\"\\n");
+  EXPECT_EQ(prometheus_escape_help("say \"x\"\\\n"), "say \"x\"\\\\\\n");
+
+  // Round trip through the parser's unescaping.
+  const std::string nasty = "q\"uo\\te\nnl";
+  const std::string line = "m{group=\"" + prometheus_escape_label(nasty) + "\"} 1\n";
+  const auto f = parse_exposition("# HELP m h\n# TYPE m gauge\n" + line);
+  ASSERT_EQ(f.at("m").samples.size(), 1u);
+  EXPECT_EQ(f.at("m").samples[0].labels.at("group"), nasty);
+}
+
+TEST(PrometheusTest, EveryLineParsesAndEveryFamilyHasHelpAndType) {
+  Populated t;
+  const std::string text = render_prometheus(t.ctl);
+  const auto f = parse_exposition(text);
+  for (const char* name :
+       {"memcg_memory_current_bytes", "memcg_memory_peak_bytes", "memcg_memory_min_bytes",
+        "memcg_memory_low_bytes", "memcg_memory_high_bytes", "memcg_memory_max_bytes",
+        "memcg_memory_events_total", "memcg_memory_events_local_total", "memcg_memory_stat_bytes",
+        "memcg_memory_stat_events_total"}) {
+    ASSERT_EQ(f.count(name), 1u) << name;
+    EXPECT_FALSE(f.at(name).samples.empty()) << name;
+  }
+  EXPECT_EQ(f.at("memcg_memory_events_total").type, "counter");
+  EXPECT_EQ(f.at("memcg_memory_stat_bytes").type, "gauge");
+
+  const std::string odd = "tenants/a.b-c:d@e+f_g";
+  const uint64_t unit = t.ctl.unit_size();
+  EXPECT_EQ(value_of(f, "memcg_memory_current_bytes", {{"group", odd}}),
+            static_cast<double>(t.odd->current()));
+  EXPECT_EQ(value_of(f, "memcg_memory_current_bytes", {{"group", "/"}}),
+            static_cast<double>(t.ctl.root().current()));
+  EXPECT_EQ(value_of(f, "memcg_memory_max_bytes", {{"group", odd}}), 64 << 20);
+  EXPECT_EQ(value_of(f, "memcg_memory_low_bytes", {{"group", odd}}), 1 << 20);
+  EXPECT_TRUE(std::isinf(value_of(f, "memcg_memory_max_bytes", {{"group", "tenants"}})));
+  EXPECT_TRUE(std::isinf(value_of(f, "memcg_memory_high_bytes", {{"group", "tenants"}})));
+  EXPECT_EQ(value_of(f, "memcg_memory_events_total", {{"group", "tenants"}, {"event", "high"}}), 1);
+  EXPECT_EQ(
+      value_of(f, "memcg_memory_events_local_total", {{"group", "tenants"}, {"event", "high"}}), 0);
+  EXPECT_EQ(value_of(f, "memcg_memory_events_local_total", {{"group", odd}, {"event", "high"}}), 1);
+  EXPECT_EQ(value_of(f, "memcg_memory_stat_bytes", {{"group", "/"}, {"item", "hash_tables"}}),
+            10.0 * unit);
+  EXPECT_EQ(value_of(f, "memcg_memory_stat_bytes", {{"group", odd}, {"item", "sock"}}), 3.0 * unit);
+  EXPECT_FALSE(std::isnan(
+      value_of(f, "memcg_memory_stat_events_total", {{"group", odd}, {"item", "pgscan"}})));
+  // The root has no knobs and no events; a removed group is left out.
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_memory_max_bytes", {{"group", "/"}})));
+  EXPECT_TRUE(
+      std::isnan(value_of(f, "memcg_memory_events_total", {{"group", "/"}, {"event", "high"}})));
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_memory_current_bytes", {{"group", "tenants/gone"}})));
+  // Every group has the same set of stat samples as memory.stat has lines.
+  EXPECT_EQ(f.at("memcg_memory_stat_bytes").samples.size() +
+                f.at("memcg_memory_stat_events_total").samples.size(),
+            3 * (t.ctl.stats().size() + 2));
+}
+
+TEST(PrometheusTest, PromtoolAcceptsTheOutput) {
+  if (std::system("command -v promtool > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "promtool is not installed (Debian package 'prometheus')";
+  }
+  Populated t;
+  char path[] = "/tmp/memcg_prometheus_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  const std::string text = render_prometheus(t.ctl);
+  ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  const std::string cmd = std::string("promtool check metrics < ") + path + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int status = ::pclose(p);
+  ::unlink(path);
+  EXPECT_EQ(status, 0) << out;
+}
+
+}  // namespace
+}  // namespace memcg
