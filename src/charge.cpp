@@ -7,6 +7,8 @@
 
 #include "memcg/controller.hpp"
 #include "memcg/limits.hpp"
+#include "memcg/nofail.hpp"
+#include "memcg/obj_stock.hpp"
 #include "memcg/psi.hpp"
 #include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
@@ -74,6 +76,7 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
   Controller& ctl = group.controller();
   // A charge made while this thread reclaims must not recurse into reclaim.
   if (internal::tl_reclaim_depth > 0) flags |= kInReclaim;
+  if (internal::tl_nofail_depth > 0) flags |= kNoFail;  // NoFailScope (nofail.hpp)
   Stock& stock = ctl.stock();
   ChargeCounters& stats = ctl.charge_counters();
   stats.slow_path.fetch_add(1, std::memory_order_relaxed);
@@ -115,6 +118,7 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
       // Units pre-charged in other CPUs' stocks count against the limit: give them back
       // before calling the group full.
       if (drained == nullptr || !over_limit->is_descendant_of(*drained)) {
+        ctl.obj_stock().drain_all(over_limit);  // object reserves first: they return units
         stock.drain_all(over_limit);
         stats.drains.fetch_add(1, std::memory_order_relaxed);
         drained = over_limit;
@@ -153,6 +157,7 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
 // The per-kind byte total of memory.stat follows every charge and uncharge, so that the state
 // items add up to memory.current minus what sits in the stocks.
 inline void account_kind(Group& group, int kind, int64_t units) noexcept {
+  if (kind == kNoStatKind) return;
   group.stat_add(kind, units << group.controller().unit_shift(), units < 0 ? -units : units);
 }
 

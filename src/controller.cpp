@@ -1,6 +1,8 @@
 #include "memcg/controller.hpp"
 
+#include "memcg/internal/hook_bypass.hpp"
 #include "memcg/notify.hpp"
+#include "memcg/obj_stock.hpp"
 #include "memcg/oom.hpp"
 #include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
@@ -31,11 +33,14 @@ Controller::Controller(Options options)
   rstat_ = std::make_unique<Rstat>(registry_.size(), ro);
   root_ = new Group(*this, nullptr, "", 0);
   stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch);
+  obj_stock_ = std::make_unique<ObjStock>(options_.nr_shards, options_.unit_shift);
   oom_ = std::make_unique<internal::OomState>();
 }
 
 Controller::~Controller() {
+  internal::HookTeardown teardown;  // memcg_hook: frees below must not reach the groups
   // Stocks first: draining them uncharges and drops the references their slots hold.
+  obj_stock_.reset();  // its units go straight back to the counters
   stock_.reset();
   // Free bottom-up: every group, online or dying, regardless of outstanding references.
   std::vector<Group*> order;
@@ -51,6 +56,8 @@ Controller::~Controller() {
     if (*it != root_) rstat_->detach((*it)->stat_node());
     delete *it;
   }
+  rstat_.reset();  // while `teardown` holds: buffers it grew may be charged to the groups
+  oom_.reset();
 }
 
 bool Controller::valid_name(std::string_view name) noexcept {
@@ -153,6 +160,7 @@ int Controller::remove(Group& group) {
     ++nr_dying_;
   }
   // Nothing of it may stay hidden in a per-CPU stock.
+  obj_stock_->drain_owner(&group);  // first: it returns units to the counters
   stock_->drain_owner(&group);
   // An offline group protects nothing (the kernel resets min and low of a dying cgroup).
   group.set_min(0);

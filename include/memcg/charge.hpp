@@ -64,6 +64,9 @@ inline bool charged(ChargeStatus s) noexcept {
 // StatRegistry::kAnon / kFile / kKernel / kSock, or an application kind from
 // Controller::stat_index()). The same kind must be given to the uncharge.
 inline constexpr int kDefaultKind = StatRegistry::kAnon;
+// A kind that counts in memory.current but in no memory.stat item: for units whose bytes are
+// accounted elsewhere (the object layer counts its kinds in exact bytes, obj_stock.hpp).
+inline constexpr int kNoStatKind = -1;
 
 // Charges `units` to `group` (nothing is recorded for the root group).
 ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags = kDefaultCharge,

@@ -22,6 +22,7 @@
 namespace memcg {
 
 class Stock;
+class ObjStock;
 namespace internal {
 struct OomState;
 }
@@ -90,6 +91,8 @@ class Controller {
   // ---- charge path ----------------------------------------------------------------------------
   // The per-CPU stock of pre-charged units shared by all groups of this controller.
   Stock& stock() noexcept { return *stock_; }
+  // The per-CPU byte reserves of the object layer (obj_stock.hpp), over the unit stock.
+  ObjStock& obj_stock() noexcept { return *obj_stock_; }
   ChargeCounters& charge_counters() noexcept { return charge_counters_; }
   const ChargeCounters& charge_counters() const noexcept { return charge_counters_; }
 
@@ -142,6 +145,7 @@ class Controller {
   StatRegistry registry_;
   std::unique_ptr<Rstat> rstat_;
   std::unique_ptr<Stock> stock_;
+  std::unique_ptr<ObjStock> obj_stock_;
   ChargeCounters charge_counters_;
   std::unique_ptr<internal::OomState> oom_;
   ReclaimFn reclaim_hook_;

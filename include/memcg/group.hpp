@@ -137,6 +137,7 @@ class Group final : public StockOwner {
   friend class PeakWatcher;
 
   friend class Stock;
+  friend class ObjStock;
   friend class Member;
   friend class OomKiller;
   friend struct ReclaimAccess;
@@ -170,6 +171,11 @@ class Group final : public StockOwner {
   EventCounters events_;
   EventCounters events_local_;
   RstatNode stat_node_;
+  // Object layer: sub-unit bytes charged to this group but unused, parked by a per-CPU object
+  // reserve that switched to another group (obj_stock.hpp). Whole units never stay here.
+  std::atomic<int64_t> obj_pool_bytes_{0};
+  // Object layer: units it charged and has not returned; one reference is held while non-zero.
+  std::atomic<int64_t> obj_units_{0};
 
   // Guarded by knob_mutex_: serialises setters and the memory.peak watchers of this group.
   mutable std::mutex knob_mutex_;

@@ -7,3 +7,8 @@
 #include "memcg/events.hpp"
 #include "memcg/group.hpp"
 #include "memcg/page_counter.hpp"
+// Allocator integration (the global operator new hook, hook.hpp, is a separate library).
+#include "memcg/allocator.hpp"
+#include "memcg/nofail.hpp"
+#include "memcg/obj_stock.hpp"
+#include "memcg/pmr.hpp"

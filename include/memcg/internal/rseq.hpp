@@ -136,9 +136,12 @@ static_assert(offsetof(struct rseq, rseq_cs) == kRseqCsOffset);
   "jmp %l[aborted]\n\t"                     \
   ".popsection\n\t"
 
-inline CsResult cs_add_bounded(int cpu, const uint64_t* disabled, const void* const* owner_slot,
-                               const void* expected_owner, int64_t* count, int64_t delta,
-                               int64_t lo, int64_t hi) noexcept {
+// Always inlined, even at -O0: an out-of-line copy would be a COMDAT function that the linker
+// may discard in favour of another object's copy, leaving this object's __rseq_cs descriptor
+// pointing into a discarded section (a link error).
+__attribute__((always_inline)) inline CsResult cs_add_bounded(
+    int cpu, const uint64_t* disabled, const void* const* owner_slot, const void* expected_owner,
+    int64_t* count, int64_t delta, int64_t lo, int64_t hi) noexcept {
   struct rseq* rs = rseq_area();
   asm goto(MEMCG_RSEQ_CS_PROLOGUE
            "cmpq $0, (%[disabled])\n\t"
@@ -167,8 +170,11 @@ aborted:
   return CsResult::kAborted;
 }
 
-inline CsResult cs_cmpeq_store_ptr(int cpu, const uint64_t* disabled, void** slot,
-                                   const void* expected, void* newv) noexcept {
+__attribute__((always_inline)) inline CsResult cs_cmpeq_store_ptr(int cpu,
+                                                                   const uint64_t* disabled,
+                                                                   void** slot,
+                                                                   const void* expected,
+                                                                   void* newv) noexcept {
   struct rseq* rs = rseq_area();
   asm goto(MEMCG_RSEQ_CS_PROLOGUE
            "cmpq $0, (%[disabled])\n\t"

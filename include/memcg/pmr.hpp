@@ -1,0 +1,165 @@
+// MemoryResource: a std::pmr::memory_resource whose allocations are charged to a group.
+//
+// Every allocate() charges its bytes through the object layer (obj_stock.hpp: byte-exact, a few
+// nanoseconds on a hit) and then takes the memory from an upstream resource; deallocate() gives
+// the memory back and uncharges exactly what allocate() charged, from the group it was charged
+// to. A charge that the controller refuses (memory.max held and nothing could be reclaimed)
+// throws std::bad_alloc: the resource never lets a group exceed its limit silently. Inside a
+// NoFailScope (nofail.hpp) the charge is forced instead.
+//
+// Two ways to choose the group:
+//  - MemoryResource(group, ...): every allocation charges `group`, held by reference for the
+//    resource's lifetime. Blocks carry nothing extra.
+//  - MemoryResource(controller, ...): each allocation charges the allocating thread's group
+//    (current_group(), attach.hpp) and records it in a 16-byte header in front of the block
+//    (alignment-aware: the header takes max(alignment, 16) bytes), so that a block freed by
+//    another thread, or after its thread moved or exited, is uncharged from the right group. The
+//    header is charged too.
+//
+// The upstream's own allocations are not charged again by the global operator new hook
+// (memcg_hook). Two resources compare equal only when they are the same object (memory from one
+// may be freed only through it).
+//
+// Thread safety: as safe as the upstream (new_delete_resource by default: fully thread-safe).
+// REQUIRES: every block is deallocated before the controller is destroyed; the upstream outlives
+// the resource.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory_resource>
+#include <new>
+
+#include "memcg/attach.hpp"
+#include "memcg/charge.hpp"
+#include "memcg/controller.hpp"
+#include "memcg/internal/hook_bypass.hpp"
+#include "memcg/obj_stock.hpp"
+
+namespace memcg {
+
+// How a MemoryResource charges (outside the class so that it can be a default argument).
+struct MemoryResourceOptions {
+  int kind = kDefaultKind;          // memory.stat item the bytes count under
+  uint32_t flags = kDefaultCharge;  // charge flags (kMayBlock: reclaim before failing)
+};
+
+class MemoryResource : public std::pmr::memory_resource {
+ public:
+  using Options = MemoryResourceOptions;
+
+  // Charges `group` for every allocation.
+  explicit MemoryResource(Group& group,
+                          std::pmr::memory_resource* upstream = std::pmr::new_delete_resource(),
+                          Options options = {}) noexcept
+      : controller_(&group.controller()),
+        objects_(&controller_->obj_stock()),
+        group_(&group),
+        upstream_(upstream),
+        options_(options) {}
+  MemoryResource(Group& group, Options options) noexcept
+      : MemoryResource(group, std::pmr::new_delete_resource(), options) {}
+  // Charges the allocating thread's group of `controller` (the root when unattached).
+  explicit MemoryResource(Controller& controller,
+                          std::pmr::memory_resource* upstream = std::pmr::new_delete_resource(),
+                          Options options = {}) noexcept
+      : controller_(&controller),
+        objects_(&controller.obj_stock()),
+        upstream_(upstream),
+        options_(options) {}
+
+  MemoryResource(const MemoryResource&) = delete;
+  MemoryResource& operator=(const MemoryResource&) = delete;
+
+  // The group charged, or null for the per-thread mode.
+  Group* group() const noexcept { return group_.get(); }
+  std::pmr::memory_resource* upstream() const noexcept { return upstream_; }
+  const Options& options() const noexcept { return options_; }
+
+ protected:
+  void* do_allocate(size_t bytes, size_t alignment) override {
+    if (group_) return allocate_bound(bytes, alignment);
+    return allocate_tagged(bytes, alignment);
+  }
+  void do_deallocate(void* p, size_t bytes, size_t alignment) override {
+    if (group_) {
+      {
+        internal::HookBypass bypass;
+        upstream_->deallocate(p, bytes, alignment);
+      }
+      objects_->uncharge(*group_, bytes, options_.kind);
+      return;
+    }
+    deallocate_tagged(p, bytes, alignment);
+  }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+    return this == &other;
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Implementation details.
+ private:
+  struct alignas(16) Header {
+    Group* group;  // null: nothing charged (the root)
+    uint64_t reserved;
+  };
+  static_assert(sizeof(Header) == 16);
+  // Bytes in front of the user block: the header, padded to keep the block's alignment.
+  static size_t prefix(size_t alignment) noexcept { return alignment > 16 ? alignment : 16; }
+
+  void* allocate_bound(size_t bytes, size_t alignment) {
+    Group& g = *group_;
+    if (!charged(objects_->charge(g, bytes, options_.flags, options_.kind))) [[unlikely]]
+      throw std::bad_alloc();
+    try {
+      internal::HookBypass bypass;
+      return upstream_->allocate(bytes, alignment);
+    } catch (...) {
+      objects_->uncharge(g, bytes, options_.kind);
+      throw;
+    }
+  }
+
+  void* allocate_tagged(size_t bytes, size_t alignment) {
+    const size_t pre = prefix(alignment);
+    if (bytes > SIZE_MAX - pre) throw std::bad_alloc();
+    const size_t total = bytes + pre;
+    Group* g = &current_group(*controller_);
+    if (g->is_root()) {
+      g = nullptr;
+    } else if (!charged(objects_->charge(*g, total, options_.flags, options_.kind))) {
+      throw std::bad_alloc();
+    }
+    char* base;
+    try {
+      internal::HookBypass bypass;
+      base = static_cast<char*>(upstream_->allocate(total, pre));
+    } catch (...) {
+      if (g) objects_->uncharge(*g, total, options_.kind);
+      throw;
+    }
+    auto* h = reinterpret_cast<Header*>(base + pre - sizeof(Header));
+    h->group = g;
+    h->reserved = 0;
+    return base + pre;
+  }
+
+  void deallocate_tagged(void* p, size_t bytes, size_t alignment) noexcept {
+    const size_t pre = prefix(alignment);
+    char* base = static_cast<char*>(p) - pre;
+    Group* g = reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))->group;
+    {
+      internal::HookBypass bypass;
+      upstream_->deallocate(base, bytes + pre, pre);
+    }
+    if (g) objects_->uncharge(*g, bytes + pre, options_.kind);
+  }
+
+  Controller* controller_;
+  ObjStock* objects_;  // the controller's, cached: saves two dependent loads a call
+  GroupRef group_;
+  std::pmr::memory_resource* upstream_;
+  Options options_;
+};
+
+}  // namespace memcg

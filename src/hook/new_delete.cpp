@@ -1,0 +1,207 @@
+// Replacement of every form of the global operator new and delete (see hook.hpp).
+//
+// Hot path of a charged allocation: malloc, malloc_usable_size (unless turned off), the object
+// layer's charge
+// (a restartable sequence on this CPU's reserve), two header stores. Of a free: two header loads,
+// free, the object layer's uncharge. The thread's group is read from its attachment.
+#include <malloc.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+#include "memcg/attach.hpp"
+#include "memcg/hook.hpp"
+#include "memcg/internal/hook_bypass.hpp"
+#include "memcg/obj_stock.hpp"
+
+namespace memcg::hook {
+namespace {
+
+// In front of each block. `charged` holds the bytes in its low 56 bits and the kind above.
+struct alignas(16) Header {
+  Group* group;  // null: the root's, nothing charged
+  uint64_t charged;
+};
+static_assert(sizeof(Header) == kHeaderBytes);
+constexpr unsigned kKindShift = 56;
+constexpr uint64_t kBytesMask = (uint64_t{1} << kKindShift) - 1;
+constexpr size_t kDefaultAlign = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+static_assert(kDefaultAlign <= kHeaderBytes);
+
+std::atomic<int> g_kind{kDefaultKind};
+std::atomic<uint32_t> g_flags{kDefaultCharge};
+std::atomic<uint64_t> g_failed{0};
+std::atomic<bool> g_usable_size{true};
+
+// Bytes in front of the user block: the header, padded to keep the block's alignment.
+inline size_t prefix(size_t align) noexcept {
+  return align > kHeaderBytes ? align : kHeaderBytes;
+}
+
+// The group this thread's allocations are charged to, or null.
+inline Group* charge_target() noexcept {
+  if (internal::tl_hook_bypass != 0) return nullptr;
+  Group* g = attached_group();
+  return g != nullptr && !g->is_root() ? g : nullptr;
+}
+
+// Null on failure. `refused` tells a refused charge from an empty heap.
+inline void* allocate(size_t size, size_t align, bool* refused) noexcept {
+  const size_t pre = prefix(align);
+  if (size > SIZE_MAX / 2) return nullptr;
+  void* base;
+  if (align <= kDefaultAlign) {
+    base = std::malloc(size + pre);
+  } else {
+    base = std::aligned_alloc(align, (size + pre + align - 1) & ~(align - 1));
+  }
+  if (base == nullptr) [[unlikely]]
+    return nullptr;
+  Group* g = charge_target();
+  uint64_t charged = 0;
+  if (g != nullptr) {
+    const int kind = g_kind.load(std::memory_order_relaxed);
+    const uint64_t bytes =
+        g_usable_size.load(std::memory_order_relaxed) ? malloc_usable_size(base) : size + pre;
+    // The library's own allocations while it charges (reclaim, statistics) are not charged.
+    internal::HookBypass bypass;
+    if (!memcg::charged(try_charge_object(*g, bytes, g_flags.load(std::memory_order_relaxed),
+                                          kind))) [[unlikely]] {
+      std::free(base);
+      g_failed.fetch_add(1, std::memory_order_relaxed);
+      *refused = true;
+      return nullptr;
+    }
+    charged = bytes | static_cast<uint64_t>(kind) << kKindShift;
+  }
+  char* user = static_cast<char*>(base) + pre;
+  Header* h = reinterpret_cast<Header*>(user - kHeaderBytes);
+  h->group = g;
+  h->charged = charged;
+  return user;
+}
+
+inline void deallocate(void* p, size_t align) noexcept {
+  if (p == nullptr) return;
+  const Header* h = reinterpret_cast<const Header*>(static_cast<char*>(p) - kHeaderBytes);
+  Group* const g = h->group;
+  const uint64_t charged = h->charged;
+  std::free(static_cast<char*>(p) - prefix(align));
+  if (g != nullptr && internal::tl_hook_teardown == 0) {
+    // The object layer holds the group while it has charged bytes: no reference needed here.
+    internal::HookBypass bypass;
+    uncharge_object(*g, charged & kBytesMask, static_cast<int>(charged >> kKindShift));
+  }
+}
+
+// The standard's loop: on an empty heap call the new-handler and retry, or fail.
+void* new_throwing(size_t size, size_t align) {
+  for (;;) {
+    bool refused = false;
+    if (void* p = allocate(size, align, &refused)) [[likely]]
+      return p;
+    if (refused) throw std::bad_alloc();
+    std::new_handler handler = std::get_new_handler();
+    if (handler == nullptr) throw std::bad_alloc();
+    handler();
+  }
+}
+
+void* new_nothrow(size_t size, size_t align) noexcept {
+  try {
+    return new_throwing(size, align);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+void set_kind(int kind) noexcept {
+  g_kind.store(kind, std::memory_order_relaxed);
+}
+int kind() noexcept {
+  return g_kind.load(std::memory_order_relaxed);
+}
+void set_flags(uint32_t flags) noexcept {
+  g_flags.store(flags, std::memory_order_relaxed);
+}
+uint32_t flags() noexcept {
+  return g_flags.load(std::memory_order_relaxed);
+}
+void set_charge_usable_size(bool on) noexcept {
+  g_usable_size.store(on, std::memory_order_relaxed);
+}
+uint64_t failed_charges() noexcept {
+  return g_failed.load(std::memory_order_relaxed);
+}
+
+}  // namespace memcg::hook
+
+namespace hk = memcg::hook;
+
+// ---- the replaceable global allocation functions ------------------------------------------------
+
+void* operator new(std::size_t n) {
+  return hk::new_throwing(n, hk::kDefaultAlign);
+}
+void* operator new[](std::size_t n) {
+  return hk::new_throwing(n, hk::kDefaultAlign);
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return hk::new_nothrow(n, hk::kDefaultAlign);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return hk::new_nothrow(n, hk::kDefaultAlign);
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+  return hk::new_throwing(n, static_cast<size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+  return hk::new_throwing(n, static_cast<size_t>(a));
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return hk::new_nothrow(n, static_cast<size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return hk::new_nothrow(n, static_cast<size_t>(a));
+}
+
+void operator delete(void* p) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
+void operator delete[](void* p) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  hk::deallocate(p, hk::kDefaultAlign);
+}
+void operator delete(void* p, std::align_val_t a) noexcept {
+  hk::deallocate(p, static_cast<size_t>(a));
+}
+void operator delete[](void* p, std::align_val_t a) noexcept {
+  hk::deallocate(p, static_cast<size_t>(a));
+}
+void operator delete(void* p, std::size_t, std::align_val_t a) noexcept {
+  hk::deallocate(p, static_cast<size_t>(a));
+}
+void operator delete[](void* p, std::size_t, std::align_val_t a) noexcept {
+  hk::deallocate(p, static_cast<size_t>(a));
+}
+void operator delete(void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
+  hk::deallocate(p, static_cast<size_t>(a));
+}
+void operator delete[](void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
+  hk::deallocate(p, static_cast<size_t>(a));
+}

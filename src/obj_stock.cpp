@@ -1,0 +1,311 @@
+// Object stock slow paths: unit refills, owner switches, returns, pools, drains.
+//
+// Shard ownership follows Stock (stock.cpp): every path here changes a shard only while holding
+// its `disabled` word, and in rseq mode calls make_exclusive() before touching `bytes`. Nothing
+// that can call back into the library (unit charges, uncharges, statistics, the last put of a
+// group) runs while a shard is held: slow paths take what they need out of the shard, release it,
+// and then act.
+//
+// Byte conservation, per group: units charged here x unit = live bytes + reserves + pool.
+// Statistics: for each shard, reported - bytes is the byte delta of its owner's kind not yet
+// given to the group (a hit moves `bytes` alone). A slow path adds its own live delta to
+// `reported`, and folds the whole pending delta into the group once it passes one unit.
+
+#include "memcg/obj_stock.hpp"
+
+#include <sched.h>
+
+#include <cassert>
+#include <cstdlib>
+
+namespace memcg {
+namespace {
+
+constexpr uintptr_t kKindMask = ObjStock::kMaxKinds - 1;
+static_assert(alignof(Group) >= ObjStock::kMaxKinds, "kinds are packed into group addresses");
+
+Group* group_of(const void* owner) noexcept {
+  return reinterpret_cast<Group*>(reinterpret_cast<uintptr_t>(owner) & ~kKindMask);
+}
+int kind_of(const void* owner) noexcept {
+  return static_cast<int>(reinterpret_cast<uintptr_t>(owner) & kKindMask);
+}
+int64_t magnitude(int64_t d) noexcept {
+  return d < 0 ? -d : d;
+}
+
+}  // namespace
+
+ObjStock::ObjStock(int nr_shards, unsigned unit_shift, Mode mode)
+    : nr_shards_(nr_shards > 0 ? nr_shards : internal::nr_cpu_ids()),
+      shift_(unit_shift),
+      unit_(int64_t{1} << unit_shift),
+      rseq_(MEMCG_RSEQ_CS && mode == Mode::kAuto && internal::rseq_mode() &&
+            nr_shards_ >= internal::nr_cpu_ids()) {
+  shards_ = std::make_unique<Shard[]>(static_cast<size_t>(nr_shards_));
+}
+
+ObjStock::~ObjStock() {
+  drain_matching([](const Group*) { return true; });
+}
+
+// ---- shard ownership (as in Stock) ------------------------------------------------------------
+
+int ObjStock::local_shard() const noexcept {
+  const int cpu = internal::current_cpu();
+  if (!rseq_) return cpu % nr_shards_;
+  return cpu < nr_shards_ ? cpu : -1;
+}
+
+void ObjStock::make_exclusive(int idx) noexcept {
+  if (rseq_ && internal::current_cpu() != idx) internal::fence_cpu(idx);
+}
+
+bool ObjStock::try_lock(int idx) noexcept {
+  // Sequentially consistent for the rseq protocol (see Stock::try_lock).
+  if (shards_[idx].disabled.exchange(1, std::memory_order_seq_cst) != 0) return false;
+  make_exclusive(idx);
+  return true;
+}
+
+void ObjStock::lock_wait(int idx) noexcept {
+  Shard& s = shards_[idx];
+  while (s.disabled.exchange(1, std::memory_order_seq_cst) != 0) {
+    while (s.disabled.load(std::memory_order_relaxed) != 0) sched_yield();
+  }
+}
+
+void ObjStock::unlock(int idx) noexcept {
+  shards_[idx].disabled.store(0, std::memory_order_release);
+}
+
+ObjStock::Taken ObjStock::take(Shard& s) noexcept {
+  Taken t{s.owner.load(std::memory_order_relaxed), s.bytes.load(std::memory_order_relaxed), 0};
+  t.pending = s.reported - t.bytes;
+  s.bytes.store(0, std::memory_order_relaxed);
+  s.owner.store(nullptr, std::memory_order_relaxed);
+  s.reported = 0;
+  return t;
+}
+
+// ---- what runs after a shard is released -------------------------------------------------------
+
+void ObjStock::flush_stat(Group& g, int kind, int64_t delta) noexcept {
+  if (delta == 0 || kind < 0) return;
+  g.stat_add(kind, delta, ((magnitude(delta) - 1) >> shift_) + 1);
+}
+
+// Units leave the object layer. The last of a group's units drops the layer's reference, which
+// may free a removed group: nothing touches `g` after it.
+void ObjStock::return_units(Group& g, int64_t units, bool direct) noexcept {
+  if (direct) {
+    uncharge_direct(g, units, kNoStatKind);
+  } else {
+    memcg::uncharge(g, units, kNoStatKind);
+  }
+  if (g.obj_units_.fetch_sub(units, std::memory_order_acq_rel) == units) g.put();
+}
+
+// Parks sub-unit leftovers; whole units that accumulate in the pool go back at once.
+void ObjStock::pool_add(Group& g, int64_t bytes, bool direct) noexcept {
+  if (bytes <= 0) return;
+  int64_t v = g.obj_pool_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
+  while (v >= unit_) {
+    const int64_t units = v >> shift_;
+    if (g.obj_pool_bytes_.compare_exchange_weak(v, v - (units << shift_),
+                                                std::memory_order_acq_rel)) {
+      return_units(g, units, direct);
+      return;
+    }
+  }
+}
+
+void ObjStock::give_back(const Taken& t, bool direct) noexcept {
+  if (t.owner == nullptr) return;
+  Group& g = *group_of(t.owner);
+  flush_stat(g, kind_of(t.owner), t.pending);
+  if (const int64_t units = t.bytes >> shift_; units > 0) return_units(g, units, direct);
+  pool_add(g, t.bytes & (unit_ - 1), direct);  // pool_add may put one of the group's units;
+  g.put();                                     // the slot's reference is still held here
+}
+
+// ---- slow paths ---------------------------------------------------------------------------------
+
+ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int kind) noexcept {
+  if (g.is_root() || size == 0) return ChargeStatus::kOk;
+  // Sizes no allocator can serve; also keeps every sum below in range.
+  if (size > (uint64_t{1} << 60)) return ChargeStatus::kNoMem;
+  const auto s = static_cast<int64_t>(size);
+  const bool cached = static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds);
+  const void* const owner = cached ? tag(g, kind) : nullptr;
+
+  int64_t have = 0;  // reserve bytes taken towards s
+  const int idx = cached ? local_shard() : -1;
+  if (idx >= 0 && try_lock(idx)) {
+    Shard& sh = shards_[idx];
+    if (sh.owner.load(std::memory_order_relaxed) == owner) {
+      const int64_t r = sh.bytes.load(std::memory_order_relaxed);
+      if (r >= s) {  // a hit that the fast path could not take (busy, aborted, no rseq)
+        sh.bytes.store(r - s, std::memory_order_relaxed);
+        unlock(idx);
+        return ChargeStatus::kOk;
+      }
+      // Take the whole reserve; it leaves as non-live bytes (reported moves with it).
+      have = r;
+      sh.bytes.store(0, std::memory_order_relaxed);
+      sh.reported -= r;
+    }
+    unlock(idx);
+  } else {
+    if (idx >= 0) bump(shards_[idx].stats.bypasses);
+  }
+
+  const int64_t need = s - have;
+  const int64_t units = ((need - 1) >> shift_) + 1;
+  const ChargeStatus st = memcg::try_charge(g, units, flags, kNoStatKind);
+  if (st == ChargeStatus::kNoMem) {
+    put_bytes(g, kind, have, 0);
+    return st;
+  }
+  // The caller holds a reference, so a concurrent last return cannot free g before this get.
+  if (g.obj_units_.fetch_add(units, std::memory_order_acq_rel) == 0) g.get();
+  if (idx >= 0) bump(shards_[idx].stats.refills);  // approximate: the shard is not held
+  put_bytes(g, kind, (units << shift_) - need, s);
+  return st;
+}
+
+void ObjStock::uncharge_slow(Group& g, uint64_t size, int kind) noexcept {
+  if (g.is_root() || size == 0) return;
+  const auto s = static_cast<int64_t>(size);
+  put_bytes(g, kind, s, -s);
+}
+
+// Adds `add` bytes to the local reserve of (g, kind) and `live` to the kind's byte statistic,
+// installing the reserve (and switching away from another owner) when needed.
+void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live) noexcept {
+  const bool cached = static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds);
+  const int idx = cached ? local_shard() : -1;
+  if (idx < 0 || !try_lock(idx)) {
+    // No reserve to use: the statistic directly, the bytes to the pool.
+    if (idx >= 0) bump(shards_[idx].stats.bypasses);
+    flush_stat(g, kind, live);
+    pool_add(g, add, false);
+    return;
+  }
+  Shard& sh = shards_[idx];
+  const void* const owner = tag(g, kind);
+  Taken old;
+  int64_t r;
+  int64_t reported;
+  if (sh.owner.load(std::memory_order_relaxed) == owner) {
+    r = sh.bytes.load(std::memory_order_relaxed);
+    reported = sh.reported;
+  } else {
+    old = take(sh);
+    g.get();  // the slot's reference
+    // Whatever another shard parked for this group is picked up here.
+    r = g.obj_pool_bytes_.load(std::memory_order_relaxed) != 0
+            ? g.obj_pool_bytes_.exchange(0, std::memory_order_acq_rel)
+            : 0;
+    reported = r;
+    sh.owner.store(owner, std::memory_order_relaxed);
+    if (old.owner != nullptr) bump(sh.stats.switches);
+  }
+  r += add;
+  reported += add + live;
+  int64_t units_out = 0;
+  if (r > unit_) {
+    units_out = r >> shift_;
+    r -= units_out << shift_;
+    reported -= units_out << shift_;
+    bump(sh.stats.returns);
+  }
+  int64_t flush = 0;
+  if (magnitude(reported - r) > unit_) {
+    flush = reported - r;
+    reported = r;
+    bump(sh.stats.stat_flushes);
+  }
+  sh.bytes.store(r, std::memory_order_relaxed);
+  sh.reported = reported;
+  unlock(idx);
+
+  // The slot's reference keeps g alive through all of this.
+  flush_stat(g, kind, flush);
+  if (units_out > 0) return_units(g, units_out, false);
+  give_back(old, false);
+}
+
+// ---- drains -----------------------------------------------------------------------------------
+
+template <typename Match>
+void ObjStock::drain_matching(Match match) noexcept {
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    Shard& s = shards_[idx];
+    // Unlocked pre-check, as in Stock: an empty shard needs neither the word nor a fence.
+    if (s.owner.load(std::memory_order_relaxed) == nullptr) continue;
+    lock_wait(idx);
+    Taken t;
+    const void* owner = s.owner.load(std::memory_order_relaxed);
+    // The slot's reference keeps the owner valid while the word is held.
+    if (owner != nullptr && match(group_of(owner))) {
+      make_exclusive(idx);
+      t = take(s);
+      bump(s.stats.drains);
+    }
+    unlock(idx);
+    give_back(t, true);
+  }
+}
+
+void ObjStock::drain_cpu_local() noexcept {
+  const int idx = local_shard();
+  if (idx < 0) return;
+  lock_wait(idx);
+  make_exclusive(idx);
+  const Taken t = take(shards_[idx]);
+  unlock(idx);
+  give_back(t, true);
+}
+
+void ObjStock::drain_all(const Group* root) noexcept {
+  if (root == nullptr) {
+    drain_matching([](const Group*) { return true; });
+  } else {
+    drain_matching([root](const Group* g) { return g->is_descendant_of(*root); });
+  }
+}
+
+void ObjStock::drain_owner(const Group* group) noexcept {
+  drain_matching([group](const Group* g) { return g == group; });
+}
+
+int64_t ObjStock::stocked(const Group* group) const noexcept {
+  int64_t sum = 0;
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    const Shard& s = shards_[idx];
+    if (group_of(s.owner.load(std::memory_order_relaxed)) == group)
+      sum += s.bytes.load(std::memory_order_relaxed);
+  }
+  return sum;
+}
+
+int64_t ObjStock::pooled(const Group& group) noexcept {
+  return group.obj_pool_bytes_.load(std::memory_order_relaxed);
+}
+
+ObjStock::Stats ObjStock::stats() const noexcept {
+  Stats st{};
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    const Shard::Counters& c = shards_[idx].stats;
+    st.refills += c.refills.load(std::memory_order_relaxed);
+    st.switches += c.switches.load(std::memory_order_relaxed);
+    st.returns += c.returns.load(std::memory_order_relaxed);
+    st.bypasses += c.bypasses.load(std::memory_order_relaxed);
+    st.drains += c.drains.load(std::memory_order_relaxed);
+    st.stat_flushes += c.stat_flushes.load(std::memory_order_relaxed);
+  }
+  return st;
+}
+
+}  // namespace memcg

@@ -1,0 +1,302 @@
+// The object layer: byte-exact charges over unit charges, reserves, pools, drains, statistics,
+// limits, removal, NoFailScope, and exactness under random multi-threaded use (both the rseq and
+// the try-lock paths).
+#include "memcg/obj_stock.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "memcg/attach.hpp"
+#include "memcg/controller.hpp"
+#include "memcg/lru_cache.hpp"
+#include "memcg/nofail.hpp"
+#include "memcg/stock.hpp"
+
+namespace memcg {
+namespace {
+
+constexpr int64_t kUnit = 4096;
+
+Options shards(int n) {
+  Options o;
+  o.nr_shards = n;
+  o.stat_kinds = {"objects"};
+  return o;
+}
+
+// Empties both stocks and folds statistics: afterwards usage and memory.stat are exact.
+void settle(Controller& ctl) {
+  ctl.obj_stock().drain_all(nullptr);
+  ctl.stock().drain_all(nullptr);
+  ctl.flush_stats();
+}
+
+int64_t round_up(int64_t bytes) {
+  return (bytes + kUnit - 1) / kUnit * kUnit;
+}
+
+TEST(ObjStock, FirstChargeTakesOneUnitAndKeepsTheTail) {
+  Controller ctl(shards(1));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  ASSERT_EQ(try_charge_object(*g, 100), ChargeStatus::kOk);
+  EXPECT_EQ(ctl.obj_stock().stocked(g.get()), kUnit - 100);
+  ASSERT_EQ(try_charge_object(*g, 200), ChargeStatus::kOk);
+  EXPECT_EQ(ctl.obj_stock().stocked(g.get()), kUnit - 300);
+  ctl.stock().drain_all(nullptr);
+  EXPECT_EQ(g->current(), uint64_t(kUnit));  // one unit, although the unit stock took a batch
+  ctl.flush_stats();
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), 0);  // deferred while the reserve is hit
+  settle(ctl);
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), 300);  // exact bytes once drained
+  EXPECT_EQ(g->current(), uint64_t(kUnit));
+  uncharge_object(*g, 100);
+  uncharge_object(*g, 200);
+  settle(ctl);
+  EXPECT_EQ(g->current(), 0u);
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), 0);
+  EXPECT_EQ(ObjStock::pooled(*g), 0);
+}
+
+TEST(ObjStock, ReservePastOneUnitReturnsWholeUnits) {
+  Controller ctl(shards(1));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  ASSERT_EQ(try_charge_object(*g, 3 * kUnit + 10), ChargeStatus::kOk);  // 4 units, tail kept
+  EXPECT_EQ(ctl.obj_stock().stocked(g.get()), kUnit - 10);
+  uncharge_object(*g, 3 * kUnit + 10);  // the reserve would hold 4 units: all go back
+  EXPECT_EQ(ctl.obj_stock().stocked(g.get()), 0);
+  ctl.stock().drain_all(nullptr);
+  EXPECT_EQ(g->current(), 0u);
+  EXPECT_GE(ctl.obj_stock().stats().returns, 1u);
+  settle(ctl);
+  EXPECT_EQ(g->current(), 0u);
+}
+
+TEST(ObjStock, SwitchingGroupsParksLeftoversInThePool) {
+  Controller ctl(shards(1));
+  GroupRef a, b;
+  ASSERT_EQ(ctl.create("a", &a), 0);
+  ASSERT_EQ(ctl.create("b", &b), 0);
+  ASSERT_EQ(try_charge_object(*a, 1000), ChargeStatus::kOk);
+  ASSERT_EQ(try_charge_object(*b, 1000), ChargeStatus::kOk);  // a's reserve leaves the shard
+  EXPECT_EQ(ObjStock::pooled(*a), kUnit - 1000);
+  EXPECT_EQ(ctl.obj_stock().stocked(a.get()), 0);
+  // The next reserve of a picks the pool up: no new unit for a.
+  ASSERT_EQ(try_charge_object(*a, 500), ChargeStatus::kOk);
+  EXPECT_EQ(ObjStock::pooled(*a), 0);
+  EXPECT_EQ(ctl.obj_stock().stocked(a.get()), kUnit - 1500);
+  settle(ctl);
+  EXPECT_EQ(a->current(), uint64_t(kUnit));
+  EXPECT_EQ(a->stat(StatRegistry::kAnon), 1500);
+  EXPECT_EQ(b->stat(StatRegistry::kAnon), 1000);
+  uncharge_object(*a, 1000);
+  uncharge_object(*b, 1000);
+  uncharge_object(*a, 500);
+  settle(ctl);
+  EXPECT_EQ(a->current(), 0u);
+  EXPECT_EQ(b->current(), 0u);
+  EXPECT_EQ(a->stat(StatRegistry::kAnon), 0);
+  EXPECT_EQ(b->stat(StatRegistry::kAnon), 0);
+}
+
+TEST(ObjStock, KindsAreCountedApartAndNotDoubleCounted) {
+  Controller ctl(shards(1));
+  const int objects = ctl.stat_index("objects");
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  ASSERT_EQ(try_charge_object(*g, 700, kDefaultCharge, objects), ChargeStatus::kOk);
+  ASSERT_EQ(try_charge_object(*g, 300, kDefaultCharge, StatRegistry::kKernel), ChargeStatus::kOk);
+  ASSERT_EQ(try_charge(*g, 2), ChargeStatus::kOk);  // unit charges count as before
+  settle(ctl);
+  EXPECT_EQ(g->stat(objects), 700);
+  EXPECT_EQ(g->stat(StatRegistry::kKernel), 300);
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), 2 * kUnit);
+  EXPECT_EQ(g->current(), uint64_t(3 * kUnit));  // 1000 bytes round up to one unit
+  uncharge_object(*g, 700, objects);
+  uncharge_object(*g, 300, StatRegistry::kKernel);
+  uncharge(*g, 2);
+  settle(ctl);
+  EXPECT_EQ(g->current(), 0u);
+  EXPECT_EQ(g->stat(objects), 0);
+}
+
+TEST(ObjStock, RootRecordsNothing) {
+  Controller ctl(shards(1));
+  ASSERT_EQ(try_charge_object(ctl.root(), 100), ChargeStatus::kOk);
+  uncharge_object(ctl.root(), 100);
+  EXPECT_EQ(ctl.obj_stock().stocked(&ctl.root()), 0);
+}
+
+TEST(ObjStock, FailsAtTheLimitAndReservesOfOtherShardsAreDrained) {
+  Controller ctl(shards(4));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  g->set_max(4 * kUnit);
+  ctl.set_reclaim_hook([](Group&, int64_t) { return int64_t{0}; });
+  ctl.set_oom_hook([](Group&, int64_t) { return false; });
+  int64_t live = 0;
+  while (charged(try_charge_object(*g, 1000))) live += 1000;
+  // Never over the limit, and nothing usable was hidden in a reserve.
+  EXPECT_EQ(live, 4 * kUnit / 1000 * 1000);
+  EXPECT_LE(g->current(), 4u * kUnit);
+  EXPECT_GE(charge_stats(ctl).failed, 1u);
+  settle(ctl);
+  EXPECT_EQ(int64_t(g->current()), round_up(live));
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), live);
+  for (int64_t b = 0; b < live; b += 1000) uncharge_object(*g, 1000);
+  settle(ctl);
+  EXPECT_EQ(g->current(), 0u);
+}
+
+TEST(ObjStock, NoFailScopeForcesAndIsCounted) {
+  Controller ctl(shards(1));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  g->set_max(kUnit);
+  ctl.set_reclaim_hook([](Group&, int64_t) { return int64_t{0}; });
+  ctl.set_oom_hook([](Group&, int64_t) { return false; });
+  ASSERT_EQ(try_charge_object(*g, kUnit), ChargeStatus::kOk);
+  EXPECT_EQ(try_charge_object(*g, 10), ChargeStatus::kNoMem);
+  {
+    NoFailScope scope;
+    EXPECT_TRUE(NoFailScope::active());
+    EXPECT_EQ(try_charge_object(*g, 10), ChargeStatus::kForced);
+  }
+  EXPECT_FALSE(NoFailScope::active());
+  EXPECT_EQ(charge_stats(ctl).forced, 1u);
+  EXPECT_EQ(g->current(), uint64_t(2 * kUnit));
+  uncharge_object(*g, kUnit);
+  uncharge_object(*g, 10);
+  settle(ctl);
+  EXPECT_EQ(g->current(), 0u);
+}
+
+TEST(ObjStock, AReclaimableCacheMakesRoom) {
+  Controller ctl(shards(1));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  g->set_max(16 * kUnit);
+  LruCache cache(*g, "cache");
+  ASSERT_EQ(cache.grow(16), 16);
+  ASSERT_EQ(try_charge_object(*g, 3 * kUnit), ChargeStatus::kOk);
+  EXPECT_GT(cache.evicted(), 0u);
+  EXPECT_LE(g->current(), 16u * kUnit);
+  uncharge_object(*g, 3 * kUnit);
+  cache.drop();
+  settle(ctl);
+  EXPECT_EQ(g->current(), 0u);
+}
+
+TEST(ObjStock, RemovedGroupStaysValidUntilItsLastBytesGo) {
+  Controller ctl(shards(2));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  Group* raw = g.get();
+  ASSERT_EQ(try_charge_object(*raw, 123), ChargeStatus::kOk);
+  g.reset();
+  ASSERT_EQ(ctl.remove("g"), 0);
+  EXPECT_EQ(ctl.nr_dying(), 1u);                     // the object layer's reference keeps it
+  EXPECT_EQ(ctl.root().current(), uint64_t(kUnit));  // still charged, through the root
+  uncharge_object(*raw, 123);                        // no reference held by the caller
+  settle(ctl);
+  EXPECT_EQ(ctl.nr_dying(), 0u);
+  EXPECT_EQ(ctl.root().current(), 0u);
+}
+
+// Random allocate/free from several threads over three groups and two kinds, with frees made by
+// other threads; afterwards usage and memory.stat match what is still allocated exactly.
+void random_exactness(Controller& ctl, ObjStock& os, int threads, int ops) {
+  const int objects = ctl.stat_index("objects");
+  GroupRef g[3];
+  ASSERT_EQ(ctl.create("x", &g[0]), 0);
+  ASSERT_EQ(ctl.create("y", &g[1]), 0);
+  ASSERT_EQ(ctl.create("x/z", &g[2]), 0);
+  struct Block {
+    int group, kind;
+    uint64_t bytes;
+  };
+  std::mutex mu;
+  std::vector<Block> shared;  // blocks any thread may free
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      std::mt19937_64 rng(1234 + t);
+      std::vector<Block> mine;
+      for (int i = 0; i < ops; ++i) {
+        const int r = static_cast<int>(rng() % 10);
+        if (r < 5 || mine.empty()) {
+          Block b{static_cast<int>(rng() % 3), rng() % 2 ? objects : StatRegistry::kAnon,
+                  1 + rng() % (rng() % 8 == 0 ? 20000 : 300)};
+          ASSERT_TRUE(charged(os.charge(*g[b.group], b.bytes, kDefaultCharge, b.kind)));
+          mine.push_back(b);
+        } else if (r < 8) {
+          const size_t k = rng() % mine.size();
+          os.uncharge(*g[mine[k].group], mine[k].bytes, mine[k].kind);
+          mine[k] = mine.back();
+          mine.pop_back();
+        } else if (r < 9) {
+          std::lock_guard lock(mu);
+          shared.push_back(mine.back());
+          mine.pop_back();
+        } else {
+          std::lock_guard lock(mu);
+          if (!shared.empty()) {
+            const Block b = shared.back();
+            shared.pop_back();
+            os.uncharge(*g[b.group], b.bytes, b.kind);
+          }
+        }
+      }
+      std::lock_guard lock(mu);
+      shared.insert(shared.end(), mine.begin(), mine.end());
+    });
+  }
+  for (auto& t : ts) t.join();
+
+  auto check = [&] {
+    os.drain_all(nullptr);
+    settle(ctl);
+    int64_t live[3][2] = {};
+    for (const Block& b : shared) live[b.group][b.kind == objects] += static_cast<int64_t>(b.bytes);
+    for (int i = 0; i < 3; ++i) {
+      const int64_t local = live[i][0] + live[i][1];
+      const int64_t below = i == 0 ? round_up(live[2][0] + live[2][1]) : 0;
+      EXPECT_EQ(int64_t(g[i]->current()), round_up(local) + below) << i;
+      EXPECT_EQ(g[i]->stat_local(StatRegistry::kAnon), live[i][0]) << i;
+      EXPECT_EQ(g[i]->stat_local(objects), live[i][1]) << i;
+      EXPECT_LT(ObjStock::pooled(*g[i]), kUnit);
+    }
+  };
+  check();
+  // Free half from this thread, check, then the rest.
+  for (size_t i = shared.size() / 2; i < shared.size(); ++i)
+    os.uncharge(*g[shared[i].group], shared[i].bytes, shared[i].kind);
+  shared.resize(shared.size() / 2);
+  check();
+  for (const Block& b : shared) os.uncharge(*g[b.group], b.bytes, b.kind);
+  shared.clear();
+  check();
+  for (auto& x : g) EXPECT_EQ(x->current(), 0u);
+}
+
+TEST(ObjStock, RandomExactnessManyThreads) {
+  Controller ctl(shards(0));
+  random_exactness(ctl, ctl.obj_stock(), 4, 20000);
+}
+
+TEST(ObjStock, RandomExactnessTryLockPath) {
+  Controller ctl(shards(2));  // fewer shards than CPUs share them through the try-lock
+  ObjStock os(2, ctl.unit_shift(), ObjStock::Mode::kFallback);
+  EXPECT_FALSE(os.uses_rseq());
+  random_exactness(ctl, os, 4, 20000);
+}
+
+}  // namespace
+}  // namespace memcg
