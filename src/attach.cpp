@@ -3,6 +3,7 @@
 #include <cerrno>
 
 #include "memcg/controller.hpp"
+#include "memcg/psi.hpp"
 
 namespace memcg {
 namespace {
@@ -16,6 +17,7 @@ struct Attachment {
     if (g) {
       if (int err = g->attach()) return err;
     }
+    internal::psi_task_moved(group, g);  // PSI counts attached threads as tasks
     if (group) group->detach();
     group = g;
     return 0;

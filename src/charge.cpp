@@ -9,6 +9,7 @@
 #include "memcg/limits.hpp"
 #include "memcg/nofail.hpp"
 #include "memcg/obj_stock.hpp"
+#include "memcg/psi.hpp"
 #include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
 
@@ -60,6 +61,17 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
     handle_over_high();
 }
 
+// Reclaim and the OOM handler (with its wait for a victim) are memory stalls of the charging
+// thread, accounted to the charged group (psi.hpp).
+int64_t reclaim_stalled(Group& group, Group& over_limit, int64_t units) {
+  MemStall stall(group);
+  return group.controller().reclaim_for_charge(over_limit, units);
+}
+bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
+  MemStall stall(group);
+  return group.controller().out_of_memory(over_limit, units);
+}
+
 [[gnu::noinline]] ChargeStatus charge_slow(Group& group, int64_t n, uint32_t flags) noexcept {
   Controller& ctl = group.controller();
   // A charge made while this thread reclaims must not recurse into reclaim.
@@ -101,7 +113,7 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
     over_limit->raise(Event::kMax);
     max_raised = true;
     {
-      const int64_t reclaimed = ctl.reclaim_for_charge(*over_limit, std::max(n, min_reclaim));
+      const int64_t reclaimed = reclaim_stalled(group, *over_limit, std::max(n, min_reclaim));
       if (over_limit->memory().margin() >= n) continue;
       // Units pre-charged in other CPUs' stocks count against the limit: give them back
       // before calling the group full.
@@ -118,7 +130,7 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
       if (retries-- > 0) continue;
       if (flags & kRetryMayFail) goto nomem;
       if (n <= costly) over_limit->raise(Event::kOom);
-      if (n <= costly && ctl.out_of_memory(*over_limit, n)) {
+      if (n <= costly && oom_stalled(group, *over_limit, n)) {
         const std::atomic<bool>* dying = internal::tl_charging_member_killed;
         if (dying && dying->load(std::memory_order_acquire)) goto nomem;
         retries = kMaxReclaimRetries;
@@ -246,6 +258,7 @@ int64_t reclaim_high(Group& group, int64_t nr_units) noexcept {
   for (Group* g = &group; g && !g->is_root(); g = g->parent()) {
     if (g->memory().usage() <= g->memory().high()) continue;
     g->raise(Event::kHigh);
+    MemStall stall(group);
     reclaimed += reclaim(*g, nr_units, ReclaimReason::kHigh);
   }
   return reclaimed;
@@ -289,6 +302,7 @@ void handle_over_high() noexcept {
       continue;
     }
     ctl.charge_counters().throttled_ms.fetch_add(penalty, std::memory_order_relaxed);
+    MemStall stall(*group);
     ctl.clock().sleep_ns(penalty * 1'000'000);
     break;
   }

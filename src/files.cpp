@@ -6,6 +6,7 @@
 #include "memcg/controller.hpp"
 #include "memcg/limits.hpp"
 #include "memcg/parse.hpp"
+#include "memcg/psi.hpp"
 #include "memcg/reclaim.hpp"
 
 namespace memcg {
@@ -181,6 +182,10 @@ int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out) {
     *out = std::make_unique<PeakFile>(group);
     return 0;
   }
+  if (name == "memory.pressure") {  // per-open-file trigger state (psi.hpp)
+    *out = internal::open_pressure_file(group);
+    return 0;
+  }
   const FileSpec* spec = find_spec(group, name);
   if (!spec) return ENOENT;
   *out = std::make_unique<TableFile>(group, *spec);
@@ -194,6 +199,7 @@ std::vector<std::string> file_names(const Group& group) {
     if (std::string_view(s.name) == "memory.max" && !group.is_root())
       names.emplace_back("memory.peak");
   }
+  names.emplace_back("memory.pressure");
   return names;
 }
 

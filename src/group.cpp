@@ -5,6 +5,7 @@
 #include <shared_mutex>
 
 #include "memcg/controller.hpp"
+#include "pressure_state.hpp"
 
 namespace memcg {
 
@@ -14,7 +15,8 @@ Group::Group(Controller& controller, Group* parent, std::string name, uint64_t i
       parent_(parent),
       name_(std::move(name)),
       id_(id),
-      stat_node_(controller.rstat(), parent ? &parent->stat_node_ : nullptr) {
+      stat_node_(controller.rstat(), parent ? &parent->stat_node_ : nullptr),
+      pressure_(std::make_unique<internal::GroupPressure>(controller.clock().now_ns())) {
   // A child keeps its parent alive: charges and reclaim walk upwards through it.
   if (parent_) parent_->get();
 }

@@ -9,6 +9,7 @@
 #include "memcg/controller.hpp"
 #include "memcg/internal/int128.hpp"
 #include "memcg/protection.hpp"
+#include "memcg/vmpressure.hpp"
 
 namespace memcg {
 
@@ -180,6 +181,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
     bool low_skipped = false;
     for (int priority = kDefPriority; priority >= 0; --priority) {
       ++st.passes;
+      vmpressure_prio(root, reason, priority);  // no-op above the critical priority
       compute_walk_protection(nodes, recursive);
       // A partial walk: resume after the group where the last one stopped, so that successive
       // reclaims of the same root spread their pressure over the subtree.
@@ -243,6 +245,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
             g.stat_add(proactive ? StatRegistry::kPgstealProactive : StatRegistry::kPgstealDirect,
                        group_reclaimed, group_reclaimed);
         }
+        vmpressure_group(g, reason, group_scanned, group_reclaimed);
         if (st.reclaimed >= nr_to_reclaim) {
           cursor.store(g.id(), std::memory_order_relaxed);
           bailed = true;
@@ -256,6 +259,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
     low_override = true;
     st.low_breached = true;
   }
+  vmpressure_tree(root, reason, st.scanned, st.reclaimed);  // gated: free without listeners
   if (stats) *stats = st;
   return st.reclaimed;
 }

@@ -37,6 +37,7 @@ class GroupRef;
 class Member;
 struct ReclaimerEntry;
 namespace internal {
+struct GroupPressure;  // vmpressure and PSI state (vmpressure.hpp, psi.hpp)
 struct NotifyAccess;
 }
 
@@ -128,6 +129,9 @@ class Group final : public StockOwner {
   int attach() noexcept;
   void detach() noexcept;
 
+  // Pressure signals of this group (vmpressure.hpp, psi.hpp); internal to the library.
+  internal::GroupPressure& pressure_state() const noexcept { return *pressure_; }
+
  private:
   friend class Controller;
   friend class PeakWatcher;
@@ -190,6 +194,8 @@ class Group final : public StockOwner {
   std::vector<Group*> children_;  // online, sorted by name
   std::vector<Group*> dying_;     // removed but still referenced
 
+  // Created with the group, freed with it (vmpressure and PSI).
+  const std::unique_ptr<internal::GroupPressure> pressure_;
   // ---- change notification of memory.events and memory.events.local (notify.hpp) ----------
   // Listeners and rate-limit state; empty until the first listener subscribes.
   internal::NotifySlot notify_;
