@@ -1,5 +1,5 @@
-// The charge path. The hot path (a stock hit) is the first few lines of try_charge(); everything
-// else is charge_slow(), out of line.
+// The charge path out of line. The hot path (a stock hit) is inline in charge.hpp; everything
+// else starts at internal::try_charge_slow().
 #include "memcg/charge.hpp"
 
 #include <algorithm>
@@ -155,23 +155,23 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
 }  // namespace
 
 // The per-kind byte total of memory.stat follows every charge and uncharge, so that the state
-// items add up to memory.current minus what sits in the stocks.
+// items add up to memory.current minus what sits in the stocks. On the hot paths the stock slot
+// caches it (Stock::consume/refill take the kind); the other paths add it here.
+static_assert(kNoStatKind == Stock::kNoKind, "charge kinds are passed to the stock as they are");
+
 inline void account_kind(Group& group, int kind, int64_t units) noexcept {
   if (kind == kNoStatKind) return;
   group.stat_add(kind, units << group.controller().unit_shift(), units < 0 ? -units : units);
 }
 
-ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags, int kind) noexcept {
+// The hot path (charge.hpp) found no pre-charged units in this CPU's stock. As in the kernel,
+// memory.high is looked at only when the counters are charged, never on a stock hit.
+ChargeStatus internal::try_charge_slow(Group& group, int64_t units, uint32_t flags,
+                                       int kind) noexcept {
   if (group.is_root() || units <= 0) [[unlikely]]
     return ChargeStatus::kOk;
-  // Hot path: this CPU's stock holds pre-charged units for the group. No shared write, no high
-  // check (as in the kernel, memory.high is looked at only when the counters are charged).
-  ChargeStatus status = ChargeStatus::kOk;
-  if (!group.controller().stock().consume(&group, units)) [[unlikely]] {
-    status = charge_slow(group, units, flags);
-    if (status == ChargeStatus::kNoMem) return status;
-  }
-  account_kind(group, kind, units);
+  const ChargeStatus status = charge_slow(group, units, flags);
+  if (status != ChargeStatus::kNoMem) account_kind(group, kind, units);
   return status;
 }
 
@@ -180,14 +180,6 @@ void uncharge_direct(Group& group, int64_t units, int kind) noexcept {
     return;
   account_kind(group, kind, -units);
   group.memory().uncharge(units);
-}
-
-void uncharge(Group& group, int64_t units, int kind) noexcept {
-  if (group.is_root() || units <= 0) [[unlikely]]
-    return;
-  account_kind(group, kind, -units);
-  // Back into this CPU's stock; what does not fit goes back to the counters.
-  group.controller().stock().refill(&group, units);
 }
 
 ChargeStatus try_charge_bytes(Group& group, uint64_t bytes, uint32_t flags, int kind) noexcept {

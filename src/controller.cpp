@@ -184,10 +184,25 @@ void Controller::release(Group* g) noexcept {
   parent->put();
 }
 
-void Controller::flush_stats() { rstat_->flush(root_->stat_node()); }
+void Controller::flush_stats() {
+  stock_->fold_stats();
+  rstat_->flush(root_->stat_node());
+}
+
+uint64_t Controller::stat_staleness_bound_units(uint64_t levels, uint64_t groups) const noexcept {
+  const uint64_t per_group = static_cast<uint64_t>(stock_->batch()) *
+                             static_cast<uint64_t>(stock_->nr_shards());
+  const uint64_t cached = std::min(groups * per_group,
+                                   static_cast<uint64_t>(stock_->stat_slack_bound()));
+  return levels * Rstat::staleness_bound_units(rstat_->options().batch, rstat_->nr_shards()) +
+         cached;
+}
 
 void Controller::tick() {
-  rstat_->periodic(clock_->now_ns());
+  if (rstat_->claim_period(clock_->now_ns())) {
+    stock_->fold_stats();
+    rstat_->flush(root_->stat_node());
+  }
   internal::deliver_due_notifications(*this);
 }
 

@@ -12,6 +12,7 @@ namespace memcg {
 Group::Group(Controller& controller, Group* parent, std::string name, uint64_t id)
     : memory_(parent ? &parent->memory_ : nullptr, controller.max_units()),
       controller_(controller),
+      charge_stock_(parent ? &controller.stock() : nullptr),
       parent_(parent),
       name_(std::move(name)),
       id_(id),
@@ -46,6 +47,11 @@ std::vector<GroupRef> Group::children() const {
 
 void Group::stat_add(int item, int64_t delta, int64_t magnitude_units) noexcept {
   controller_.rstat().update(stat_node_, item, delta, magnitude_units);
+}
+
+// The stock's cached per-kind counts, in units: the same update try_charge makes off the hot path.
+void Group::stock_stat(int kind, int64_t units) noexcept {
+  stat_add(kind, units << controller_.unit_shift(), units < 0 ? -units : units);
 }
 
 uint64_t Group::to_bytes(int64_t units) const noexcept {

@@ -291,16 +291,17 @@ void Rstat::fold(RstatNode& n, int shard) noexcept {
   }
 }
 
-bool Rstat::periodic(uint64_t now_ns) {
-  RstatNode* root = root_.load(std::memory_order_acquire);
-  if (root == nullptr) return false;
+bool Rstat::claim_period(uint64_t now_ns) noexcept {
+  if (root_.load(std::memory_order_acquire) == nullptr) return false;
   uint64_t last = last_periodic_ns_.load(std::memory_order_relaxed);
   if (now_ns < last || now_ns - last < options_.periodic_ns) return false;
-  // One caller per period wins the exchange and flushes.
-  if (!last_periodic_ns_.compare_exchange_strong(last, now_ns, std::memory_order_relaxed)) {
-    return false;
-  }
-  flush(*root);
+  // One caller per period wins the exchange.
+  return last_periodic_ns_.compare_exchange_strong(last, now_ns, std::memory_order_relaxed);
+}
+
+bool Rstat::periodic(uint64_t now_ns) {
+  if (!claim_period(now_ns)) return false;
+  flush(*root_.load(std::memory_order_acquire));
   return true;
 }
 

@@ -7,9 +7,11 @@
 // it was set (internal/rseq.hpp). Owners are written only by holders, so a holder may read them
 // (and call into them: each slot holds a reference) without that wait.
 //
-// Units leave a shard only by take(), under the word; the callbacks that give them back
-// (stock_uncharge, stock_put) run after the word is released, so an owner may call into the stock
-// from them (a last put that removes the group and calls drain_owner(), for instance).
+// Units and cached statistic counts leave a shard only under the word (take(), apply(),
+// fold_stats()), and are given to the owner before the word is released, so that a drain or a
+// fold that returns has handed over everything it took, even what another thread took out just
+// before. Only stock_put() waits until the word is released: a last put may remove the group and
+// call drain_owner().
 
 #include "memcg/stock.hpp"
 
@@ -77,26 +79,58 @@ void Stock::unlock(int idx) noexcept {
 }
 
 Stock::Taken Stock::take(Shard& s, int i) noexcept {
-  Taken t{s.owner[i].load(std::memory_order_relaxed), s.units[i].load(std::memory_order_relaxed)};
-  s.units[i].store(0, std::memory_order_relaxed);
+  const uint64_t w = s.word[i].load(std::memory_order_relaxed);
+  Taken t{s.owner[i].load(std::memory_order_relaxed), Word::units(w), kind_of(Word::tag(w)),
+          Word::count(w)};
+  s.word[i].store(0, std::memory_order_relaxed);
   s.owner[i].store(nullptr, std::memory_order_release);
   return t;
 }
 
+// Under the word: hands the units and the cached count of a taken slot to its owner.
 void Stock::uncharge_taken(Taken& t) noexcept {
-  if (t.owner != nullptr && t.units > 0) t.owner->stock_uncharge(t.units);
+  if (t.owner != nullptr) {
+    if (t.units > 0) t.owner->stock_uncharge(t.units);
+    if (t.kind != kNoKind && t.count != 0) t.owner->stock_stat(t.kind, t.count);
+  }
   t.units = 0;
+  t.count = 0;
 }
 
+// After the word is released: drops the slot's reference.
 void Stock::give_back(const Taken& t) noexcept {
   if (t.owner == nullptr) return;
   if (t.units > 0) t.owner->stock_uncharge(t.units);
+  if (t.kind != kNoKind && t.count != 0) t.owner->stock_stat(t.kind, t.count);
   t.owner->stock_put();
+}
+
+// Under the word: adds du units to slot i (the caller checked the range) and du's statistic of
+// `kind` to the slot's cached count, as plan() does for a hit; what cannot be cached is passed
+// to `o` at once.
+void Stock::apply(Shard& s, int i, StockOwner* o, int64_t du, int kind) noexcept {
+  const uint64_t w = s.word[i].load(std::memory_order_relaxed);
+  unsigned tag = Word::tag(w);
+  int64_t count = Word::count(w);
+  const unsigned ktag = tag_of(kind);
+  if (ktag != 0 && (tag == ktag || count == 0)) {
+    tag = ktag;
+    count -= du;
+    if (count > batch_ || count < -batch_) {
+      o->stock_stat(kind, count);
+      count = 0;
+      bump(s.stats.stat_spills);
+    }
+  } else if (kind != kNoKind) {
+    o->stock_stat(kind, -du);
+    bump(s.stats.stat_direct);
+  }
+  s.word[i].store(Word::make(Word::units(w) + du, tag, count), std::memory_order_relaxed);
 }
 
 // ---- local slow paths -----------------------------------------------------------------------
 
-bool Stock::consume_slow(StockOwner* o, int64_t n) noexcept {
+bool Stock::consume_slow(StockOwner* o, int64_t n, int kind) noexcept {
   const int idx = local_shard();
   if (n < 1 || n > batch_ || idx < 0) {
     if (idx >= 0) bump(shards_[idx].stats.misses);
@@ -109,9 +143,8 @@ bool Stock::consume_slow(StockOwner* o, int64_t n) noexcept {
   }
   bool hit = false;
   if (const int i = s.find(o); i >= 0) {
-    const int64_t have = s.units[i].load(std::memory_order_relaxed);
-    if (have >= n) {
-      s.units[i].store(have - n, std::memory_order_relaxed);
+    if (Word::units(s.word[i].load(std::memory_order_relaxed)) >= n) {
+      apply(s, i, o, -n, kind);
       hit = true;
     }
   }
@@ -120,24 +153,25 @@ bool Stock::consume_slow(StockOwner* o, int64_t n) noexcept {
   return hit;
 }
 
-void Stock::refill_slow(StockOwner* o, int64_t n) noexcept {
+void Stock::refill_slow(StockOwner* o, int64_t n, int kind) noexcept {
   if (n <= 0) return;
   const int idx = n <= batch_ ? local_shard() : -1;
   if (idx < 0 || !try_lock(idx)) {
     o->stock_uncharge(n);  // too large, or the shard is busy: bypass the stock
+    if (kind != kNoKind) o->stock_stat(kind, -n);
     return;
   }
   Shard& s = shards_[idx];
-  Taken out{nullptr, 0};
+  Taken out{nullptr, 0, kNoKind, 0};
   if (int i = s.find(o); i >= 0) {
-    const int64_t v = s.units[i].load(std::memory_order_relaxed) + n;
-    if (v > batch_) {
+    if (Word::units(s.word[i].load(std::memory_order_relaxed)) + n > batch_) {
       out = take(s, i);  // over the batch: the whole slot, and n, go back
-      out.units = v;
+      out.units += n;
       uncharge_taken(out);
+      if (kind != kNoKind) o->stock_stat(kind, -n);
       bump(s.stats.overflow_drains);
     } else {
-      s.units[i].store(v, std::memory_order_relaxed);
+      apply(s, i, o, n, kind);
       bump(s.stats.refills);
     }
   } else {
@@ -154,8 +188,9 @@ void Stock::refill_slow(StockOwner* o, int64_t n) noexcept {
       bump(s.stats.evictions);
     }
     o->stock_get();
-    s.units[i].store(n, std::memory_order_relaxed);
+    s.word[i].store(0, std::memory_order_relaxed);
     s.owner[i].store(o, std::memory_order_relaxed);
+    apply(s, i, o, n, kind);
     bump(s.stats.refills);
   }
   unlock(idx);
@@ -229,13 +264,37 @@ void Stock::drain_owner(const StockOwner* o) noexcept {
   drain_matching([o](const StockOwner* owner) { return owner == o; }, true);
 }
 
+void Stock::fold_stats() noexcept {
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    Shard& s = shards_[idx];
+    // Unlocked pre-check: a shard caching no count needs neither the word nor a fence. A count
+    // cached concurrently may be missed; one cached before the call (and ordered before it) is
+    // seen.
+    bool cached = false;
+    for (int i = 0; i < kSlots; ++i) {
+      cached |= Word::count(s.word[i].load(std::memory_order_acquire)) != 0;
+    }
+    if (!cached) continue;
+    lock_wait(idx);
+    make_exclusive(idx);
+    for (int i = 0; i < kSlots; ++i) {
+      const uint64_t w = s.word[i].load(std::memory_order_relaxed);
+      StockOwner* owner = s.owner[i].load(std::memory_order_relaxed);
+      if (owner == nullptr || Word::count(w) == 0) continue;
+      owner->stock_stat(kind_of(Word::tag(w)), Word::count(w));
+      s.word[i].store(Word::make(Word::units(w), Word::tag(w), 0), std::memory_order_relaxed);
+    }
+    unlock(idx);
+  }
+}
+
 int64_t Stock::stocked(const StockOwner* o) const noexcept {
   int64_t sum = 0;
   for (int idx = 0; idx < nr_shards_; ++idx) {
     const Shard& s = shards_[idx];
     for (int i = 0; i < kSlots; ++i) {
       if (s.owner[i].load(std::memory_order_relaxed) == o) {
-        sum += s.units[i].load(std::memory_order_relaxed);
+        sum += Word::units(s.word[i].load(std::memory_order_relaxed));
       }
     }
   }
@@ -252,6 +311,8 @@ Stock::Stats Stock::stats() const noexcept {
     st.evictions += s.stats.evictions.load(std::memory_order_relaxed);
     st.overflow_drains += s.stats.overflow_drains.load(std::memory_order_relaxed);
     st.remote_drains += s.stats.remote_drains.load(std::memory_order_relaxed);
+    st.stat_spills += s.stats.stat_spills.load(std::memory_order_relaxed);
+    st.stat_direct += s.stats.stat_direct.load(std::memory_order_relaxed);
   }
   return st;
 }

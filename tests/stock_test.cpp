@@ -32,6 +32,10 @@ class FakeOwner final : public StockOwner {
     if (units <= 0) errors.fetch_add(1);
     given_back.fetch_add(units);
   }
+  void stock_stat(int kind, int64_t units) noexcept override {
+    if (kind < 0 || kind >= kKinds || units == 0) errors.fetch_add(1);
+    else stat[kind].fetch_add(units);
+  }
   void stock_get() noexcept override { refs.fetch_add(1); }
   void stock_put() noexcept override {
     if (refs.fetch_sub(1) <= 0) errors.fetch_add(1);
@@ -43,7 +47,9 @@ class FakeOwner final : public StockOwner {
     return false;
   }
 
+  static constexpr int kKinds = 300;
   std::atomic<int64_t> given_back{0};
+  std::atomic<int64_t> stat[kKinds] = {};  // what the stock passed on, per kind
   std::atomic<int> refs{0};
   std::atomic<int> errors{0};
 
@@ -312,6 +318,113 @@ TEST_P(StockTest, SmallerShardCountFoldsCpus) {
   EXPECT_EQ(stock->stocked(&o), static_cast<int64_t>(std::min<size_t>(cpus_.size(), 64)));
 }
 
+// ---- statistics cached in the slots ----------------------------------------------------------
+
+TEST_P(StockTest, HitsCacheTheKindCountUntilFolded) {
+  FakeOwner o;
+  auto stock = make();
+  stock->refill(&o, 20);  // no kind: the surplus of a batch
+  ASSERT_TRUE(stock->consume(&o, 5, 3));
+  ASSERT_TRUE(stock->consume(&o, 2, 3));
+  stock->refill(&o, 1, 3);
+  EXPECT_EQ(o.stat[3].load(), 0);  // cached in the slot
+  EXPECT_EQ(stock->stocked(&o), 14);
+  stock->fold_stats();
+  EXPECT_EQ(o.stat[3].load(), 6);
+  EXPECT_EQ(stock->stocked(&o), 14);  // units stay
+  stock->fold_stats();                // nothing left to pass on
+  EXPECT_EQ(o.stat[3].load(), 6);
+  stock->drain_all(nullptr);
+  EXPECT_EQ(o.given_back.load(), 14);
+  EXPECT_EQ(o.errors.load(), 0);
+}
+
+TEST_P(StockTest, CountBeyondTheBatchIsPassedOn) {
+  FakeOwner o;
+  auto stock = make(8);
+  int64_t charged = 0;
+  for (int i = 0; i < 40; ++i) {
+    stock->refill(&o, 1);  // units without a kind
+    ASSERT_TRUE(stock->consume(&o, 1, 0));
+    ++charged;
+  }
+  // The slot never held more than batch (8) units of count: the rest was passed on.
+  EXPECT_GE(o.stat[0].load(), charged - 8);
+  EXPECT_GT(stock->stats().stat_spills, 0u);
+  stock->fold_stats();
+  EXPECT_EQ(o.stat[0].load(), charged);
+  for (int i = 0; i < 40; ++i) stock->refill(&o, 1, 0);  // and back down, through -batch
+  EXPECT_LE(o.stat[0].load(), 8);
+  stock->fold_stats();
+  EXPECT_EQ(o.stat[0].load(), 0);
+  stock->drain_all(nullptr);
+  EXPECT_EQ(o.errors.load(), 0);
+}
+
+TEST_P(StockTest, SlotRetagsAtZeroCountAndPassesOtherKindsAtOnce) {
+  FakeOwner o;
+  auto stock = make();
+  stock->refill(&o, 30);
+  ASSERT_TRUE(stock->consume(&o, 4, 1));  // the slot now caches kind 1
+  ASSERT_TRUE(stock->consume(&o, 3, 2));  // kind 1 has a count: kind 2 goes straight on
+  EXPECT_EQ(o.stat[2].load(), 3);
+  EXPECT_EQ(o.stat[1].load(), 0);
+  EXPECT_EQ(stock->stats().stat_direct, 1u);
+  stock->refill(&o, 4, 1);                // kind 1 back to zero
+  ASSERT_TRUE(stock->consume(&o, 5, 2));  // so the slot takes kind 2
+  EXPECT_EQ(o.stat[2].load(), 3);
+  EXPECT_EQ(stock->stats().stat_direct, 1u);
+  // A kind beyond what a tag holds is always passed on.
+  ASSERT_TRUE(stock->consume(&o, 1, Stock::kMaxCachedKind + 1));
+  EXPECT_EQ(o.stat[Stock::kMaxCachedKind + 1].load(), 1);
+  ASSERT_TRUE(stock->consume(&o, 1, Stock::kMaxCachedKind));
+  EXPECT_EQ(o.stat[Stock::kMaxCachedKind].load(), 1);  // kind 2's count is not zero
+  stock->drain_all(nullptr);                            // passes kind 2's count
+  EXPECT_EQ(o.stat[1].load(), 0);
+  EXPECT_EQ(o.stat[2].load(), 8);
+  EXPECT_EQ(o.given_back.load(), 30 - 4 - 3 + 4 - 5 - 1 - 1);
+  EXPECT_EQ(o.errors.load(), 0);
+}
+
+TEST_P(StockTest, EvictionOverflowAndBypassPassTheCountOn) {
+  FakeOwner o[8];
+  auto stock = make(16);
+  for (int i = 0; i < 7; ++i) {
+    stock->refill(&o[i], 10);
+    ASSERT_TRUE(stock->consume(&o[i], 3, 5));
+  }
+  stock->refill(&o[7], 1, 5);  // evicts owner 0's slot, count included
+  EXPECT_EQ(o[0].stat[5].load(), 3);
+  EXPECT_EQ(o[7].stat[5].load(), 0);  // installed with its count
+  stock->refill(&o[1], 10, 5);        // 7 + 10 > 16: the slot overflows
+  EXPECT_EQ(o[1].stat[5].load(), 3 - 10);
+  stock->refill(&o[2], 17, 5);  // above the batch: bypasses the stock
+  EXPECT_EQ(o[2].stat[5].load(), -17);
+  stock->fold_stats();
+  EXPECT_EQ(o[2].stat[5].load(), -17 + 3);
+  EXPECT_EQ(o[7].stat[5].load(), -1);
+  stock->drain_all(nullptr);
+  for (FakeOwner& x : o) EXPECT_EQ(x.errors.load(), 0);
+}
+
+TEST_P(StockTest, FoldReachesOtherCpus) {
+  if (cpus_.size() < 2) GTEST_SKIP() << "needs two CPUs";
+  FakeOwner o;
+  auto stock = make();
+  std::thread t([&] {
+    pin_to(cpus_[1]);
+    stock->refill(&o, 10);
+    ASSERT_TRUE(stock->consume(&o, 6, 4));
+  });
+  t.join();
+  EXPECT_EQ(o.stat[4].load(), 0);
+  stock->fold_stats();  // from another CPU
+  EXPECT_EQ(o.stat[4].load(), 6);
+  EXPECT_EQ(stock->stocked(&o), 4);
+  stock->drain_all(nullptr);
+  EXPECT_EQ(o.errors.load(), 0);
+}
+
 // ---- stress ----------------------------------------------------------------------------------
 
 // Workers switch CPUs every few hundred operations while consuming and refilling random amounts
@@ -334,7 +447,11 @@ void stress(Stock::Mode mode, int shards) {
     owners.push_back(std::make_unique<FakeOwner>(owners[1 + (i - 4) / 2].get()));
   }
 
+  // Kinds the workers use: cached ones, one beyond what a tag holds, and none.
+  const std::array<int, 4> kinds = {0, 1, Stock::kMaxCachedKind + 1, Stock::kNoKind};
   std::array<std::atomic<int64_t>, kOwners> refilled{}, consumed{};
+  // Net units charged under each kind (consumed minus refilled with that kind).
+  std::array<std::array<std::atomic<int64_t>, 4>, kOwners> net{};
   std::atomic<int> running{kWorkers};
   std::atomic<bool> slack_ok{true};
   {
@@ -347,6 +464,7 @@ void stress(Stock::Mode mode, int shards) {
       threads.emplace_back([&, w] {
         std::mt19937_64 rng(1234 + w);
         std::array<int64_t, kOwners> my_refilled{}, my_consumed{};
+        std::array<std::array<int64_t, 4>, kOwners> my_net{};
         int next_switch = 0;
         for (int op = 0; op < kMaxOps; ++op) {
           if (op == next_switch) {
@@ -356,6 +474,7 @@ void stress(Stock::Mode mode, int shards) {
           }
           const int k = static_cast<int>(rng() % kOwners);
           const int64_t n = static_cast<int64_t>(rng() % (kBatch + 8));
+          const size_t kind = rng() % kinds.size();
           switch (rng() % 16) {
             case 0:
               stock.drain_cpu_local();
@@ -367,17 +486,22 @@ void stress(Stock::Mode mode, int shards) {
             case 5:
             case 6:
             case 7:
-              if (n > 0 && stock.consume(owners[k].get(), n)) my_consumed[k] += n;
+              if (n > 0 && stock.consume(owners[k].get(), n, kinds[kind])) {
+                my_consumed[k] += n;
+                my_net[k][kind] += n;
+              }
               break;
             default:
-              stock.refill(owners[k].get(), n);
+              stock.refill(owners[k].get(), n, kinds[kind]);
               my_refilled[k] += n;
+              my_net[k][kind] -= n;
               break;
           }
         }
         for (int k = 0; k < kOwners; ++k) {
           refilled[k] += my_refilled[k];
           consumed[k] += my_consumed[k];
+          for (size_t j = 0; j < kinds.size(); ++j) net[k][j] += my_net[k][j];
         }
         running.fetch_sub(1);
       });
@@ -388,9 +512,12 @@ void stress(Stock::Mode mode, int shards) {
       while (running.load() > 0 && rounds < 200'000) {
         ++rounds;
         const int k = static_cast<int>(rng() % kOwners);
-        switch (rng() % 4) {
+        switch (rng() % 5) {
           case 0:
             stock.drain_all(owners[k].get());
+            break;
+          case 4:
+            stock.fold_stats();
             break;
           case 1:
             stock.drain_owner(owners[k].get());
@@ -424,6 +551,9 @@ void stress(Stock::Mode mode, int shards) {
     EXPECT_EQ(o.given_back.load() + consumed[k].load(), refilled[k].load()) << "owner " << k;
     EXPECT_EQ(o.refs.load(), 0) << "owner " << k;
     EXPECT_EQ(o.errors.load(), 0) << "owner " << k;
+    for (size_t j = 0; j + 1 < kinds.size(); ++j) {
+      EXPECT_EQ(o.stat[kinds[j]].load(), net[k][j].load()) << "owner " << k << " kind " << kinds[j];
+    }
     total += refilled[k].load();
   }
   EXPECT_GT(total, 0);
@@ -520,6 +650,54 @@ TEST_F(RseqCsTest, AddBounded) {
   EXPECT_EQ(internal::cs_add_bounded(other, &disabled, &owner, &a, &count, -1, 0, INT64_MAX),
             CsResult::kAborted);
   EXPECT_EQ(count, 10);
+}
+
+TEST_F(RseqCsTest, SlotUpdate) {
+  alignas(64) uint64_t disabled = 0;
+  int a = 0, b = 0;
+  const void* owner = &a;
+  // units 10, tag 3, count -2
+  auto make = [](uint64_t units, uint64_t tag, int64_t count) {
+    return units | (tag << 8) | (static_cast<uint64_t>(count) << 16);
+  };
+  uint64_t word = make(10, 3, -2);
+  auto update = [&](const void* expect_owner, uint64_t add, uint64_t mask, uint64_t expect) {
+    return retry([&](int cpu) {
+      return internal::cs_slot_update(cpu, &disabled, &owner, expect_owner, &word, add, mask,
+                                      expect, /*hi=*/16, /*dmax=*/4);
+    });
+  };
+  const auto stat = [](int64_t v) { return static_cast<uint64_t>(v) << 16; };
+  // Take 4 units under tag 3: count -2 -> 2.
+  EXPECT_EQ(update(&a, static_cast<uint64_t>(-4) + stat(4), 0xff00, 3 << 8), CsResult::kOk);
+  EXPECT_EQ(word, make(6, 3, 2));
+  // Too few units: the borrow leaves the byte above hi.
+  EXPECT_EQ(update(&a, static_cast<uint64_t>(-7), 0xff00, 3 << 8), CsResult::kCompareFailed);
+  // Above hi.
+  EXPECT_EQ(update(&a, 11, 0xff00, 3 << 8), CsResult::kCompareFailed);
+  // Count out of [-4, 4].
+  EXPECT_EQ(update(&a, static_cast<uint64_t>(-3) + stat(3), 0xff00, 3 << 8),
+            CsResult::kCompareFailed);
+  EXPECT_EQ(update(&a, 9 + stat(-7), 0xff00, 3 << 8), CsResult::kCompareFailed);
+  // Tag not the expected one.
+  EXPECT_EQ(update(&a, 1, 0xff00, 4 << 8), CsResult::kCompareFailed);
+  // Re-tagging requires the count the caller saw (zero): here it is 2, so it fails.
+  EXPECT_EQ(update(&a, 1 + (uint64_t{1} << 8) + stat(-1), ~uint64_t{0xff}, (4 << 8) + stat(-1)),
+            CsResult::kCompareFailed);
+  EXPECT_EQ(word, make(6, 3, 2));
+  word = make(6, 3, 0);
+  EXPECT_EQ(update(&a, 1 + (uint64_t{1} << 8) + stat(-1), ~uint64_t{0xff}, (4 << 8) + stat(-1)),
+            CsResult::kOk);
+  EXPECT_EQ(word, make(7, 4, -1));
+  // Other owner, disabled word, other CPU: nothing stored.
+  EXPECT_EQ(update(&b, 1, 0xff00, 4 << 8), CsResult::kCompareFailed);
+  disabled = 1;
+  EXPECT_EQ(update(&a, 1, 0xff00, 4 << 8), CsResult::kCompareFailed);
+  disabled = 0;
+  const int other = (internal::current_cpu() + 1) % std::max(2, internal::nr_cpu_ids());
+  EXPECT_EQ(internal::cs_slot_update(other, &disabled, &owner, &a, &word, 1, 0xff00, 4 << 8, 16, 4),
+            CsResult::kAborted);
+  EXPECT_EQ(word, make(7, 4, -1));
 }
 
 TEST_F(RseqCsTest, CompareEqualStorePointer) {

@@ -27,6 +27,7 @@
 
 #include "memcg/group.hpp"
 #include "memcg/stat_registry.hpp"
+#include "memcg/stock.hpp"
 
 namespace memcg {
 
@@ -69,12 +70,12 @@ inline constexpr int kDefaultKind = StatRegistry::kAnon;
 inline constexpr int kNoStatKind = -1;
 
 // Charges `units` to `group` (nothing is recorded for the root group).
-ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags = kDefaultCharge,
-                        int kind = kDefaultKind) noexcept;
+inline ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags = kDefaultCharge,
+                               int kind = kDefaultKind) noexcept;
 // Uncharges `units` that were charged to `group`. They go back into this CPU's stock (so a
 // charge/uncharge pair usually touches no shared line); what overflows the batch goes back to the
 // counters.
-void uncharge(Group& group, int64_t units, int kind = kDefaultKind) noexcept;
+inline void uncharge(Group& group, int64_t units, int kind = kDefaultKind) noexcept;
 // Uncharges straight from the counters, so that usage drops at once. For memory freed by reclaim
 // or by an OOM kill, which a waiting charge must see (the kernel uncharges pages this way).
 void uncharge_direct(Group& group, int64_t units, int kind = kDefaultKind) noexcept;
@@ -138,6 +139,31 @@ struct ReclaimScope {
   ReclaimScope(const ReclaimScope&) = delete;
   ReclaimScope& operator=(const ReclaimScope&) = delete;
 };
+
+// Everything of try_charge() but a stock hit: the root, the failure ladder, high handling.
+ChargeStatus try_charge_slow(Group& group, int64_t units, uint32_t flags, int kind) noexcept;
 }  // namespace internal
+
+// ---- hot paths, inline ------------------------------------------------------------------------
+// A stock hit takes the units and the kind's statistic with one restartable store (stock.hpp);
+// the root has no stock and, like every miss, goes out of line. Always inlined, like the stock's
+// hot paths they contain: an out-of-line COMDAT copy could be discarded at link time and leave
+// its restartable-sequence descriptor dangling.
+
+inline __attribute__((always_inline)) ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags, int kind) noexcept {
+  Stock* const stock = group.charge_stock();
+  if (stock != nullptr && units > 0 && stock->consume(&group, units, kind)) [[likely]]
+    return ChargeStatus::kOk;
+  return internal::try_charge_slow(group, units, flags, kind);
+}
+
+inline __attribute__((always_inline)) void uncharge(Group& group, int64_t units,
+                                                    int kind) noexcept {
+  Stock* const stock = group.charge_stock();
+  // Back into this CPU's stock with the kind's statistic; what does not fit goes back to the
+  // counters.
+  if (stock != nullptr && units > 0) [[likely]]
+    stock->refill(&group, units, kind);
+}
 
 }  // namespace memcg

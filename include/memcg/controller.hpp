@@ -115,9 +115,16 @@ class Controller {
   // Index of a stat item by name (built-in or from Options::stat_kinds); -1 if unknown.
   int stat_index(std::string_view name) const noexcept { return registry_.find(name); }
   Rstat& rstat() noexcept { return *rstat_; }
-  // Folds every pending statistic delta now (memory.stat reads otherwise fold only when enough
-  // is pending, or when the last full fold is older than the 2 s period).
+  // Folds every pending statistic delta now, the counts cached in stock slots included
+  // (memory.stat reads otherwise fold only when enough is pending, or when the last full fold is
+  // older than the 2 s period).
   void flush_stats();
+  // How far behind a memory.stat read can be without flush_stats(), in units of charge (summed
+  // over the kinds): per level of the group's subtree, the rstat bound
+  // (Rstat::staleness_bound_units), plus at most batch × nr_shards per group of the subtree and
+  // Stock::stat_slack_bound() in all for the counts the stock slots cache. Lasts at most the
+  // 2 s period.
+  uint64_t stat_staleness_bound_units(uint64_t levels, uint64_t groups) const noexcept;
   // Periodic work that the kernel does from timers: the 2 s statistics fold. Called by reads and
   // slow paths on their own; call it from an application timer for a bound on staleness that
   // does not depend on reads.

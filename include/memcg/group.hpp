@@ -100,6 +100,9 @@ class Group final : public StockOwner {
 
   PageCounter& memory() noexcept { return memory_; }
   const PageCounter& memory() const noexcept { return memory_; }
+  // The per-CPU stock that charges of this group go through (the controller's); nullptr for the
+  // root, which is never charged. Kept here so that the inline charge path needs one load.
+  Stock* charge_stock() const noexcept { return charge_stock_; }
 
   // ---- statistics -----------------------------------------------------------------------------
   // Hierarchical (this group and its descendants) and local totals of stat item `item` as of the
@@ -148,6 +151,7 @@ class Group final : public StockOwner {
 
   // StockOwner: called by the per-CPU stock on its slow paths.
   void stock_uncharge(int64_t units) noexcept override { memory_.uncharge(units); }
+  void stock_stat(int kind, int64_t units) noexcept override;
   void stock_get() noexcept override { get(); }
   void stock_put() noexcept override { put(); }
   bool stock_is_within(const StockOwner* root) const noexcept override {
@@ -161,6 +165,7 @@ class Group final : public StockOwner {
   // anything else of the group.
   PageCounter memory_;
   Controller& controller_;
+  Stock* const charge_stock_;
   Group* const parent_;
   const std::string name_;
   const uint64_t id_;

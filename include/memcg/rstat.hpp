@@ -148,6 +148,9 @@ class Rstat {
   // flush (the first period starts at time 0 of the caller's clock). `now_ns` comes from the
   // caller's monotonic clock. True if this call flushed; concurrent callers flush once a period.
   bool periodic(uint64_t now_ns);
+  // The first half of periodic(): true for the one caller that claims a due period, which must
+  // then flush from the root itself (after folding what it caches elsewhere, for instance).
+  bool claim_period(uint64_t now_ns) noexcept;
   // Retires a removed group: folds its deltas of every shard into its totals and its parent's
   // pending input (nothing is lost from the parent's totals), and unlinks it from every shard.
   // REQUIRES: n is not the root, has no attached children, and receives no more updates.

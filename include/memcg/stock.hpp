@@ -11,6 +11,16 @@
 // can hide are therefore bounded by slack_bound() = shards x kSlots x batch, however many threads
 // there are.
 //
+// Statistics ride along (as the kernel's per-CPU object stock caches a vmstat delta next to its
+// bytes): consume() and refill() take the kind of the memory (an owner-defined statistic
+// index), and each slot caches the net units charged under one kind in the same word as its
+// units, so a hit updates both with one store and the owner's statistics are not touched at all.
+// The cached count stays within [-batch, batch]; beyond that, at eviction, drain and
+// fold_stats() it is passed on through StockOwner::stock_stat(). A slot re-tags itself to a
+// new kind when its count is zero; a hit of another kind passes its units on at once. So a
+// reader of the owner's statistics misses at most batch units per slot (stat_slack_bound()),
+// until fold_stats().
+//
 // Thread safety: every method may be called from any thread at any time; a thread may migrate
 // between CPUs at any instant. Every unit given to refill() comes back exactly once, through a
 // successful consume() or through StockOwner::stock_uncharge().
@@ -37,14 +47,18 @@
 
 namespace memcg {
 
-// What a stock slot refers to. Implemented by the group type; called only on slow paths.
-// The stock never calls stock_uncharge() or stock_put() while it holds a shard; it calls
-// stock_get() and stock_is_within() while holding one, so those two must not call back into the
-// stock.
+// What a stock slot refers to. Implemented by the group type; called only on slow paths, except
+// stock_stat(), which a hit calls when its kind is not the one its slot caches.
+// The stock calls stock_uncharge(), stock_stat(), stock_get() and stock_is_within() while it may
+// hold a shard (so that a drain that returns has given back everything it took), and
+// stock_put() only after releasing it; none of them may call back into the stock.
 class StockOwner {
  public:
   // Gives `units` (> 0) back to the counters: they leave the stock for good.
   virtual void stock_uncharge(int64_t units) noexcept = 0;
+  // Adds `units` (non-zero, either sign) to the owner's statistic `kind` (>= 0): charges made
+  // (+) and undone (-) under that kind, passed on by the stock.
+  virtual void stock_stat(int kind, int64_t units) noexcept = 0;
   // A slot now refers to this owner: take a reference that keeps it alive.
   virtual void stock_get() noexcept = 0;
   // A slot let go of this owner: drop the reference taken by stock_get().
@@ -62,6 +76,11 @@ class Stock {
   static constexpr int kSlots = 7;
   // Units per slot are kept small enough for a byte; larger requests bypass the stock anyway.
   static constexpr int64_t kMaxBatch = 127;
+  // The kind of units that change no statistic (the surplus of a batch, for instance).
+  static constexpr int kNoKind = -1;
+  // Kinds a slot can cache (its tag is a byte, 0 meaning none); larger kinds are passed on to
+  // the owner at every hit.
+  static constexpr int kMaxCachedKind = 253;
 
   enum class Mode {
     kAuto,      // restartable sequences when internal::rseq_mode() allows, else the try-lock
@@ -81,16 +100,18 @@ class Stock {
 
   // Takes n pre-charged units of `o` from this CPU's shard. False (a miss, nothing taken) when
   // n > batch(), the shard is busy, or o's slot holds fewer than n units.
-  // REQUIRES: o != nullptr and the caller holds a reference to o; n >= 1.
-  bool consume(StockOwner* o, int64_t n) noexcept;
+  // On a hit, `kind` (unless kNoKind) is charged n units: cached in the slot or passed on.
+  // REQUIRES: o != nullptr and the caller holds a reference to o; n >= 1; kind >= kNoKind.
+  bool consume(StockOwner* o, int64_t n, int kind = kNoKind) noexcept;
 
   // Puts n charged units of `o` into this CPU's shard. Whatever the shard cannot keep goes back
   // through o->stock_uncharge(): n > batch() or a busy shard (all n), or o's slot going above
   // batch() (the whole slot). Without a slot for o, the first empty slot is used, else a slot is
   // evicted (drained) in round-robin order: each shard's cursor names the next victim and moves
   // on by one after each eviction.
-  // REQUIRES: o != nullptr and the caller holds a reference to o; n >= 0.
-  void refill(StockOwner* o, int64_t n) noexcept;
+  // `kind` (unless kNoKind) is uncharged n units, wherever the units go.
+  // REQUIRES: o != nullptr and the caller holds a reference to o; n >= 0; kind >= kNoKind.
+  void refill(StockOwner* o, int64_t n, int kind = kNoKind) noexcept;
 
   // Drains every slot of the calling CPU's shard.
   void drain_cpu_local() noexcept;
@@ -102,6 +123,11 @@ class Stock {
   // if the caller wants no slot of o to remain.
   void drain_owner(const StockOwner* o) noexcept;
 
+  // Passes every slot's cached statistic count to its owner, leaving the units in place. After
+  // it returns, the owners' statistics include every consume() and refill() that happened
+  // before the call. Costs a fence for each other CPU whose shard caches a non-zero count.
+  void fold_stats() noexcept;
+
   // Units held for `o` over all shards; exact only when no other thread uses the stock.
   int64_t stocked(const StockOwner* o) const noexcept;
 
@@ -109,6 +135,10 @@ class Stock {
   int64_t batch() const noexcept { return batch_; }
   // The most units the stock can hide from the counters: nr_shards * kSlots * batch.
   int64_t slack_bound() const noexcept { return int64_t{nr_shards_} * kSlots * batch_; }
+  // The most units of statistics the slots can hold back from their owners (over all owners:
+  // at most nr_shards * batch for one owner, which has one slot per shard):
+  // nr_shards * kSlots * batch.
+  int64_t stat_slack_bound() const noexcept { return int64_t{nr_shards_} * kSlots * batch_; }
   // Whether hits run as restartable sequences (else the try-lock path).
   bool uses_rseq() const noexcept { return rseq_; }
 
@@ -122,12 +152,53 @@ class Stock {
     uint64_t evictions;        // slots drained to make room for another owner
     uint64_t overflow_drains;  // slots drained because a refill took them above batch()
     uint64_t remote_drains;    // shards drained by drain_all() / drain_owner()
+    uint64_t stat_spills;      // cached counts passed on because they left [-batch, batch]
+    uint64_t stat_direct;      // hits whose kind was not cached (passed on at once)
   };
   Stats stats() const noexcept;
 
   // -------------------------------------------------------------------------------------------
   // Implementation details.
  private:
+  // A slot's word packs everything a hit changes, so that one commit store changes all of it:
+  // bits 0-7 the units (at most kMaxBatch), bits 8-15 the cached kind + 1 (0: none), bits 16-63
+  // the signed count of units charged (+) and uncharged (-) under that kind and not yet passed
+  // to the owner, within [-batch, batch].
+  struct Word {
+    static int64_t units(uint64_t w) noexcept { return static_cast<int64_t>(w & 0xff); }
+    static unsigned tag(uint64_t w) noexcept { return static_cast<unsigned>((w >> 8) & 0xff); }
+    static int64_t count(uint64_t w) noexcept { return static_cast<int64_t>(w) >> 16; }
+    static uint64_t make(int64_t units, unsigned tag, int64_t count) noexcept {
+      return static_cast<uint64_t>(units) | (uint64_t{tag} << 8) |
+             (static_cast<uint64_t>(count) << 16);
+    }
+  };
+  // The tag that caches `kind`, or 0 when the kind is not cacheable (kNoKind included).
+  static unsigned tag_of(int kind) noexcept {
+    return static_cast<unsigned>(kind) <= static_cast<unsigned>(kMaxCachedKind)
+               ? static_cast<unsigned>(kind) + 1
+               : 0;
+  }
+  static int kind_of(unsigned tag) noexcept { return static_cast<int>(tag) - 1; }
+
+  // What a hit adds to a slot's word read as `w`, for a change of `du` units (-n for consume,
+  // +n for refill) of `kind`, and what the committed word must then show under `mask`: the tag
+  // the plan was made for (and a zero count before re-tagging), else the hit must not commit.
+  struct Plan {
+    uint64_t add, mask, expect;
+    bool direct;  // the kind is not cached: pass its units to the owner after the commit
+  };
+  static Plan plan(uint64_t w, int64_t du, int kind) noexcept {
+    const uint64_t tag = Word::tag(w);
+    const uint64_t ktag = tag_of(kind);
+    const uint64_t stat = static_cast<uint64_t>(-du) << 16;  // charged under the kind: +
+    const uint64_t units = static_cast<uint64_t>(du);
+    if (ktag != 0 && tag == ktag) return {units + stat, 0xff00, tag << 8, false};
+    if (ktag != 0 && Word::count(w) == 0)  // re-tag: the count must still be zero
+      return {units + ((ktag - tag) << 8) + stat, ~uint64_t{0xff}, (ktag << 8) + stat, false};
+    return {units, 0xff00, tag << 8, kind != kNoKind};
+  }
+
   // Shard layout. Aligned to 64 bytes so that no two shards (written by different CPUs on every
   // hit) ever share a cache line. Line 0 holds what a hit reads and only slow paths write; line
   // 1 what a hit writes; line 2 the statistics.
@@ -136,10 +207,11 @@ class Stock {
     // "disabled" word of the rseq protocol (internal/rseq.hpp). Owners change only under it.
     std::atomic<uint64_t> disabled;
     std::atomic<StockOwner*> owner[kSlots];
-    alignas(64) std::atomic<int64_t> units[kSlots];
+    alignas(64) std::atomic<uint64_t> word[kSlots];  // see Word
     uint8_t cursor;  // next eviction victim; changed only under `disabled`
     struct alignas(64) Counters {
-      std::atomic<uint64_t> hits, misses, refills, evictions, overflow_drains, remote_drains;
+      std::atomic<uint64_t> hits, misses, refills, evictions, overflow_drains, remote_drains,
+          stat_spills, stat_direct;
     } stats;
 
     // Slot caching `o`, or -1. Racy scan: the owner is checked again under the lock or inside
@@ -153,13 +225,15 @@ class Stock {
   };
   // Critical sections access the shard's words as the plain types they wrap.
   static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
-                sizeof(std::atomic<int64_t>) == sizeof(int64_t) &&
                 sizeof(std::atomic<StockOwner*>) == sizeof(StockOwner*));
+  static_assert(kMaxBatch < 128, "a hit adds at most kMaxBatch to at most kMaxBatch units: a byte");
 
   // A slot taken out of a shard under its lock, given back after the lock is released.
   struct Taken {
     StockOwner* owner;
     int64_t units;
+    int kind;       // the cached kind, kNoKind if none
+    int64_t count;  // its cached count
   };
 
   // Cheap counter bump for statistics (see Stats).
@@ -172,8 +246,9 @@ class Stock {
   // that often is better served by the lock, whose cost is bounded.
   static constexpr int kMaxAborts = 4;
 
-  bool consume_slow(StockOwner* o, int64_t n) noexcept;
-  void refill_slow(StockOwner* o, int64_t n) noexcept;
+  bool consume_slow(StockOwner* o, int64_t n, int kind) noexcept;
+  void refill_slow(StockOwner* o, int64_t n, int kind) noexcept;
+  void apply(Shard& s, int i, StockOwner* o, int64_t du, int kind) noexcept;
   int local_shard() const noexcept;
   bool try_lock(int idx) noexcept;
   void lock_wait(int idx) noexcept;
@@ -191,11 +266,13 @@ class Stock {
   bool rseq_;
 };
 
-// Both hot paths: read the CPU from the rseq area, find the owner's slot with a plain scan, then
-// update its units in a critical section that re-checks CPU, shard word and owner. An abort
-// (preemption, migration, signal) stored nothing and is retried on the then-current CPU; a failed
-// compare, or too many aborts, goes to the slow path, which decides under the shard's word.
-inline __attribute__((always_inline)) bool Stock::consume(StockOwner* o, int64_t n) noexcept {
+// Both hot paths: read the CPU from the rseq area, find the owner's slot with a plain scan, plan
+// the change from a plain read of the slot's word, then commit it in a critical section that
+// re-checks CPU, shard word, owner and the fields the plan relied on. An abort (preemption,
+// migration, signal) stored nothing and is retried on the then-current CPU; a failed check, or
+// too many aborts, goes to the slow path, which decides under the shard's word.
+inline __attribute__((always_inline)) bool Stock::consume(StockOwner* o, int64_t n,
+                                                          int kind) noexcept {
   assert(o != nullptr);
 #if MEMCG_RSEQ_CS
   // n in [1, batch] with one unsigned compare.
@@ -208,27 +285,34 @@ inline __attribute__((always_inline)) bool Stock::consume(StockOwner* o, int64_t
     if (__builtin_expect(cpu < static_cast<uint32_t>(nr_shards_), 1)) {
       Shard& s = shards_[cpu];
       if (const int i = s.find(o); __builtin_expect(i >= 0, 1)) {
-        switch (internal::cs_add_bounded(
+        const Plan p = plan(s.word[i].load(std::memory_order_relaxed), -n, kind);
+        switch (internal::cs_slot_update(
             static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
             reinterpret_cast<const void* const*>(&s.owner[i]), o,
-            reinterpret_cast<int64_t*>(&s.units[i]), -n, 0, INT64_MAX)) {
+            reinterpret_cast<uint64_t*>(&s.word[i]), p.add, p.mask, p.expect,
+            static_cast<uint64_t>(batch_), static_cast<uint64_t>(batch_))) {
           case internal::CsResult::kOk:
             bump(s.stats.hits);
+            if (p.direct) [[unlikely]] {
+              bump(s.stats.stat_direct);
+              o->stock_stat(kind, n);
+            }
             return true;
           case internal::CsResult::kAborted:
             if (++aborts < kMaxAborts) goto retry;
             break;
-          case internal::CsResult::kCompareFailed:
+          case internal::CsResult::kCompareFailed:  // too few units, count at its bound, busy
             break;
         }
       }
     }
   }
 #endif
-  return consume_slow(o, n);
+  return consume_slow(o, n, kind);
 }
 
-inline __attribute__((always_inline)) void Stock::refill(StockOwner* o, int64_t n) noexcept {
+inline __attribute__((always_inline)) void Stock::refill(StockOwner* o, int64_t n,
+                                                         int kind) noexcept {
   assert(o != nullptr);
 #if MEMCG_RSEQ_CS
   if (__builtin_expect(rseq_, 1) && static_cast<uint64_t>(n - 1) < static_cast<uint64_t>(batch_)) {
@@ -240,24 +324,30 @@ inline __attribute__((always_inline)) void Stock::refill(StockOwner* o, int64_t 
       Shard& s = shards_[cpu];
       // No slot: install (and maybe evict) on the slow path.
       if (const int i = s.find(o); __builtin_expect(i >= 0, 1)) {
-        switch (internal::cs_add_bounded(
+        const Plan p = plan(s.word[i].load(std::memory_order_relaxed), n, kind);
+        switch (internal::cs_slot_update(
             static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
             reinterpret_cast<const void* const*>(&s.owner[i]), o,
-            reinterpret_cast<int64_t*>(&s.units[i]), n, INT64_MIN, batch_)) {
+            reinterpret_cast<uint64_t*>(&s.word[i]), p.add, p.mask, p.expect,
+            static_cast<uint64_t>(batch_), static_cast<uint64_t>(batch_))) {
           case internal::CsResult::kOk:
             bump(s.stats.refills);
+            if (p.direct) [[unlikely]] {
+              bump(s.stats.stat_direct);
+              o->stock_stat(kind, -n);
+            }
             return;
           case internal::CsResult::kAborted:
             if (++aborts < kMaxAborts) goto retry;
             break;
-          case internal::CsResult::kCompareFailed:  // over the batch, shard busy, slot changed
+          case internal::CsResult::kCompareFailed:  // over the batch, count at its bound, busy
             break;
         }
       }
     }
   }
 #endif
-  refill_slow(o, n);
+  refill_slow(o, n, kind);
 }
 
 }  // namespace memcg

@@ -198,7 +198,10 @@ class Runner {
     r_.samples.push_back(std::move(smp));
   }
 
+  // The final files show the end state exactly: statistics still pending in per-CPU counters
+  // and stock slots are folded first (a memory.stat read alone may lag by the published bound).
   void collect_final() {
+    ctl_.flush_stats();
     std::vector<std::string> paths = {"/"};
     for (const std::string& p : r_.groups)
       if (ctl_.lookup(p)) paths.push_back(p);

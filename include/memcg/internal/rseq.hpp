@@ -75,6 +75,16 @@ inline CsResult cs_add_bounded(int cpu, const uint64_t* disabled, const void* co
                                const void* expected_owner, int64_t* count, int64_t delta,
                                int64_t lo, int64_t hi) noexcept;
 
+// On CPU `cpu`: if *disabled == 0 and *owner_slot == expected_owner, let v = *word + add; if
+// (v & mask) == expect, (v & 0xff) <= hi and the signed field v >> 16 lies in [-dmax, dmax],
+// store v into *word. The packed word of a stock slot (stock.hpp): units in bits 0-7, a tag in
+// bits 8-15, a signed count in bits 16-63; `mask`/`expect` pin the tag (and the count, when the
+// caller re-tags the slot). REQUIRES: as for cs_add_bounded; 0 <= dmax < 2^46.
+inline CsResult cs_slot_update(int cpu, const uint64_t* disabled, const void* const* owner_slot,
+                               const void* expected_owner, uint64_t* word, uint64_t add,
+                               uint64_t mask, uint64_t expect, uint64_t hi,
+                               uint64_t dmax) noexcept;
+
 // On CPU `cpu`: if *disabled == 0 and *slot == expected, store newv into *slot.
 // REQUIRES: as for cs_add_bounded.
 inline CsResult cs_cmpeq_store_ptr(int cpu, const uint64_t* disabled, void** slot,
@@ -170,6 +180,50 @@ aborted:
   return CsResult::kAborted;
 }
 
+// The field checks run on the value to be stored: a borrow out of the units byte (too few units)
+// leaves it above `hi`, since every committed value has at most 127 units and |add| is at most
+// 127 there, so one unsigned compare covers both ends. The count's range [-dmax, dmax] is one
+// unsigned compare of count + dmax against 2 dmax.
+__attribute__((always_inline)) inline CsResult cs_slot_update(
+    int cpu, const uint64_t* disabled, const void* const* owner_slot, const void* expected_owner,
+    uint64_t* word, uint64_t add, uint64_t mask, uint64_t expect, uint64_t hi,
+    uint64_t dmax) noexcept {
+  struct rseq* rs = rseq_area();
+  const uint64_t dspan = 2 * dmax;
+  asm goto(MEMCG_RSEQ_CS_PROLOGUE
+           "cmpq $0, (%[disabled])\n\t"
+           "jnz %l[failed]\n\t"
+           "cmpq %[expected], (%[owner])\n\t"
+           "jnz %l[failed]\n\t"
+           "movq (%[word]), %%rax\n\t"
+           "addq %[add], %%rax\n\t"
+           "movq %%rax, %%rcx\n\t"
+           "andq %[mask], %%rcx\n\t"
+           "cmpq %[expect], %%rcx\n\t"
+           "jnz %l[failed]\n\t"
+           "movzbl %%al, %%ecx\n\t"
+           "cmpq %[hi], %%rcx\n\t"
+           "ja %l[failed]\n\t"
+           "movq %%rax, %%rcx\n\t"
+           "sarq $16, %%rcx\n\t"
+           "addq %[dmax], %%rcx\n\t"
+           "cmpq %[dspan], %%rcx\n\t"
+           "ja %l[failed]\n\t"
+           "movq %%rax, (%[word])\n\t"  // commit
+           MEMCG_RSEQ_CS_EPILOGUE
+           :
+           : [rs] "r"(rs), [cpu] "r"(cpu), [disabled] "r"(disabled), [owner] "r"(owner_slot),
+             [expected] "r"(expected_owner), [word] "r"(word), [add] "rm"(add), [mask] "rm"(mask),
+             [expect] "rm"(expect), [hi] "rm"(hi), [dmax] "rm"(dmax), [dspan] "rm"(dspan)
+           : "rax", "rcx", "memory", "cc"
+           : failed, aborted);
+  return CsResult::kOk;
+failed:
+  return CsResult::kCompareFailed;
+aborted:
+  return CsResult::kAborted;
+}
+
 __attribute__((always_inline)) inline CsResult cs_cmpeq_store_ptr(int cpu,
                                                                    const uint64_t* disabled,
                                                                    void** slot,
@@ -205,6 +259,10 @@ inline CsResult cs_add_bounded(int, const uint64_t*, const void* const*, const v
   return CsResult::kAborted;
 }
 inline CsResult cs_cmpeq_store_ptr(int, const uint64_t*, void**, const void*, void*) noexcept {
+  return CsResult::kAborted;
+}
+inline CsResult cs_slot_update(int, const uint64_t*, const void* const*, const void*, uint64_t*,
+                               uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) noexcept {
   return CsResult::kAborted;
 }
 
