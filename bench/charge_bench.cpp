@@ -63,6 +63,9 @@ struct Fixture {
   GroupRef direct_leaf;                // a/b/d (uncharge_direct pairs)
   GroupRef stock_leaf;                 // a/b/e (stock-only pairs)
   GroupRef mixed_leaf;                 // a/b/m
+  GroupRef nokind_leaf;                // a/b/k (charges without a statistic)
+  GroupRef rstat_leaf;                 // a/b/r (statistic through rstat on every charge)
+  GroupRef kinds_leaf;                 // a/b/x (two kinds alternating)
   std::array<GroupRef, 16> thrash;     // a/b/t0 .. t15
   GroupRef drain_parent;               // a/b/dr
   std::array<GroupRef, 7> drain_kids;  // a/b/dr/g0 .. g6 (depth 5)
@@ -74,6 +77,9 @@ struct Fixture {
     ctl.create("a/b/d", &direct_leaf);
     ctl.create("a/b/e", &stock_leaf);
     ctl.create("a/b/m", &mixed_leaf);
+    ctl.create("a/b/k", &nokind_leaf);
+    ctl.create("a/b/r", &rstat_leaf);
+    ctl.create("a/b/x", &kinds_leaf);
     for (size_t i = 0; i < thrash.size(); ++i) ctl.create("a/b/t" + std::to_string(i), &thrash[i]);
     ctl.create("a/b/dr", &drain_parent);
     for (size_t i = 0; i < drain_kids.size(); ++i)
@@ -125,6 +131,46 @@ void BM_MemcgPair(benchmark::State& state) {
   for (auto _ : state) {
     benchmark::DoNotOptimize(try_charge(g, 1));
     uncharge(g, 1);
+  }
+  state.SetItemsProcessed(state.iterations());
+  label_stock(state);
+}
+
+// The same pair without a statistic: the charge alone, against which the cost of the statistic
+// is measured.
+void BM_MemcgPairNoKind(benchmark::State& state) {
+  Group& g = *fx().nokind_leaf;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(try_charge(g, 1, kDefaultCharge, kNoStatKind));
+    uncharge(g, 1, kNoStatKind);
+  }
+  state.SetItemsProcessed(state.iterations());
+  label_stock(state);
+}
+
+// The statistic as an rstat update on every charge and uncharge (the kernel's way, and this
+// library's before the stock slots cached it): the ablation of the slot cache.
+void BM_MemcgPairRstatPerCharge(benchmark::State& state) {
+  Group& g = *fx().rstat_leaf;
+  const unsigned shift = fx().ctl.unit_shift();
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(try_charge(g, 1, kDefaultCharge, kNoStatKind));
+    g.stat_add(StatRegistry::kAnon, int64_t{1} << shift, 1);
+    g.stat_add(StatRegistry::kAnon, -(int64_t{1} << shift), 1);
+    uncharge(g, 1, kNoStatKind);
+  }
+  state.SetItemsProcessed(state.iterations());
+  label_stock(state);
+}
+
+// Two kinds in turn on one group: the slot caches one of them, the other is passed on.
+void BM_MemcgPairTwoKinds(benchmark::State& state) {
+  Group& g = *fx().kinds_leaf;
+  int i = 0;
+  for (auto _ : state) {
+    const int kind = (i++ & 1) ? StatRegistry::kFile : StatRegistry::kAnon;
+    benchmark::DoNotOptimize(try_charge(g, 1, kDefaultCharge, kind));
+    uncharge(g, 1, kind);
   }
   state.SetItemsProcessed(state.iterations());
   label_stock(state);
@@ -356,6 +402,13 @@ int main(int argc, char** argv) {
       ->Arg(64)
       ->Arg(1024)
       ->Apply(threads);
+  benchmark::RegisterBenchmark("Pair/memcg_no_stat", BM_MemcgPairNoKind)->UseRealTime()->Threads(1);
+  benchmark::RegisterBenchmark("Pair/memcg_rstat_per_charge", BM_MemcgPairRstatPerCharge)
+      ->UseRealTime()
+      ->Threads(1);
+  benchmark::RegisterBenchmark("Pair/memcg_two_kinds", BM_MemcgPairTwoKinds)
+      ->UseRealTime()
+      ->Threads(1);
   benchmark::RegisterBenchmark("Pair/memcg_uncharge_direct", BM_MemcgPairUnchargeDirect)
       ->UseRealTime()
       ->Threads(1)

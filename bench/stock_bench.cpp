@@ -29,6 +29,9 @@ class BenchOwner final : public StockOwner {
   void stock_uncharge(int64_t units) noexcept override {
     given_back.fetch_add(units, std::memory_order_relaxed);
   }
+  void stock_stat(int, int64_t units) noexcept override {
+    stat.fetch_add(units, std::memory_order_relaxed);
+  }
   void stock_get() noexcept override { refs.fetch_add(1, std::memory_order_relaxed); }
   void stock_put() noexcept override { refs.fetch_sub(1, std::memory_order_relaxed); }
   bool stock_is_within(const StockOwner* root) const noexcept override {
@@ -38,6 +41,7 @@ class BenchOwner final : public StockOwner {
     return false;
   }
   std::atomic<int64_t> given_back{0};
+  std::atomic<int64_t> stat{0};
   std::atomic<int> refs{0};
 
  private:
