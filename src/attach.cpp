@@ -20,6 +20,7 @@ struct Attachment {
     internal::psi_task_moved(group, g);  // PSI counts attached threads as tasks
     if (group) group->detach();
     group = g;
+    internal::tl_attached = g;
     return 0;
   }
 };
@@ -34,15 +35,6 @@ int attach_current_thread(Group& group) noexcept {
 
 void detach_current_thread() noexcept {
   tl_attachment.set(nullptr);
-}
-
-Group* attached_group() noexcept {
-  return tl_attachment.group;
-}
-
-Group& current_group(Controller& controller) noexcept {
-  Group* g = tl_attachment.group;
-  return g && &g->controller() == &controller ? *g : controller.root();
 }
 
 ScopedAttach::ScopedAttach(Group& group) noexcept : previous_(attached_group()) {

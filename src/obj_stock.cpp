@@ -13,6 +13,8 @@
 
 #include "memcg/obj_stock.hpp"
 
+#include "memcg/internal/hook_bypass.hpp"
+
 #include <sched.h>
 
 #include <cassert>
@@ -131,8 +133,12 @@ void ObjStock::give_back(const Taken& t, bool direct) noexcept {
 
 // ---- slow paths ---------------------------------------------------------------------------------
 
+// The slow paths may allocate (reclaim, statistics, notifications): the global operator new
+// hook must not charge those allocations while it is charging (HookBypass). The hits allocate
+// nothing, so the hook's hot path sets no bypass of its own.
 ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int kind) noexcept {
   if (g.is_root() || size == 0) return ChargeStatus::kOk;
+  internal::HookBypass bypass;
   // Sizes no allocator can serve; also keeps every sum below in range.
   if (size > (uint64_t{1} << 60)) return ChargeStatus::kNoMem;
   const auto s = static_cast<int64_t>(size);
@@ -176,6 +182,7 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
 
 void ObjStock::uncharge_slow(Group& g, uint64_t size, int kind) noexcept {
   if (g.is_root() || size == 0) return;
+  internal::HookBypass bypass;
   const auto s = static_cast<int64_t>(size);
   put_bytes(g, kind, s, -s);
 }

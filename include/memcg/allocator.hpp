@@ -67,13 +67,11 @@ class Allocator {
 
   void deallocate(T* p, size_t n) noexcept {
     const size_t bytes = n * sizeof(T);
-    {
-      internal::HookBypass bypass;
-      if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__) {
-        ::operator delete (p, bytes, std::align_val_t{alignof(T)});
-      } else {
-        ::operator delete(p, bytes);
-      }
+    // No HookBypass: the global hook recorded the block as uncharged when it was allocated.
+    if constexpr (alignof(T) > __STDCPP_DEFAULT_NEW_ALIGNMENT__) {
+      ::operator delete (p, bytes, std::align_val_t{alignof(T)});
+    } else {
+      ::operator delete(p, bytes);
     }
     uncharge_object(*group_, bytes, kind_);
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "memcg/charge.hpp"
+#include "memcg/controller.hpp"
 #include "memcg/group.hpp"
 
 namespace memcg {
@@ -20,10 +21,10 @@ int attach_current_thread(Group& group) noexcept;
 // Detaches the calling thread (no-op when unattached).
 void detach_current_thread() noexcept;
 // The calling thread's group, or null when unattached.
-Group* attached_group() noexcept;
+inline Group* attached_group() noexcept;
 // The group that charges without an explicit group go to: the attached group if it belongs to
 // `controller`, else the controller's root.
-Group& current_group(Controller& controller) noexcept;
+inline Group& current_group(Controller& controller) noexcept;
 
 // Attaches for a scope and restores the previous attachment at its end.
 class ScopedAttach {
@@ -46,5 +47,21 @@ ChargeStatus try_charge_current(Controller& controller, uint64_t bytes,
 // wherever the thread has moved by then.
 ChargeHandle charge_current(Controller& controller, uint64_t bytes,
                             uint32_t flags = kDefaultCharge) noexcept;
+
+namespace internal {
+// The calling thread's attached group, mirrored for the allocation paths: a trivially
+// destructible thread_local is one TLS load, where the owning attachment (which detaches in its
+// destructor at thread exit) is reached through a TLS wrapper call. Written only by attach.cpp.
+inline thread_local Group* tl_attached = nullptr;
+}  // namespace internal
+
+inline Group* attached_group() noexcept {
+  return internal::tl_attached;
+}
+
+inline Group& current_group(Controller& controller) noexcept {
+  Group* g = internal::tl_attached;
+  return g && &g->controller() == &controller ? *g : controller.root();
+}
 
 }  // namespace memcg

@@ -56,6 +56,7 @@ class MemoryResource : public std::pmr::memory_resource {
         objects_(&controller_->obj_stock()),
         group_(&group),
         upstream_(upstream),
+        newdel_(upstream == std::pmr::new_delete_resource()),
         options_(options) {}
   MemoryResource(Group& group, Options options) noexcept
       : MemoryResource(group, std::pmr::new_delete_resource(), options) {}
@@ -66,6 +67,7 @@ class MemoryResource : public std::pmr::memory_resource {
       : controller_(&controller),
         objects_(&controller.obj_stock()),
         upstream_(upstream),
+        newdel_(upstream == std::pmr::new_delete_resource()),
         options_(options) {}
 
   MemoryResource(const MemoryResource&) = delete;
@@ -83,10 +85,7 @@ class MemoryResource : public std::pmr::memory_resource {
   }
   void do_deallocate(void* p, size_t bytes, size_t alignment) override {
     if (group_) {
-      {
-        internal::HookBypass bypass;
-        upstream_->deallocate(p, bytes, alignment);
-      }
+      upstream_deallocate(p, bytes, alignment);
       objects_->uncharge(*group_, bytes, options_.kind);
       return;
     }
@@ -107,13 +106,33 @@ class MemoryResource : public std::pmr::memory_resource {
   // Bytes in front of the user block: the header, padded to keep the block's alignment.
   static size_t prefix(size_t alignment) noexcept { return alignment > 16 ? alignment : 16; }
 
+  // The upstream's memory, which is charged already: the global hook must not charge it again
+  // (HookBypass; a free needs no bypass, the hook finds the block recorded as uncharged). With
+  // new_delete_resource the operators are called directly, as that resource would, without
+  // its virtual call.
+  void* upstream_allocate(size_t bytes, size_t alignment) {
+    internal::HookBypass bypass;
+    if (!newdel_) return upstream_->allocate(bytes, alignment);
+    if (alignment > __STDCPP_DEFAULT_NEW_ALIGNMENT__)
+      return ::operator new (bytes, std::align_val_t{alignment});
+    return ::operator new(bytes);
+  }
+  void upstream_deallocate(void* p, size_t bytes, size_t alignment) noexcept {
+    if (!newdel_) {
+      upstream_->deallocate(p, bytes, alignment);
+    } else if (alignment > __STDCPP_DEFAULT_NEW_ALIGNMENT__) {
+      ::operator delete (p, bytes, std::align_val_t{alignment});
+    } else {
+      ::operator delete(p, bytes);
+    }
+  }
+
   void* allocate_bound(size_t bytes, size_t alignment) {
     Group& g = *group_;
     if (!charged(objects_->charge(g, bytes, options_.flags, options_.kind))) [[unlikely]]
       throw std::bad_alloc();
     try {
-      internal::HookBypass bypass;
-      return upstream_->allocate(bytes, alignment);
+      return upstream_allocate(bytes, alignment);
     } catch (...) {
       objects_->uncharge(g, bytes, options_.kind);
       throw;
@@ -132,8 +151,7 @@ class MemoryResource : public std::pmr::memory_resource {
     }
     char* base;
     try {
-      internal::HookBypass bypass;
-      base = static_cast<char*>(upstream_->allocate(total, pre));
+      base = static_cast<char*>(upstream_allocate(total, pre));
     } catch (...) {
       if (g) objects_->uncharge(*g, total, options_.kind);
       throw;
@@ -148,10 +166,7 @@ class MemoryResource : public std::pmr::memory_resource {
     const size_t pre = prefix(alignment);
     char* base = static_cast<char*>(p) - pre;
     Group* g = reinterpret_cast<Header*>(static_cast<char*>(p) - sizeof(Header))->group;
-    {
-      internal::HookBypass bypass;
-      upstream_->deallocate(base, bytes + pre, pre);
-    }
+    upstream_deallocate(base, bytes + pre, pre);
     if (g) objects_->uncharge(*g, bytes + pre, options_.kind);
   }
 
@@ -159,6 +174,7 @@ class MemoryResource : public std::pmr::memory_resource {
   ObjStock* objects_;  // the controller's, cached: saves two dependent loads a call
   GroupRef group_;
   std::pmr::memory_resource* upstream_;
+  bool newdel_;  // upstream_ is new_delete_resource(): call the operators directly
   Options options_;
 };
 

@@ -65,8 +65,8 @@ inline void* allocate(size_t size, size_t align, bool* refused) noexcept {
     const int kind = g_kind.load(std::memory_order_relaxed);
     const uint64_t bytes =
         g_usable_size.load(std::memory_order_relaxed) ? malloc_usable_size(base) : size + pre;
-    // The library's own allocations while it charges (reclaim, statistics) are not charged.
-    internal::HookBypass bypass;
+    // The library's own allocations while it charges (reclaim, statistics) are not charged:
+    // the object layer's slow paths set HookBypass.
     if (!memcg::charged(try_charge_object(*g, bytes, g_flags.load(std::memory_order_relaxed),
                                           kind))) [[unlikely]] {
       std::free(base);
@@ -91,7 +91,6 @@ inline void deallocate(void* p, size_t align) noexcept {
   std::free(static_cast<char*>(p) - prefix(align));
   if (g != nullptr && internal::tl_hook_teardown == 0) {
     // The object layer holds the group while it has charged bytes: no reference needed here.
-    internal::HookBypass bypass;
     uncharge_object(*g, charged & kBytesMask, static_cast<int>(charged >> kKindShift));
   }
 }
