@@ -3,8 +3,9 @@
 //       (text formatting included) and the raw read (periodic check, threshold test, totals),
 //       against the baseline of aggregating the whole tree from the per-shard counters;
 //   (b) what the per-kind accounting adds to a charge: a try_charge + uncharge pair served by the
-//       stock at depth 4, against the same pair without the accounting (the stock's consume +
-//       refill, which is what try_charge/uncharge do besides it), and Group::stat_add alone.
+//       stock at depth 4 (the stock slot caches the kind's count), against the same pair without
+//       a kind (kNoStatKind), the pair with the statistic sent through rstat on every charge
+//       (the kernel's way: the ablation of the slot cache), and Group::stat_add alone.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -161,25 +162,35 @@ void BM_ChargePairWithKind(benchmark::State& state) {
 }
 BENCHMARK(BM_ChargePairWithKind)->ArgName("fold_every")->Arg(0)->Arg(4096);
 
-// The same pair minus the kind accounting: the stock's consume + refill, which is all that
-// try_charge and uncharge do on a stock hit besides account_kind().
+// The same pair without a statistic: the charge alone.
 void BM_ChargePairWithoutKind(benchmark::State& state) {
   Chain c;
   Group& g = *c.leaf;
-  Stock& stock = c.ctl.stock();
-  uint64_t misses = 0;
   for (auto _ : state) {
-    if (!stock.consume(&g, 1)) {
-      ++misses;
-      try_charge(g, 1);  // refills the stock (accounted; rare)
-      uncharge(g, 1);
-      continue;
-    }
-    stock.refill(&g, 1);
+    try_charge(g, 1, kDefaultCharge, kNoStatKind);
+    uncharge(g, 1, kNoStatKind);
   }
-  state.counters["misses"] = static_cast<double>(misses);
 }
 BENCHMARK(BM_ChargePairWithoutKind);
+
+// The pair with its statistic as two rstat updates instead of the slot's cached count.
+void BM_ChargePairRstatPerCharge(benchmark::State& state) {
+  Chain c;
+  Group& g = *c.leaf;
+  const int64_t every = state.range(0);
+  int64_t n = 0;
+  for (auto _ : state) {
+    try_charge(g, 1, kDefaultCharge, kNoStatKind);
+    g.stat_add(StatRegistry::kAnon, 4096, 1);
+    g.stat_add(StatRegistry::kAnon, -4096, 1);
+    uncharge(g, 1, kNoStatKind);
+    if (every != 0 && ++n == every) {
+      n = 0;
+      c.ctl.flush_stats();
+    }
+  }
+}
+BENCHMARK(BM_ChargePairRstatPerCharge)->ArgName("fold_every")->Arg(0)->Arg(4096);
 
 // The accounting of one pair on its own: two stat_add calls (+ and -), as a pair makes.
 void BM_StatAddPair(benchmark::State& state) {
