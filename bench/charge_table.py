@@ -67,11 +67,14 @@ def main(path):
           f"{ips(p + '1') / ips('Pair/PackedAtomic/real_time/threads:1'):.1f}x")
     print(f"- memcg / MutexTree, 2 threads: "
           f"{ips(p + '2') / ips('Pair/MutexTree/real_time/threads:2'):.1f}x")
-    so = "Pair/stock_only/real_time/threads:1"
-    if so in rows:
-        share = 1 - rows[so]["cpu"] / rows[p + "1"]["cpu"]
-        print(f"- share of the 1-thread pair (CPU time) outside the stock (statistics and call): "
-              f"{share * 100:.0f}%")
+    ns = "Pair/memcg_no_stat/real_time/threads:1"
+    if ns in rows:
+        print(f"- cost of the statistic in a 1-thread pair (CPU time): "
+              f"{rows[p + '1']['cpu'] - rows[ns]['cpu']:+.2f} ns")
+    rs = "Pair/memcg_rstat_per_charge/real_time/threads:1"
+    if rs in rows:
+        print(f"- statistic cached in the stock slot / through rstat per charge: "
+              f"{ips(p + '1') / ips(rs):.1f}x")
     ud = "Pair/memcg_uncharge_direct/real_time/threads:1"
     if ud in rows:
         print(f"- uncharge (refill) / uncharge_direct, 1 thread: {ips(p + '1') / ips(ud):.1f}x")
