@@ -224,6 +224,12 @@ int main() {
   std::printf("tenants: current %" PRIu64 "K of max %" PRIu64 "K, max events %" PRIu64 "\n",
               tenants->current() >> 10, tenants->max() >> 10,
               tenants->events().get(memcg::Event::kMax));
+  // What the example demonstrates: every tenant stayed within its limit, the tenants together
+  // within theirs, and the shared limit was reached (reclaim made room) without an OOM.
+  bool ok = tenants->current() <= tenants->max() && tenants->events().get(memcg::Event::kMax) > 0;
+  for (const Tenant& t : ts)
+    ok = ok && t.group->peak() <= t.max && t.group->events().get(memcg::Event::kOom) == 0;
   for (Tenant& t : ts) t.cache.reset();
-  return 0;
+  if (!ok) std::fprintf(stderr, "kv_cache: a limit was exceeded or an OOM happened\n");
+  return ok ? 0 : 1;
 }

@@ -52,5 +52,10 @@ int main() {
   std::printf("memory stall of app: %llu us (some), %llu us (full)\n",
               static_cast<unsigned long long>(psi.total_us[0]),
               static_cast<unsigned long long>(psi.total_us[1]));
+  // The point of the example: the cache shrank itself on pressure and stayed within its limit.
+  if (seen == 0 || shrunk == 0 || app->current() > app->max()) {
+    std::fprintf(stderr, "pressure_cache: expected the cache to shrink on medium pressure\n");
+    return 1;
+  }
   return 0;
 }
