@@ -156,6 +156,54 @@ TEST(StatIntegrationTest, ConcurrentChargesOfSeveralKindsAddUpAfterFlush) {
   EXPECT_GT(t.groups[0]->stat(StatRegistry::kPgfault), 0);
 }
 
+// ---- counts cached in the stock slots ------------------------------------------------------------
+
+// A stock hit leaves its kind's count in the slot: memory.stat shows it after flush_stats(), the
+// periodic fold, a drain, or the group's removal (folded into the parent), never twice.
+TEST(StatIntegrationTest, SlotCountsReachMemoryStatOnFoldDrainAndRemoval) {
+  ManualClock clock;
+  Options o;
+  o.nr_shards = 0;  // one shard per CPU: the restartable-sequence stock where available
+  o.clock = &clock;
+  Controller ctl(o);
+  GroupRef a, b;
+  ASSERT_EQ(ctl.create("a", &a), 0);
+  ASSERT_EQ(ctl.create("a/b", &b), 0);
+  const int64_t unit = static_cast<int64_t>(ctl.unit_size());
+
+  ASSERT_TRUE(charged(try_charge(*b, 1, kDefaultCharge, StatRegistry::kFile)));  // fills a slot
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(charged(try_charge(*b, 2, kDefaultCharge, StatRegistry::kFile)));
+  uncharge(*b, 3, StatRegistry::kFile);
+  ctl.flush_stats();
+  EXPECT_EQ(b->stat(StatRegistry::kFile), 18 * unit);
+  EXPECT_EQ(a->stat(StatRegistry::kFile), 18 * unit);
+  EXPECT_EQ(b->stat(StatRegistry::kAnon), 0);
+
+  // The periodic fold (2 s on the controller's clock) folds the slots too.
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(charged(try_charge(*b, 1, kDefaultCharge, StatRegistry::kFile)));
+  clock.advance(2'000'000'000);
+  ctl.tick();
+  EXPECT_EQ(b->stat(StatRegistry::kFile), 23 * unit);
+
+  // A drain passes the count on with the units.
+  uncharge(*b, 4, StatRegistry::kFile);
+  ctl.stock().drain_all(nullptr);
+  ctl.rstat().flush(ctl.root().stat_node());
+  EXPECT_EQ(b->stat(StatRegistry::kFile), 19 * unit);
+  EXPECT_EQ(b->current(), static_cast<uint64_t>(19 * unit));
+
+  // Removal: the dying group's counts end up in its parent, exactly once.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(charged(try_charge(*b, 1, kDefaultCharge, StatRegistry::kFile)));
+  ASSERT_EQ(ctl.remove(*b), 0);
+  b = GroupRef();
+  ctl.flush_stats();
+  EXPECT_EQ(a->stat(StatRegistry::kFile), 22 * unit);
+  EXPECT_EQ(a->stat_local(StatRegistry::kFile), 0);
+}
+
 // ---- staleness of memory.stat without explicit flushes ----------------------------------------
 
 TEST(StatIntegrationTest, MemoryStatLagsByAtMostTheBoundAndThePeriod) {
