@@ -7,9 +7,9 @@
 // the stock are counted as used by their group (and its ancestors), so a group may look full
 // while its free room sits in stocks; drain_all() gives such units back.
 //
-// Each shard holds kSlots (owner, units) slots, at most batch() units each; the units a stock
-// can hide are therefore bounded by slack_bound() = shards x kSlots x batch, however many threads
-// there are.
+// Each shard holds kSlots slots (owner, units, a cached statistic count), at most batch() units
+// each; the units a stock can hide are therefore bounded by slack_bound() =
+// shards x kSlots x batch, however many threads there are.
 //
 // Statistics ride along (as the kernel's per-CPU object stock caches a vmstat delta next to its
 // bytes): consume() and refill() take the kind of the memory (an owner-defined statistic
