@@ -14,6 +14,7 @@
 #include "memcg/obj_stock.hpp"
 
 #include "memcg/internal/hook_bypass.hpp"
+#include "memcg/internal/shard_word.hpp"
 
 #include <sched.h>
 
@@ -53,32 +54,25 @@ ObjStock::~ObjStock() {
 
 // ---- shard ownership (as in Stock) ------------------------------------------------------------
 
+// The shard word protocol lives in internal/shard_word.hpp (shared with the unit stock).
 int ObjStock::local_shard() const noexcept {
-  const int cpu = internal::current_cpu();
-  if (!rseq_) return cpu % nr_shards_;
-  return cpu < nr_shards_ ? cpu : -1;
+  return internal::local_shard(nr_shards_, rseq_);
 }
 
 void ObjStock::make_exclusive(int idx) noexcept {
-  if (rseq_ && internal::current_cpu() != idx) internal::fence_cpu(idx);
+  internal::make_exclusive(idx, rseq_);
 }
 
 bool ObjStock::try_lock(int idx) noexcept {
-  // Sequentially consistent for the rseq protocol (see Stock::try_lock).
-  if (shards_[idx].disabled.exchange(1, std::memory_order_seq_cst) != 0) return false;
-  make_exclusive(idx);
-  return true;
+  return internal::shard_try_lock(shards_[idx].disabled, idx, rseq_);
 }
 
 void ObjStock::lock_wait(int idx) noexcept {
-  Shard& s = shards_[idx];
-  while (s.disabled.exchange(1, std::memory_order_seq_cst) != 0) {
-    while (s.disabled.load(std::memory_order_relaxed) != 0) sched_yield();
-  }
+  internal::shard_lock_wait(shards_[idx].disabled);
 }
 
 void ObjStock::unlock(int idx) noexcept {
-  shards_[idx].disabled.store(0, std::memory_order_release);
+  internal::shard_unlock(shards_[idx].disabled);
 }
 
 ObjStock::Taken ObjStock::take(Shard& s) noexcept {

@@ -15,6 +15,8 @@
 
 #include "memcg/stock.hpp"
 
+#include "memcg/internal/shard_word.hpp"
+
 #include <sched.h>
 
 #include <algorithm>
@@ -37,45 +39,25 @@ Stock::~Stock() {
 
 // ---- shard ownership ------------------------------------------------------------------------
 
-// The calling thread's shard: its CPU, reduced modulo the shard count in fallback mode. In rseq
-// mode the shard must be the CPU itself (fences aim at it); a CPU beyond the shards (one that was
-// not possible at start-up) gets -1 and the caller acts as if the shard were busy.
+// The shard word protocol lives in internal/shard_word.hpp (shared with the object stock).
 int Stock::local_shard() const noexcept {
-  const int cpu = internal::current_cpu();
-  if (!rseq_) return cpu % nr_shards_;
-  return cpu < nr_shards_ ? cpu : -1;
+  return internal::local_shard(nr_shards_, rseq_);
 }
 
-// In rseq mode, makes sure no critical section on CPU `idx` that read disabled == 0 can still
-// commit. If the caller runs on that CPU after having set the word, such a section was
-// preempted before that point and aborts when resumed, so no fence is needed (the common case
-// for local slow paths); otherwise fence the CPU.
 void Stock::make_exclusive(int idx) noexcept {
-  if (rseq_ && internal::current_cpu() != idx) internal::fence_cpu(idx);
+  internal::make_exclusive(idx, rseq_);
 }
 
 bool Stock::try_lock(int idx) noexcept {
-  Shard& s = shards_[idx];
-  // Sequentially consistent: in rseq mode the word must be visible before the CPU check (or the
-  // fence) in make_exclusive; in fallback mode acquire would do.
-  if (s.disabled.exchange(1, std::memory_order_seq_cst) != 0) return false;
-  make_exclusive(idx);
-  return true;
+  return internal::shard_try_lock(shards_[idx].disabled, idx, rseq_);
 }
 
 void Stock::lock_wait(int idx) noexcept {
-  Shard& s = shards_[idx];
-  // Holders keep the word for a few dozen instructions; yielding lets a preempted holder on
-  // this CPU finish.
-  while (s.disabled.exchange(1, std::memory_order_seq_cst) != 0) {
-    while (s.disabled.load(std::memory_order_relaxed) != 0) sched_yield();
-  }
+  internal::shard_lock_wait(shards_[idx].disabled);
 }
 
 void Stock::unlock(int idx) noexcept {
-  // Release: the next holder, and in rseq mode the next critical section on this CPU (x86 keeps
-  // loads in order), see every slot written under the word.
-  shards_[idx].disabled.store(0, std::memory_order_release);
+  internal::shard_unlock(shards_[idx].disabled);
 }
 
 Stock::Taken Stock::take(Shard& s, int i) noexcept {
