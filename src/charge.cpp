@@ -90,8 +90,10 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
   bool max_raised = false;
   Group* over_limit = nullptr;
 
-  for (;;) {
-    if (stock.consume(&group, n)) return ChargeStatus::kOk;
+  // The caller's stock lookup just missed; a retry looks again (a drain, or this CPU's other
+  // threads, may have refilled the stock meanwhile).
+  for (bool retry = false;; retry = true) {
+    if (retry && stock.consume(&group, n)) return ChargeStatus::kOk;
 
     PageCounter* failed = group.memory().try_charge(batch);
     if (failed == nullptr) {

@@ -88,26 +88,21 @@ void Stock::give_back(const Taken& t) noexcept {
 }
 
 // Under the word: adds du units to slot i (the caller checked the range) and du's statistic of
-// `kind` to the slot's cached count, as plan() does for a hit; what cannot be cached is passed
-// to `o` at once.
+// `kind` to the slot's cached count, deciding as a hit does (plan()); what cannot be cached, and
+// a count that leaves [-batch, batch], is passed to `o` at once.
 void Stock::apply(Shard& s, int i, StockOwner* o, int64_t du, int kind) noexcept {
   const uint64_t w = s.word[i].load(std::memory_order_relaxed);
-  unsigned tag = Word::tag(w);
-  int64_t count = Word::count(w);
-  const unsigned ktag = tag_of(kind);
-  if (ktag != 0 && (tag == ktag || count == 0)) {
-    tag = ktag;
-    count -= du;
-    if (count > batch_ || count < -batch_) {
-      o->stock_stat(kind, count);
-      count = 0;
-      bump(s.stats.stat_spills);
-    }
-  } else if (kind != kNoKind) {
+  const Plan p = plan(w, du, kind);
+  uint64_t v = w + p.add;
+  if (p.direct) {
     o->stock_stat(kind, -du);
     bump(s.stats.stat_direct);
+  } else if (const int64_t count = Word::count(v); count > batch_ || count < -batch_) {
+    o->stock_stat(kind, count);
+    v = Word::make(Word::units(v), Word::tag(v), 0);
+    bump(s.stats.stat_spills);
   }
-  s.word[i].store(Word::make(Word::units(w) + du, tag, count), std::memory_order_relaxed);
+  s.word[i].store(v, std::memory_order_relaxed);
 }
 
 // ---- local slow paths -----------------------------------------------------------------------

@@ -25,20 +25,14 @@
 #include "memcg/pmr.hpp"
 #include "memcg/stock.hpp"
 
+#include "alloc_test_support.hpp"
+
 namespace memcg {
 namespace {
 
-constexpr int64_t kUnit = 4096;
-
-void settle(Controller& ctl) {
-  ctl.obj_stock().drain_all(nullptr);
-  ctl.stock().drain_all(nullptr);
-  ctl.flush_stats();
-}
-
-int64_t round_up(int64_t bytes) {
-  return (bytes + kUnit - 1) / kUnit * kUnit;
-}
+using testing::kUnit;
+using testing::round_up;
+using testing::settle;
 
 // What the hook charges for a block returned by operator new with alignment `align`.
 int64_t footprint(void* p, size_t align = __STDCPP_DEFAULT_NEW_ALIGNMENT__) {

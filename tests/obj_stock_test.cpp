@@ -18,27 +18,20 @@
 #include "memcg/nofail.hpp"
 #include "memcg/stock.hpp"
 
+#include "alloc_test_support.hpp"
+
 namespace memcg {
 namespace {
 
-constexpr int64_t kUnit = 4096;
+using testing::kUnit;
+using testing::round_up;
+using testing::settle;
 
 Options shards(int n) {
   Options o;
   o.nr_shards = n;
   o.stat_kinds = {"objects"};
   return o;
-}
-
-// Empties both stocks and folds statistics: afterwards usage and memory.stat are exact.
-void settle(Controller& ctl) {
-  ctl.obj_stock().drain_all(nullptr);
-  ctl.stock().drain_all(nullptr);
-  ctl.flush_stats();
-}
-
-int64_t round_up(int64_t bytes) {
-  return (bytes + kUnit - 1) / kUnit * kUnit;
 }
 
 TEST(ObjStock, FirstChargeTakesOneUnitAndKeepsTheTail) {

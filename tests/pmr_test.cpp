@@ -21,20 +21,14 @@
 #include "memcg/obj_stock.hpp"
 #include "memcg/stock.hpp"
 
+#include "alloc_test_support.hpp"
+
 namespace memcg {
 namespace {
 
-constexpr int64_t kUnit = 4096;
-
-void settle(Controller& ctl) {
-  ctl.obj_stock().drain_all(nullptr);
-  ctl.stock().drain_all(nullptr);
-  ctl.flush_stats();
-}
-
-int64_t round_up(int64_t bytes) {
-  return (bytes + kUnit - 1) / kUnit * kUnit;
-}
+using testing::kUnit;
+using testing::round_up;
+using testing::settle;
 
 // Failing limits fail fast: no reclaim to wait for, no OOM victim.
 void no_policies(Controller& ctl) {

@@ -139,6 +139,9 @@ class ObjStock {
   }
   static constexpr int kMaxAborts = 4;
 
+  // The hot path of charge and uncharge: `delta` bytes (|delta| = bytes) on this CPU's reserve
+  // of (g, kind), kept within [lo, hi]. False: take the slow path.
+  bool hit(Group& g, uint64_t bytes, int kind, int64_t delta, int64_t lo, int64_t hi) noexcept;
   ChargeStatus charge_slow(Group& g, uint64_t bytes, uint32_t flags, int kind) noexcept;
   void uncharge_slow(Group& g, uint64_t bytes, int kind) noexcept;
   void put_bytes(Group& g, int kind, int64_t add, int64_t live) noexcept;
@@ -172,11 +175,11 @@ inline void uncharge_object(Group& group, uint64_t bytes, int kind = kDefaultKin
 }
 
 // Hot paths: as in Stock, a restartable sequence that checks CPU, shard word and owner and then
-// moves the reserve within [0, unit]; anything else (a miss, an abort too many, a busy shard, a
-// size beyond one unit) takes the slow path.
-inline __attribute__((always_inline)) ChargeStatus ObjStock::charge(Group& g, uint64_t bytes,
-                                                                    uint32_t flags,
-                                                                    int kind) noexcept {
+// moves the reserve by `delta` bytes within [lo, hi]; anything else (a miss, an abort too many, a
+// busy shard, a size beyond one unit) takes the slow path.
+inline __attribute__((always_inline)) bool ObjStock::hit(Group& g, uint64_t bytes, int kind,
+                                                         int64_t delta, int64_t lo,
+                                                         int64_t hi) noexcept {
 #if MEMCG_RSEQ_CS
   if (__builtin_expect(rseq_, 1) && bytes - 1 < static_cast<uint64_t>(unit_) &&
       static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds)) {
@@ -190,9 +193,9 @@ inline __attribute__((always_inline)) ChargeStatus ObjStock::charge(Group& g, ui
       switch (internal::cs_add_bounded(
           static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
           reinterpret_cast<const void* const*>(&s.owner), owner,
-          reinterpret_cast<int64_t*>(&s.bytes), -static_cast<int64_t>(bytes), 0, INT64_MAX)) {
+          reinterpret_cast<int64_t*>(&s.bytes), delta, lo, hi)) {
         case internal::CsResult::kOk:
-          return ChargeStatus::kOk;
+          return true;
         case internal::CsResult::kAborted:
           if (++aborts < kMaxAborts) goto retry;
           break;
@@ -201,38 +204,28 @@ inline __attribute__((always_inline)) ChargeStatus ObjStock::charge(Group& g, ui
       }
     }
   }
+#else
+  (void)g;
+  (void)bytes;
+  (void)kind;
+  (void)delta;
+  (void)lo;
+  (void)hi;
 #endif
+  return false;
+}
+
+inline __attribute__((always_inline)) ChargeStatus ObjStock::charge(Group& g, uint64_t bytes,
+                                                                    uint32_t flags,
+                                                                    int kind) noexcept {
+  if (hit(g, bytes, kind, -static_cast<int64_t>(bytes), 0, INT64_MAX)) return ChargeStatus::kOk;
   return charge_slow(g, bytes, flags, kind);
 }
 
 inline __attribute__((always_inline)) void ObjStock::uncharge(Group& g, uint64_t bytes,
                                                               int kind) noexcept {
-#if MEMCG_RSEQ_CS
-  if (__builtin_expect(rseq_, 1) && bytes - 1 < static_cast<uint64_t>(unit_) &&
-      static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds)) {
-    struct rseq* const rs = internal::rseq_area();
-    const void* const owner = tag(g, kind);
-    int aborts = 0;
-  retry:
-    const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
-    if (__builtin_expect(cpu < static_cast<uint32_t>(nr_shards_), 1)) {
-      Shard& s = shards_[cpu];
-      switch (internal::cs_add_bounded(
-          static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
-          reinterpret_cast<const void* const*>(&s.owner), owner,
-          reinterpret_cast<int64_t*>(&s.bytes), static_cast<int64_t>(bytes), INT64_MIN, unit_)) {
-        case internal::CsResult::kOk:
-          return;
-        case internal::CsResult::kAborted:
-          if (++aborts < kMaxAborts) goto retry;
-          break;
-        case internal::CsResult::kCompareFailed:
-          break;
-      }
-    }
-  }
-#endif
-  uncharge_slow(g, bytes, kind);
+  if (!hit(g, bytes, kind, static_cast<int64_t>(bytes), INT64_MIN, unit_))
+    uncharge_slow(g, bytes, kind);
 }
 
 }  // namespace memcg

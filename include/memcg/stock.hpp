@@ -246,6 +246,8 @@ class Stock {
   // that often is better served by the lock, whose cost is bounded.
   static constexpr int kMaxAborts = 4;
 
+  // The hot path of consume (du = -n) and refill (du = +n); false: take the slow path.
+  bool hit(StockOwner* o, int64_t du, int kind) noexcept;
   bool consume_slow(StockOwner* o, int64_t n, int kind) noexcept;
   void refill_slow(StockOwner* o, int64_t n, int kind) noexcept;
   void apply(Shard& s, int i, StockOwner* o, int64_t du, int kind) noexcept;
@@ -271,11 +273,11 @@ class Stock {
 // re-checks CPU, shard word, owner and the fields the plan relied on. An abort (preemption,
 // migration, signal) stored nothing and is retried on the then-current CPU; a failed check, or
 // too many aborts, goes to the slow path, which decides under the shard's word.
-inline __attribute__((always_inline)) bool Stock::consume(StockOwner* o, int64_t n,
-                                                          int kind) noexcept {
-  assert(o != nullptr);
+inline __attribute__((always_inline)) bool Stock::hit(StockOwner* o, int64_t du,
+                                                      int kind) noexcept {
 #if MEMCG_RSEQ_CS
-  // n in [1, batch] with one unsigned compare.
+  // |du| in [1, batch] with one unsigned compare.
+  const int64_t n = du < 0 ? -du : du;
   if (__builtin_expect(rseq_, 1) && static_cast<uint64_t>(n - 1) < static_cast<uint64_t>(batch_)) {
     struct rseq* const rs = internal::rseq_area();
     int aborts = 0;
@@ -284,70 +286,48 @@ inline __attribute__((always_inline)) bool Stock::consume(StockOwner* o, int64_t
     const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
     if (__builtin_expect(cpu < static_cast<uint32_t>(nr_shards_), 1)) {
       Shard& s = shards_[cpu];
+      // No slot: a refill installs (and maybe evicts) on the slow path.
       if (const int i = s.find(o); __builtin_expect(i >= 0, 1)) {
-        const Plan p = plan(s.word[i].load(std::memory_order_relaxed), -n, kind);
+        const Plan p = plan(s.word[i].load(std::memory_order_relaxed), du, kind);
         switch (internal::cs_slot_update(
             static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
             reinterpret_cast<const void* const*>(&s.owner[i]), o,
             reinterpret_cast<uint64_t*>(&s.word[i]), p.add, p.mask, p.expect,
             static_cast<uint64_t>(batch_), static_cast<uint64_t>(batch_))) {
           case internal::CsResult::kOk:
-            bump(s.stats.hits);
+            bump(du < 0 ? s.stats.hits : s.stats.refills);
             if (p.direct) [[unlikely]] {
               bump(s.stats.stat_direct);
-              o->stock_stat(kind, n);
+              o->stock_stat(kind, -du);
             }
             return true;
           case internal::CsResult::kAborted:
             if (++aborts < kMaxAborts) goto retry;
             break;
-          case internal::CsResult::kCompareFailed:  // too few units, count at its bound, busy
+          case internal::CsResult::kCompareFailed:  // units or count out of range, busy shard
             break;
         }
       }
     }
   }
+#else
+  (void)o;
+  (void)du;
+  (void)kind;
 #endif
-  return consume_slow(o, n, kind);
+  return false;
+}
+
+inline __attribute__((always_inline)) bool Stock::consume(StockOwner* o, int64_t n,
+                                                          int kind) noexcept {
+  assert(o != nullptr);
+  return hit(o, -n, kind) || consume_slow(o, n, kind);
 }
 
 inline __attribute__((always_inline)) void Stock::refill(StockOwner* o, int64_t n,
                                                          int kind) noexcept {
   assert(o != nullptr);
-#if MEMCG_RSEQ_CS
-  if (__builtin_expect(rseq_, 1) && static_cast<uint64_t>(n - 1) < static_cast<uint64_t>(batch_)) {
-    struct rseq* const rs = internal::rseq_area();
-    int aborts = 0;
-  retry:
-    const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
-    if (__builtin_expect(cpu < static_cast<uint32_t>(nr_shards_), 1)) {
-      Shard& s = shards_[cpu];
-      // No slot: install (and maybe evict) on the slow path.
-      if (const int i = s.find(o); __builtin_expect(i >= 0, 1)) {
-        const Plan p = plan(s.word[i].load(std::memory_order_relaxed), n, kind);
-        switch (internal::cs_slot_update(
-            static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
-            reinterpret_cast<const void* const*>(&s.owner[i]), o,
-            reinterpret_cast<uint64_t*>(&s.word[i]), p.add, p.mask, p.expect,
-            static_cast<uint64_t>(batch_), static_cast<uint64_t>(batch_))) {
-          case internal::CsResult::kOk:
-            bump(s.stats.refills);
-            if (p.direct) [[unlikely]] {
-              bump(s.stats.stat_direct);
-              o->stock_stat(kind, -n);
-            }
-            return;
-          case internal::CsResult::kAborted:
-            if (++aborts < kMaxAborts) goto retry;
-            break;
-          case internal::CsResult::kCompareFailed:  // over the batch, count at its bound, busy
-            break;
-        }
-      }
-    }
-  }
-#endif
-  refill_slow(o, n, kind);
+  if (!hit(o, n, kind)) refill_slow(o, n, kind);
 }
 
 }  // namespace memcg
