@@ -18,28 +18,19 @@
 #include "memcg/files.hpp"
 #include "memcg/limits.hpp"
 
+#include "manual_controller.hpp"
+
 namespace memcg {
 namespace {
 
 constexpr uint64_t kMs = 1'000'000;
 constexpr uint64_t kSec = 1'000'000'000;
 
-struct Sim {
-  Sim() : ctl(options(&clock)) {
+struct Sim : testing::ManualController {
+  Sim() : ManualController(0) {
     a = make("a");
     b = make("a/b");
     sib = make("s");
-  }
-  static Options options(Clock* clock) {
-    Options o;
-    o.nr_shards = 1;
-    o.clock = clock;
-    return o;
-  }
-  GroupRef make(const char* path) {
-    GroupRef g;
-    if (ctl.create(path, &g) != 0) throw std::runtime_error(path);
-    return g;
   }
   void stall(Group& g, uint64_t ns) {
     MemStall s(g);
@@ -50,8 +41,6 @@ struct Sim {
     EXPECT_EQ(read_file(g, "memory.pressure", &out), 0);
     return out;
   }
-  ManualClock clock{0};
-  Controller ctl;
   GroupRef a, b, sib;
 };
 

@@ -18,31 +18,20 @@
 #include "memcg/files.hpp"
 #include "memcg/lru_cache.hpp"
 
+#include "manual_controller.hpp"
+
 namespace memcg {
 namespace {
 
 constexpr int64_t kWindow = 512;  // units of 4 KiB
 constexpr ReclaimReason kLimit = ReclaimReason::kLimit;
 
-struct Tree {
-  Tree() : ctl(options(&clock)) {
+struct Tree : testing::ManualController {
+  Tree() : ManualController(1'000'000'000) {
     a = make("a");
     b = make("a/b");
     c = make("a/b/c");
   }
-  static Options options(Clock* clock) {
-    Options o;
-    o.nr_shards = 1;
-    o.clock = clock;
-    return o;
-  }
-  GroupRef make(const char* path) {
-    GroupRef g;
-    if (ctl.create(path, &g) != 0) throw std::runtime_error(path);
-    return g;
-  }
-  ManualClock clock{1'000'000'000};
-  Controller ctl;
   GroupRef a, b, c;
 };
 
