@@ -76,11 +76,13 @@ void ObjStock::unlock(int idx) noexcept {
 }
 
 ObjStock::Taken ObjStock::take(Shard& s) noexcept {
-  Taken t{s.owner.load(std::memory_order_relaxed), s.bytes.load(std::memory_order_relaxed), 0};
+  Taken t{s.owner.load(std::memory_order_relaxed), s.bytes.load(std::memory_order_relaxed), 0,
+          s.credit};
   t.pending = s.reported - t.bytes;
   s.bytes.store(0, std::memory_order_relaxed);
   s.owner.store(nullptr, std::memory_order_relaxed);
   s.reported = 0;
+  s.credit = 0;
   return t;
 }
 
@@ -91,15 +93,25 @@ void ObjStock::flush_stat(Group& g, int kind, int64_t delta) noexcept {
   g.stat_add(kind, delta, ((magnitude(delta) - 1) >> shift_) + 1);
 }
 
-// Units leave the object layer. The last of a group's units drops the layer's reference, which
-// may free a removed group: nothing touches `g` after it.
-void ObjStock::return_units(Group& g, int64_t units, bool direct) noexcept {
-  if (direct) {
-    uncharge_direct(g, units, kNoStatKind);
-  } else {
-    memcg::uncharge(g, units, kNoStatKind);
+// Units enter the group's count. The caller holds a reference (a charge's, or a shard's), so a
+// concurrent last return cannot free g before the get.
+void ObjStock::count_units(Group& g, int64_t units) noexcept {
+  if (units > 0 && g.obj_units_.fetch_add(units, std::memory_order_acq_rel) == 0) g.get();
+}
+
+// `units` leave the object layer (uncharged) and `uncounted` leave the group's count (the same
+// units, or a shard's surplus credit, or both). The count reaching zero drops the layer's
+// reference, which may free a removed group: nothing touches `g` after it.
+void ObjStock::return_units(Group& g, int64_t units, int64_t uncounted, bool direct) noexcept {
+  if (units > 0) {
+    if (direct) {
+      uncharge_direct(g, units, kNoStatKind);
+    } else {
+      memcg::uncharge(g, units, kNoStatKind);
+    }
   }
-  if (g.obj_units_.fetch_sub(units, std::memory_order_acq_rel) == units) g.put();
+  if (uncounted > 0 && g.obj_units_.fetch_sub(uncounted, std::memory_order_acq_rel) == uncounted)
+    g.put();
 }
 
 // Parks sub-unit leftovers; whole units that accumulate in the pool go back at once.
@@ -110,7 +122,7 @@ void ObjStock::pool_add(Group& g, int64_t bytes, bool direct) noexcept {
     const int64_t units = v >> shift_;
     if (g.obj_pool_bytes_.compare_exchange_weak(v, v - (units << shift_),
                                                 std::memory_order_acq_rel)) {
-      return_units(g, units, direct);
+      return_units(g, units, units, direct);
       return;
     }
   }
@@ -120,7 +132,8 @@ void ObjStock::give_back(const Taken& t, bool direct) noexcept {
   if (t.owner == nullptr) return;
   Group& g = *group_of(t.owner);
   flush_stat(g, kind_of(t.owner), t.pending);
-  if (const int64_t units = t.bytes >> shift_; units > 0) return_units(g, units, direct);
+  const int64_t units = t.bytes >> shift_;
+  return_units(g, units, units + t.credit, direct);
   pool_add(g, t.bytes & (unit_ - 1), direct);  // pool_add may put one of the group's units;
   g.put();                                     // the slot's reference is still held here
 }
@@ -164,13 +177,11 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
   const int64_t units = ((need - 1) >> shift_) + 1;
   const ChargeStatus st = memcg::try_charge(g, units, flags, kNoStatKind);
   if (st == ChargeStatus::kNoMem) {
-    put_bytes(g, kind, have, 0);
+    put_bytes(g, kind, have, 0, 0);
     return st;
   }
-  // The caller holds a reference, so a concurrent last return cannot free g before this get.
-  if (g.obj_units_.fetch_add(units, std::memory_order_acq_rel) == 0) g.get();
   if (idx >= 0) bump(shards_[idx].stats.refills);  // approximate: the shard is not held
-  put_bytes(g, kind, (units << shift_) - need, s);
+  put_bytes(g, kind, (units << shift_) - need, s, units);
   return st;
 }
 
@@ -178,17 +189,20 @@ void ObjStock::uncharge_slow(Group& g, uint64_t size, int kind) noexcept {
   if (g.is_root() || size == 0) return;
   internal::HookBypass bypass;
   const auto s = static_cast<int64_t>(size);
-  put_bytes(g, kind, s, -s);
+  put_bytes(g, kind, s, -s, 0);
 }
 
 // Adds `add` bytes to the local reserve of (g, kind) and `live` to the kind's byte statistic,
-// installing the reserve (and switching away from another owner) when needed.
-void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live) noexcept {
+// installing the reserve (and switching away from another owner) when needed. `units_in`: units
+// the caller just charged for the object layer, to be counted (it holds a reference to g).
+void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live,
+                         int64_t units_in) noexcept {
   const bool cached = static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds);
   const int idx = cached ? local_shard() : -1;
   if (idx < 0 || !try_lock(idx)) {
-    // No reserve to use: the statistic directly, the bytes to the pool.
+    // No reserve to use: the count and the statistic directly, the bytes to the pool.
     if (idx >= 0) bump(shards_[idx].stats.bypasses);
+    count_units(g, units_in);
     flush_stat(g, kind, live);
     pool_add(g, add, false);
     return;
@@ -198,9 +212,11 @@ void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live) noexcept
   Taken old;
   int64_t r;
   int64_t reported;
+  int64_t credit = 0;
   if (sh.owner.load(std::memory_order_relaxed) == owner) {
     r = sh.bytes.load(std::memory_order_relaxed);
     reported = sh.reported;
+    credit = sh.credit;
   } else {
     old = take(sh);
     g.get();  // the slot's reference
@@ -227,13 +243,27 @@ void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live) noexcept
     reported = r;
     bump(sh.stats.stat_flushes);
   }
+  // The count covers units before their bytes are published: a refill short of credit counts
+  // them (and a fresh credit) here, under the word. Returns grow the credit; past 2 * kCredit the
+  // surplus leaves the count below, which keeps kCredit and so never reaches zero there.
+  credit += units_out - units_in;
+  if (credit < 0) {
+    count_units(g, kCredit - credit);
+    credit = kCredit;
+  }
+  int64_t uncounted = 0;
+  if (credit > 2 * kCredit) {
+    uncounted = credit - kCredit;
+    credit = kCredit;
+  }
   sh.bytes.store(r, std::memory_order_relaxed);
   sh.reported = reported;
+  sh.credit = credit;
   unlock(idx);
 
   // The slot's reference keeps g alive through all of this.
   flush_stat(g, kind, flush);
-  if (units_out > 0) return_units(g, units_out, false);
+  return_units(g, units_out, uncounted, false);
   give_back(old, false);
 }
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -201,6 +202,63 @@ TEST(ObjStock, RemovedGroupStaysValidUntilItsLastBytesGo) {
   settle(ctl);
   EXPECT_EQ(ctl.nr_dying(), 0u);
   EXPECT_EQ(ctl.root().current(), 0u);
+}
+
+// Objects allocated by one thread and freed by another move units out of one shard's share of
+// the group's count and into another's (each shard keeps a few units as credit). Removed groups
+// must still be released once their last bytes go, whatever credit the shards held, in both the
+// rseq and the try-lock modes.
+void removed_groups_are_released(Controller& ctl, ObjStock& os) {
+  constexpr int kGroups = 4;
+  constexpr int kObjects = 3000;  // about 100 units per group: many times a shard's credit
+  std::vector<Group*> raw;
+  for (int i = 0; i < kGroups; ++i) {
+    GroupRef g;
+    ASSERT_EQ(ctl.create("g" + std::to_string(i), &g), 0);
+    raw.push_back(g.get());
+  }
+  std::vector<std::vector<uint64_t>> sizes(kGroups);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kGroups; ++i) {
+    ts.emplace_back([&, i] {
+      std::mt19937_64 rng(99 + i);
+      for (int k = 0; k < kObjects; ++k) {
+        const uint64_t b = 16 + rng() % 240;
+        ASSERT_EQ(os.charge(*raw[i], b, kDefaultCharge, StatRegistry::kAnon), ChargeStatus::kOk);
+        sizes[i].push_back(b);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  ts.clear();
+  for (int i = 0; i < kGroups; ++i) ASSERT_EQ(ctl.remove("g" + std::to_string(i)), 0);
+  EXPECT_EQ(ctl.nr_dying(), size_t(kGroups));
+  // Each group's objects are freed by two threads other than the one that charged them.
+  for (int t = 0; t < 2; ++t) {
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < kGroups; ++i) {
+        const std::vector<uint64_t>& v = sizes[(i + t + 1) % kGroups];
+        for (size_t k = static_cast<size_t>(t); k < v.size(); k += 2)
+          os.uncharge(*raw[(i + t + 1) % kGroups], v[k], StatRegistry::kAnon);
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  settle(ctl);
+  os.drain_all(nullptr);
+  EXPECT_EQ(ctl.nr_dying(), 0u);
+  EXPECT_EQ(ctl.root().current(), 0u);
+}
+
+TEST(ObjStock, RemovedGroupsAreReleasedAfterCrossThreadFrees) {
+  Controller ctl(shards(0));
+  removed_groups_are_released(ctl, ctl.obj_stock());
+}
+
+TEST(ObjStock, RemovedGroupsAreReleasedAfterCrossThreadFreesTryLockPath) {
+  Controller ctl(shards(2));
+  ObjStock os(2, ctl.unit_shift(), ObjStock::Mode::kFallback);
+  removed_groups_are_released(ctl, os);
 }
 
 // Random allocate/free from several threads over three groups and two kinds, with frees made by

@@ -26,7 +26,9 @@
 //
 // Lifetime: while a group has units charged through the object layer, the layer holds one
 // reference on it, so a block may be freed after its allocating thread moved or exited and after
-// the group was removed, without any reference held by the block itself.
+// the group was removed, without any reference held by the block itself. Those units are counted
+// per group; each shard holds a few units of that count as credit for its owner, so that
+// refills and returns on one CPU do not bounce the group's count between CPUs.
 //
 // Thread safety: every method may be called from any thread; threads may migrate at any instant.
 // Cost: a hit is the unit stock's restartable sequence on one word (about 2 ns, no atomic
@@ -115,6 +117,10 @@ class ObjStock {
     // `bytes` as the group's statistics know it: reported - bytes is the deferred byte delta of
     // the owner's kind (hits move `bytes` only).
     int64_t reported = 0;
+    // Units counted in the owner's obj_units_ beyond those backing its objects: a refill or
+    // return on this shard moves units between this credit and its objects without touching the
+    // group's shared count (0 .. 2 * kCredit). Given back with the owner.
+    int64_t credit = 0;
     struct Counters {
       std::atomic<uint64_t> refills{0}, switches{0}, returns{0}, bypasses{0}, drains{0},
           stat_flushes{0};
@@ -128,6 +134,7 @@ class ObjStock {
     const void* owner = nullptr;
     int64_t bytes = 0;
     int64_t pending = 0;  // deferred byte statistics
+    int64_t credit = 0;
   };
 
   static const void* tag(const Group& g, int kind) noexcept {
@@ -138,14 +145,18 @@ class ObjStock {
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
   static constexpr int kMaxAborts = 4;
+  // Units of obj_units_ credit a shard keeps for its owner (see Shard::credit); a shard touches
+  // the group's shared count once per kCredit units of net refills or returns.
+  static constexpr int64_t kCredit = 8;
 
   // The hot path of charge and uncharge: `delta` bytes (|delta| = bytes) on this CPU's reserve
   // of (g, kind), kept within [lo, hi]. False: take the slow path.
   bool hit(Group& g, uint64_t bytes, int kind, int64_t delta, int64_t lo, int64_t hi) noexcept;
   ChargeStatus charge_slow(Group& g, uint64_t bytes, uint32_t flags, int kind) noexcept;
   void uncharge_slow(Group& g, uint64_t bytes, int kind) noexcept;
-  void put_bytes(Group& g, int kind, int64_t add, int64_t live) noexcept;
-  void return_units(Group& g, int64_t units, bool direct) noexcept;
+  void put_bytes(Group& g, int kind, int64_t add, int64_t live, int64_t units_in) noexcept;
+  static void count_units(Group& g, int64_t units) noexcept;
+  void return_units(Group& g, int64_t units, int64_t uncounted, bool direct) noexcept;
   void pool_add(Group& g, int64_t bytes, bool direct) noexcept;
   void flush_stat(Group& g, int kind, int64_t delta) noexcept;
   void give_back(const Taken& t, bool direct) noexcept;
