@@ -13,6 +13,7 @@ Group::Group(Controller& controller, Group* parent, std::string name, uint64_t i
     : memory_(parent ? &parent->memory_ : nullptr, controller.max_units()),
       controller_(controller),
       charge_stock_(parent ? &controller.stock() : nullptr),
+      object_stock_(parent ? &controller.obj_stock() : nullptr),
       parent_(parent),
       name_(std::move(name)),
       id_(id),

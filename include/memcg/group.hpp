@@ -35,6 +35,7 @@ namespace memcg {
 class Controller;
 class GroupRef;
 class Member;
+class ObjStock;
 struct ReclaimerEntry;
 namespace internal {
 struct GroupPressure;  // vmpressure and PSI state (vmpressure.hpp, psi.hpp)
@@ -103,6 +104,9 @@ class Group final : public StockOwner {
   // The per-CPU stock that charges of this group go through (the controller's); nullptr for the
   // root, which is never charged. Kept here so that the inline charge path needs one load.
   Stock* charge_stock() const noexcept { return charge_stock_; }
+  // The object layer (obj_stock.hpp) byte charges of this group go through; nullptr for the
+  // root, whose objects are not recorded. Cached for the same reason.
+  ObjStock* object_stock() const noexcept { return object_stock_; }
 
   // ---- statistics -----------------------------------------------------------------------------
   // Hierarchical (this group and its descendants) and local totals of stat item `item` as of the
@@ -166,6 +170,7 @@ class Group final : public StockOwner {
   PageCounter memory_;
   Controller& controller_;
   Stock* const charge_stock_;
+  ObjStock* const object_stock_;
   Group* const parent_;
   const std::string name_;
   const uint64_t id_;

@@ -177,12 +177,14 @@ class ObjStock {
 };
 
 // Byte-granular charge of the calling code's objects: the controller's object stock.
+// Nothing is recorded for the root.
 inline ChargeStatus try_charge_object(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge,
                                       int kind = kDefaultKind) noexcept {
-  return group.controller().obj_stock().charge(group, bytes, flags, kind);
+  ObjStock* const os = group.object_stock();
+  return os != nullptr ? os->charge(group, bytes, flags, kind) : ChargeStatus::kOk;
 }
 inline void uncharge_object(Group& group, uint64_t bytes, int kind = kDefaultKind) noexcept {
-  group.controller().obj_stock().uncharge(group, bytes, kind);
+  if (ObjStock* const os = group.object_stock()) os->uncharge(group, bytes, kind);
 }
 
 // Hot paths: as in Stock, a restartable sequence that checks CPU, shard word and owner and then

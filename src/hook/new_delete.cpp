@@ -44,7 +44,7 @@ inline size_t prefix(size_t align) noexcept {
 inline Group* charge_target() noexcept {
   if (internal::tl_hook_bypass != 0) return nullptr;
   Group* g = attached_group();
-  return g != nullptr && !g->is_root() ? g : nullptr;
+  return g != nullptr && g->object_stock() != nullptr ? g : nullptr;  // null: the root
 }
 
 // Null on failure. `refused` tells a refused charge from an empty heap.
@@ -67,8 +67,8 @@ inline void* allocate(size_t size, size_t align, bool* refused) noexcept {
         g_usable_size.load(std::memory_order_relaxed) ? malloc_usable_size(base) : size + pre;
     // The library's own allocations while it charges (reclaim, statistics) are not charged:
     // the object layer's slow paths set HookBypass.
-    if (!memcg::charged(try_charge_object(*g, bytes, g_flags.load(std::memory_order_relaxed),
-                                          kind))) [[unlikely]] {
+    if (!memcg::charged(g->object_stock()->charge(
+            *g, bytes, g_flags.load(std::memory_order_relaxed), kind))) [[unlikely]] {
       std::free(base);
       g_failed.fetch_add(1, std::memory_order_relaxed);
       *refused = true;
@@ -91,7 +91,7 @@ inline void deallocate(void* p, size_t align) noexcept {
   std::free(static_cast<char*>(p) - prefix(align));
   if (g != nullptr && internal::tl_hook_teardown == 0) {
     // The object layer holds the group while it has charged bytes: no reference needed here.
-    uncharge_object(*g, charged & kBytesMask, static_cast<int>(charged >> kKindShift));
+    g->object_stock()->uncharge(*g, charged & kBytesMask, static_cast<int>(charged >> kKindShift));
   }
 }
 
