@@ -349,5 +349,101 @@ TEST(ObjStock, RandomExactnessTryLockPath) {
   random_exactness(ctl, os, 4, 20000);
 }
 
+// Removal, drains and frees at the same time: each round, threads charge objects to fresh groups,
+// hand some to other threads, and free them while the groups are removed and every reserve is
+// drained concurrently. Frees hold no reference; the object layer's count (and the shards'
+// credit of it) must keep each group alive exactly until its last bytes go, so that after the
+// last round every group has been freed and nothing is left charged. ASan and TSan runs check
+// the lifetime; the counters check the accounting.
+void wait_zero(std::atomic<int>& n) {
+  for (int v = n.load(); v != 0; v = n.load()) n.wait(v);
+}
+
+void churn_removal(Controller& ctl, ObjStock& os) {
+  constexpr int kThreads = 3;
+  constexpr int kRounds = 40;
+  constexpr int kGroups = 3;
+  struct Block {
+    Group* group;
+    uint64_t bytes;
+  };
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<GroupRef> refs(kGroups);
+    for (int i = 0; i < kGroups; ++i)
+      ASSERT_EQ(ctl.create("r" + std::to_string(round) + "_" + std::to_string(i), &refs[i]), 0);
+    std::mutex mu;
+    std::vector<Block> handed;  // blocks that any thread may free
+    std::atomic<int> charging{kThreads};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreads; ++t) {
+      ts.emplace_back([&, t] {
+        std::mt19937_64 rng(round * 31 + t);
+        std::vector<Block> mine;
+        for (int k = 0; k < 600; ++k) {
+          Group* g = refs[rng() % kGroups].get();
+          const uint64_t b = 1 + rng() % (rng() % 16 == 0 ? 9000 : 300);
+          ASSERT_EQ(os.charge(*g, b, kDefaultCharge, StatRegistry::kAnon), ChargeStatus::kOk);
+          mine.push_back({g, b});
+          if (rng() % 3 == 0) {
+            const size_t j = rng() % mine.size();
+            os.uncharge(*mine[j].group, mine[j].bytes, StatRegistry::kAnon);
+            mine[j] = mine.back();
+            mine.pop_back();
+          }
+        }
+        {
+          std::lock_guard lock(mu);
+          handed.insert(handed.end(), mine.begin(), mine.end());
+        }
+        charging.fetch_sub(1);
+        charging.notify_all();
+        // Free blocks charged by any thread while the groups are being removed and drained.
+        wait_zero(charging);
+        for (;;) {
+          Block b;
+          {
+            std::lock_guard lock(mu);
+            if (handed.empty()) break;
+            const size_t j = rng() % handed.size();
+            b = handed[j];
+            handed[j] = handed.back();
+            handed.pop_back();
+          }
+          os.uncharge(*b.group, b.bytes, StatRegistry::kAnon);
+        }
+      });
+    }
+    std::thread drainer([&] {
+      wait_zero(charging);
+      for (int k = 0; k < 20; ++k) {
+        os.drain_all(nullptr);
+        std::this_thread::yield();
+      }
+    });
+    wait_zero(charging);
+    refs.clear();  // frees from here on hold no reference
+    for (int i = 0; i < kGroups; ++i)
+      ASSERT_EQ(ctl.remove("r" + std::to_string(round) + "_" + std::to_string(i)), 0);
+    for (auto& t : ts) t.join();
+    drainer.join();
+  }
+  settle(ctl);
+  os.drain_all(nullptr);
+  EXPECT_EQ(ctl.nr_dying(), 0u);
+  EXPECT_EQ(ctl.root().current(), 0u);
+  EXPECT_EQ(ctl.root().stat(StatRegistry::kAnon), 0);
+}
+
+TEST(ObjStock, RemovalDrainsAndFreesAtOnce) {
+  Controller ctl(shards(0));
+  churn_removal(ctl, ctl.obj_stock());
+}
+
+TEST(ObjStock, RemovalDrainsAndFreesAtOnceTryLockPath) {
+  Controller ctl(shards(2));
+  ObjStock os(2, ctl.unit_shift(), ObjStock::Mode::kFallback);
+  churn_removal(ctl, os);
+}
+
 }  // namespace
 }  // namespace memcg
