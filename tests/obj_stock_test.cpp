@@ -244,8 +244,8 @@ void removed_groups_are_released(Controller& ctl, ObjStock& os) {
     });
   }
   for (auto& t : ts) t.join();
-  settle(ctl);
   os.drain_all(nullptr);
+  settle(ctl);
   EXPECT_EQ(ctl.nr_dying(), 0u);
   EXPECT_EQ(ctl.root().current(), 0u);
 }
@@ -427,8 +427,8 @@ void churn_removal(Controller& ctl, ObjStock& os) {
     for (auto& t : ts) t.join();
     drainer.join();
   }
+  os.drain_all(nullptr);  // first: its deferred statistics reach the groups, then the fold
   settle(ctl);
-  os.drain_all(nullptr);
   EXPECT_EQ(ctl.nr_dying(), 0u);
   EXPECT_EQ(ctl.root().current(), 0u);
   EXPECT_EQ(ctl.root().stat(StatRegistry::kAnon), 0);
