@@ -4,7 +4,13 @@
 // its `disabled` word, and in rseq mode calls make_exclusive() before touching `bytes`. Nothing
 // that can call back into the library (unit charges, uncharges, statistics, the last put of a
 // group) runs while a shard is held: slow paths take what they need out of the shard, release it,
-// and then act.
+// and then act. The one exception is a hit on this CPU's unit stock (Stock::refill_hit), which
+// is a single restartable store and calls nothing.
+//
+// Lifetime: a free holds no reference to its group. Until its bytes are in a reserve, the units
+// backing them keep the group's object-layer count, and so the group, alive; from then on a
+// drain on another CPU may return that reserve and the shard's credit, so whatever the free
+// still does with the group after releasing the shard is covered by units it holds on purpose.
 //
 // Byte conservation, per group: units charged here x unit = live bytes + reserves + pool.
 // Statistics: for each shard, reported - bytes is the byte delta of its owner's kind not yet
@@ -177,11 +183,11 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
   const int64_t units = ((need - 1) >> shift_) + 1;
   const ChargeStatus st = memcg::try_charge(g, units, flags, kNoStatKind);
   if (st == ChargeStatus::kNoMem) {
-    put_bytes(g, kind, have, 0, 0);
+    put_bytes(g, kind, have, 0, 0, true);
     return st;
   }
   if (idx >= 0) bump(shards_[idx].stats.refills);  // approximate: the shard is not held
-  put_bytes(g, kind, (units << shift_) - need, s, units);
+  put_bytes(g, kind, (units << shift_) - need, s, units, true);
   return st;
 }
 
@@ -189,14 +195,17 @@ void ObjStock::uncharge_slow(Group& g, uint64_t size, int kind) noexcept {
   if (g.is_root() || size == 0) return;
   internal::HookBypass bypass;
   const auto s = static_cast<int64_t>(size);
-  put_bytes(g, kind, s, -s, 0);
+  put_bytes(g, kind, s, -s, 0, false);
 }
 
 // Adds `add` bytes to the local reserve of (g, kind) and `live` to the kind's byte statistic,
 // installing the reserve (and switching away from another owner) when needed. `units_in`: units
-// the caller just charged for the object layer, to be counted (it holds a reference to g).
-void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live,
-                         int64_t units_in) noexcept {
+// the caller just charged for the object layer, to be counted. `referenced`: the caller holds a
+// reference to g (a charge); a free holds none, and once its bytes are in the reserve a drain on
+// another CPU may give the reserve and the shard's credit back at any moment, so the work left
+// after the word is released keeps some of the group's count (`held`) until it is done.
+void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live, int64_t units_in,
+                         bool referenced) noexcept {
   const bool cached = static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds);
   const int idx = cached ? local_shard() : -1;
   if (idx < 0 || !try_lock(idx)) {
@@ -244,12 +253,31 @@ void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live,
     bump(sh.stats.stat_flushes);
   }
   // The count covers units before their bytes are published: a refill short of credit counts
-  // them (and a fresh credit) here, under the word. Returns grow the credit; past 2 * kCredit the
-  // surplus leaves the count below, which keeps kCredit and so never reaches zero there.
-  credit += units_out - units_in;
+  // them (and a fresh credit) here, under the word.
+  credit -= units_in;
   if (credit < 0) {
     count_units(g, kCredit - credit);
     credit = kCredit;
+  }
+  // Returned units go to this CPU's unit stock under the word when it takes them with a hit (no
+  // callback possible there), else after the word is released. Units uncharged join this
+  // shard's credit. A free keeps units that are still to be uncharged counted until then, or,
+  // with only a statistic to fold, holds one unit of the credit meanwhile.
+  const bool uncharged =
+      units_out > 0 && g.charge_stock()->refill_hit(&g, units_out, kNoStatKind);
+  int64_t held = 0;
+  if (!referenced && units_out > 0 && !uncharged) {
+    held = units_out;
+  } else {
+    credit += units_out;
+    if (!referenced && flush != 0) {
+      if (credit > 0) {
+        --credit;
+      } else {
+        count_units(g, 1);
+      }
+      held = 1;
+    }
   }
   int64_t uncounted = 0;
   if (credit > 2 * kCredit) {
@@ -261,10 +289,38 @@ void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live,
   sh.credit = credit;
   unlock(idx);
 
-  // The slot's reference keeps g alive through all of this.
+  // g is alive here through the caller's reference or the units held; the surplus leaving the
+  // count cannot be its last unit while units are held, and is the last touch of g otherwise.
   flush_stat(g, kind, flush);
-  return_units(g, units_out, uncounted, false);
+  if (units_out > 0 && !uncharged) memcg::uncharge(g, units_out, kNoStatKind);
+  return_units(g, 0, uncounted, false);
+  if (held > 0) release_held(g, kind, held);
   give_back(old, false);
+}
+
+// Gives `held` units of g's count to this CPU's shard as credit when it still caches (g, kind),
+// else back to the group's count (which may drop the object layer's reference: nothing touches
+// g after that).
+void ObjStock::release_held(Group& g, int kind, int64_t held) noexcept {
+  const int idx = local_shard();
+  if (idx >= 0 && try_lock(idx)) {
+    Shard& sh = shards_[idx];
+    if (sh.owner.load(std::memory_order_relaxed) == tag(g, kind)) {
+      int64_t credit = sh.credit + held;
+      int64_t uncounted = 0;
+      if (credit > 2 * kCredit) {
+        uncounted = credit - kCredit;
+        credit = kCredit;
+      }
+      sh.credit = credit;
+      unlock(idx);
+      // The shard keeps kCredit of the count: this cannot be the last of it.
+      return_units(g, 0, uncounted, false);
+      return;
+    }
+    unlock(idx);
+  }
+  return_units(g, 0, held, false);
 }
 
 // ---- drains -----------------------------------------------------------------------------------

@@ -148,6 +148,29 @@ TEST_P(StockTest, FirstRefillInstallsThenConsumeTakes) {
   EXPECT_EQ(o.errors.load(), 0);
 }
 
+// refill_hit is the hot path alone: it never installs a slot, never passes anything to the
+// owner, and takes nothing that would leave the slot above the batch; in fallback mode it never
+// hits at all.
+TEST_P(StockTest, RefillHitTakesUnitsOnlyIntoAnExistingSlotWithRoom) {
+  FakeOwner o;
+  auto stock = make();
+  EXPECT_FALSE(stock->refill_hit(&o, 1));  // no slot: nothing installed
+  EXPECT_EQ(stock->stocked(&o), 0);
+  EXPECT_EQ(o.refs.load(), 0);
+  stock->refill(&o, 10);
+  const bool hits = stock->uses_rseq();
+  EXPECT_EQ(stock->refill_hit(&o, 50), hits);
+  EXPECT_EQ(stock->stocked(&o), hits ? 60 : 10);
+  EXPECT_FALSE(stock->refill_hit(&o, 64 - stock->stocked(&o) + 1));  // would pass the batch
+  EXPECT_FALSE(stock->refill_hit(&o, 65));                           // beyond any slot
+  EXPECT_EQ(stock->stocked(&o), hits ? 60 : 10);
+  EXPECT_EQ(o.given_back.load(), 0);  // a miss passes nothing on
+  stock.reset();
+  EXPECT_EQ(o.given_back.load(), hits ? 60 : 10);
+  EXPECT_EQ(o.refs.load(), 0);
+  EXPECT_EQ(o.errors.load(), 0);
+}
+
 TEST_P(StockTest, RefillUpToBatchKeepsAboveDrainsSlot) {
   FakeOwner o;
   auto stock = make(64);

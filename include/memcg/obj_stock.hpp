@@ -154,7 +154,9 @@ class ObjStock {
   bool hit(Group& g, uint64_t bytes, int kind, int64_t delta, int64_t lo, int64_t hi) noexcept;
   ChargeStatus charge_slow(Group& g, uint64_t bytes, uint32_t flags, int kind) noexcept;
   void uncharge_slow(Group& g, uint64_t bytes, int kind) noexcept;
-  void put_bytes(Group& g, int kind, int64_t add, int64_t live, int64_t units_in) noexcept;
+  void put_bytes(Group& g, int kind, int64_t add, int64_t live, int64_t units_in,
+                 bool referenced) noexcept;
+  void release_held(Group& g, int kind, int64_t held) noexcept;
   static void count_units(Group& g, int64_t units) noexcept;
   void return_units(Group& g, int64_t units, int64_t uncounted, bool direct) noexcept;
   void pool_add(Group& g, int64_t bytes, bool direct) noexcept;

@@ -112,6 +112,10 @@ class Stock {
   // `kind` (unless kNoKind) is uncharged n units, wherever the units go.
   // REQUIRES: o != nullptr and the caller holds a reference to o; n >= 0; kind >= kNoKind.
   void refill(StockOwner* o, int64_t n, int kind = kNoKind) noexcept;
+  // refill()'s hot path alone: true when this CPU's slot for o took the n units with one
+  // restartable store, false (nothing done) otherwise. Never calls back into o unless `kind`'s
+  // count must be passed on, and never with kNoKind: usable where callbacks are not allowed.
+  bool refill_hit(StockOwner* o, int64_t n, int kind = kNoKind) noexcept;
 
   // Drains every slot of the calling CPU's shard.
   void drain_cpu_local() noexcept;
@@ -322,6 +326,12 @@ inline __attribute__((always_inline)) bool Stock::consume(StockOwner* o, int64_t
                                                           int kind) noexcept {
   assert(o != nullptr);
   return hit(o, -n, kind) || consume_slow(o, n, kind);
+}
+
+inline __attribute__((always_inline)) bool Stock::refill_hit(StockOwner* o, int64_t n,
+                                                             int kind) noexcept {
+  assert(o != nullptr);
+  return hit(o, n, kind);
 }
 
 inline __attribute__((always_inline)) void Stock::refill(StockOwner* o, int64_t n,
