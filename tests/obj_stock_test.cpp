@@ -35,6 +35,20 @@ Options shards(int n) {
   return o;
 }
 
+// Multi-threaded checks run twice: on the controller's own object stock (restartable sequences
+// when available), and on a fallback-mode stock with fewer shards than CPUs, so that every call
+// takes the try-lock and shards are shared.
+void on_own_stock(void (*body)(Controller&, ObjStock&)) {
+  Controller ctl(shards(0));
+  body(ctl, ctl.obj_stock());
+}
+void on_try_lock_path(void (*body)(Controller&, ObjStock&)) {
+  Controller ctl(shards(2));
+  ObjStock os(2, ctl.unit_shift(), ObjStock::Mode::kFallback);
+  EXPECT_FALSE(os.uses_rseq());
+  body(ctl, os);
+}
+
 TEST(ObjStock, FirstChargeTakesOneUnitAndKeepsTheTail) {
   Controller ctl(shards(1));
   GroupRef g;
@@ -251,14 +265,11 @@ void removed_groups_are_released(Controller& ctl, ObjStock& os) {
 }
 
 TEST(ObjStock, RemovedGroupsAreReleasedAfterCrossThreadFrees) {
-  Controller ctl(shards(0));
-  removed_groups_are_released(ctl, ctl.obj_stock());
+  on_own_stock(removed_groups_are_released);
 }
 
 TEST(ObjStock, RemovedGroupsAreReleasedAfterCrossThreadFreesTryLockPath) {
-  Controller ctl(shards(2));
-  ObjStock os(2, ctl.unit_shift(), ObjStock::Mode::kFallback);
-  removed_groups_are_released(ctl, os);
+  on_try_lock_path(removed_groups_are_released);
 }
 
 // Random allocate/free from several threads over three groups and two kinds, with frees made by
@@ -338,15 +349,11 @@ void random_exactness(Controller& ctl, ObjStock& os, int threads, int ops) {
 }
 
 TEST(ObjStock, RandomExactnessManyThreads) {
-  Controller ctl(shards(0));
-  random_exactness(ctl, ctl.obj_stock(), 4, 20000);
+  on_own_stock([](Controller& ctl, ObjStock& os) { random_exactness(ctl, os, 4, 20000); });
 }
 
 TEST(ObjStock, RandomExactnessTryLockPath) {
-  Controller ctl(shards(2));  // fewer shards than CPUs share them through the try-lock
-  ObjStock os(2, ctl.unit_shift(), ObjStock::Mode::kFallback);
-  EXPECT_FALSE(os.uses_rseq());
-  random_exactness(ctl, os, 4, 20000);
+  on_try_lock_path([](Controller& ctl, ObjStock& os) { random_exactness(ctl, os, 4, 20000); });
 }
 
 // Removal, drains and frees at the same time: each round, threads charge objects to fresh groups,
@@ -435,14 +442,11 @@ void churn_removal(Controller& ctl, ObjStock& os) {
 }
 
 TEST(ObjStock, RemovalDrainsAndFreesAtOnce) {
-  Controller ctl(shards(0));
-  churn_removal(ctl, ctl.obj_stock());
+  on_own_stock(churn_removal);
 }
 
 TEST(ObjStock, RemovalDrainsAndFreesAtOnceTryLockPath) {
-  Controller ctl(shards(2));
-  ObjStock os(2, ctl.unit_shift(), ObjStock::Mode::kFallback);
-  churn_removal(ctl, os);
+  on_try_lock_path(churn_removal);
 }
 
 }  // namespace
