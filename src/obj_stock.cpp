@@ -314,7 +314,8 @@ void ObjStock::release_held(Group& g, int kind, int64_t held) noexcept {
       }
       sh.credit = credit;
       unlock(idx);
-      // The shard keeps kCredit of the count: this cannot be the last of it.
+      // The shard keeps kCredit, but a drain may give that back before this runs: it may be
+      // the last of the count, and nothing here touches g after it.
       return_units(g, 0, uncounted, false);
       return;
     }
