@@ -22,7 +22,9 @@
 // Bounds: a shard's reserve holds at most one unit; a group's pool less than one unit at rest
 // (briefly up to a unit more per concurrent drain). Byte statistics lag by at most two units per
 // shard. Drained like the unit stock: by a charge that fails at a limit (the subtree's reserves,
-// before the unit stock), by Controller::remove (the group's), and explicitly.
+// before the unit stock), by Controller::remove (the group's), and explicitly. A thread's exit
+// needs no drain: reserves belong to CPUs, and the next thread on the CPU uses or evicts them
+// (what they hide stays within the per-CPU bound above however many threads come and go).
 //
 // Lifetime: while a group has units charged through the object layer, the layer holds one
 // reference on it, so a block may be freed after its allocating thread moved or exited and after
