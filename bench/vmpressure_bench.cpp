@@ -21,16 +21,27 @@
 namespace memcg {
 namespace {
 
+// One shard and the chain a/b/c that both benchmarks reclaim in.
+struct Chain {
+  Chain() : ctl(one_shard()) {
+    ctl.create("a", &a);
+    ctl.create("a/b", &b);
+    ctl.create("a/b/c", &c);
+  }
+  static Options one_shard() {
+    Options o;
+    o.nr_shards = 1;
+    return o;
+  }
+  Controller ctl;
+  GroupRef a, b, c;
+};
+
 void BM_ReclaimLoop(benchmark::State& state) {
   const bool gate = state.range(0) != 0;
   const bool listener = state.range(1) != 0;
-  Options o;
-  o.nr_shards = 1;
-  Controller ctl(o);
-  GroupRef a, b, c;
-  ctl.create("a", &a);
-  ctl.create("a/b", &b);
-  ctl.create("a/b/c", &c);
+  Chain chain;
+  GroupRef &a = chain.a, &b = chain.b, &c = chain.c;
   b->set_max(uint64_t{4} << 20);  // 1024 units of 4 KiB
   LruCache cache(*c, "cache", 50);
   cache.grow(1024);
@@ -61,15 +72,9 @@ BENCHMARK(BM_ReclaimLoop)
 // listener: gated (one relaxed load) versus ungated (lock, accumulate, a window every 8 calls).
 void BM_TreeInput(benchmark::State& state) {
   const bool gate = state.range(0) != 0;
-  Options o;
-  o.nr_shards = 1;
-  Controller ctl(o);
-  GroupRef a, b, c;
-  ctl.create("a", &a);
-  ctl.create("a/b", &b);
-  ctl.create("a/b/c", &c);
+  Chain chain;
   internal::set_vmpressure_gate(gate);
-  for (auto _ : state) vmpressure_tree(*c, ReclaimReason::kLimit, 64, 32);
+  for (auto _ : state) vmpressure_tree(*chain.c, ReclaimReason::kLimit, 64, 32);
   internal::set_vmpressure_gate(true);
 }
 BENCHMARK(BM_TreeInput)->ArgName("gate")->Arg(1)->Arg(0);

@@ -57,20 +57,36 @@ struct PressureListenerEntry : NotifyEntry {
   const PressureMode mode;
 };
 
+// Units scanned and reclaimed since the last vmpressure window closed.
+struct ScanWindow {
+  int64_t scanned = 0;
+  int64_t reclaimed = 0;
+
+  // Adds one reclaim pass. Once `window` units were scanned, hands the window's totals out
+  // through the pointers, starts a new one and returns true.
+  bool add(int64_t s, int64_t r, int64_t window, int64_t* s_win, int64_t* r_win) noexcept {
+    scanned += s;
+    reclaimed += r;
+    if (scanned < window) return false;
+    *s_win = scanned;
+    *r_win = reclaimed;
+    scanned = reclaimed = 0;
+    return true;
+  }
+};
+
 struct VmpressureState {
   // Tree mode (notifications): what reclaim rooted here scanned and reclaimed since the last
   // window. Guarded by tree_mutex. `generation` is the listener generation the numbers were
   // gathered under: a stale generation means they predate the first registration and are
   // discarded.
   std::mutex tree_mutex;
-  int64_t tree_scanned = 0;
-  int64_t tree_reclaimed = 0;
+  ScanWindow tree;
   uint64_t generation = 0;
 
   // Per-group mode (socket pressure): this group's own reclaim. Guarded by group_mutex.
   std::mutex group_mutex;
-  int64_t group_scanned = 0;
-  int64_t group_reclaimed = 0;
+  ScanWindow own;
   // Clock time (ns) until which the group is under socket pressure; 0 = never. Relaxed: a reader
   // that sees an old value is off by at most one window, which the next window corrects.
   std::atomic<uint64_t> socket_deadline_ns{0};

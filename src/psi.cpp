@@ -160,6 +160,16 @@ void catch_up(PsiGroupState& ps, uint64_t now, FiredList* fired) {
   }
 }
 
+// Brings the group's timeline up to the controller clock (read under the lock, so that it never
+// runs backwards): folds the grid points passed, then returns that time and the totals at it.
+// REQUIRES: ps.mutex held.
+uint64_t advance(Group& g, PsiGroupState& ps, uint64_t tot[2], FiredList* fired) {
+  const uint64_t now = std::max(g.controller().clock().now_ns(), ps.state_since_ns);
+  catch_up(ps, now, fired);
+  totals_at(ps, now, tot);
+  return now;
+}
+
 void deliver(const FiredList& fired) noexcept {
   if (fired.empty()) return;
   const bool outer = tl_delivering;
@@ -175,11 +185,8 @@ void change(Group& g, int d_stalled, int d_extra, int d_tasks) noexcept {
   FiredList fired;
   {
     std::lock_guard lock(ps.mutex);
-    // Read under the lock, so that the group's timeline never runs backwards.
-    const uint64_t now = std::max(g.controller().clock().now_ns(), ps.state_since_ns);
-    catch_up(ps, now, &fired);
     uint64_t tot[2];
-    totals_at(ps, now, tot);
+    const uint64_t now = advance(g, ps, tot, &fired);
     ps.total_ns[0] = tot[0];
     ps.total_ns[1] = tot[1];
     ps.state_since_ns = now;
@@ -231,10 +238,8 @@ PsiStats psi_stats(Group& group) {
   PsiStats st{};
   {
     std::lock_guard lock(ps.mutex);
-    const uint64_t now = std::max(group.controller().clock().now_ns(), ps.state_since_ns);
-    catch_up(ps, now, &fired);
     uint64_t tot[2];
-    totals_at(ps, now, tot);
+    const uint64_t now = advance(group, ps, tot, &fired);
     for (const auto& tr : ps.triggers)
       if (tr->privileged) evaluate(tr, now, tot, &fired);
     for (int s = 0; s < 2; ++s) {
@@ -297,10 +302,8 @@ int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
   FiredList fired;
   {
     std::lock_guard lock(ps.mutex);
-    const uint64_t now = std::max(group.controller().clock().now_ns(), ps.state_since_ns);
-    catch_up(ps, now, &fired);
     uint64_t tot[2];
-    totals_at(ps, now, tot);
+    const uint64_t now = advance(group, ps, tot, &fired);
     const uint64_t total = tot[spec.state == PsiState::kSome ? 0 : 1];
     e->win_start_ns = now;
     e->win_start_total = total;

@@ -113,16 +113,9 @@ void add_tree(Group& root, int64_t scanned, int64_t reclaimed) noexcept {
     const uint64_t gen = g_generation.load(std::memory_order_relaxed);
     if (s.generation != gen) {
       s.generation = gen;
-      s.tree_scanned = 0;
-      s.tree_reclaimed = 0;
+      s.tree = {};
     }
-    s.tree_scanned += scanned;
-    s.tree_reclaimed += reclaimed;
-    if (s.tree_scanned < window) return;
-    s_win = s.tree_scanned;
-    r_win = s.tree_reclaimed;
-    s.tree_scanned = 0;
-    s.tree_reclaimed = 0;
+    if (!s.tree.add(scanned, reclaimed, window, &s_win, &r_win)) return;
   }
   g_windows.fetch_add(1, std::memory_order_relaxed);
   deliver(root, vmpressure_level(s_win, r_win));
@@ -167,13 +160,7 @@ void vmpressure_group(Group& group, ReclaimReason reason, int64_t scanned,
   int64_t r_win = 0;
   {
     std::lock_guard lock(s.group_mutex);
-    s.group_scanned += scanned;
-    s.group_reclaimed += reclaimed;
-    if (s.group_scanned < window) return;
-    s_win = s.group_scanned;
-    r_win = s.group_reclaimed;
-    s.group_scanned = 0;
-    s.group_reclaimed = 0;
+    if (!s.own.add(scanned, reclaimed, window, &s_win, &r_win)) return;
   }
   if (vmpressure_level(s_win, r_win) > PressureLevel::kLow) {
     const uint64_t until = group.controller().clock().now_ns() + kSocketPressureHoldNs;
