@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <new>
+#include <utility>
 
 #include "memcg/controller.hpp"
 #include "memcg/limits.hpp"
@@ -12,6 +13,8 @@
 #include "memcg/psi.hpp"
 #include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
+
+#include "controller_registry.hpp"
 
 namespace memcg {
 namespace {
@@ -35,9 +38,28 @@ int64_t at_least_one(int64_t v) noexcept {
 }
 
 // memory.high bookkeeping of the calling thread: units charged while some level was over high
-// (the kernel's current->memcg_nr_pages_over_high), and the group they were charged to.
-thread_local int64_t tl_pages_over_high = 0;
-thread_local Group* tl_high_group = nullptr;  // holds a reference while non-null
+// (the kernel's current->memcg_nr_pages_over_high), and the group they were charged to, held by
+// a reference until the throttle runs. The record may outlive the thread's use of the library:
+// at thread exit it lets go of its reference, and a record whose controller was destroyed since
+// (its serial is dead) drops the group without touching it.
+struct PendingHigh {
+  int64_t pages = 0;
+  Group* group = nullptr;  // holds a reference while non-null
+  uint64_t serial = 0;     // of group's controller
+
+  // Hands the reference over to the caller (null if there is none, or its controller is gone).
+  Group* take() noexcept {
+    Group* g = std::exchange(group, nullptr);
+    pages = 0;
+    return g != nullptr && internal::controller_live(serial) ? g : nullptr;
+  }
+  void drop() noexcept {
+    if (Group* g = std::exchange(group, nullptr)) internal::put_if_live(serial, *g);
+    pages = 0;
+  }
+  ~PendingHigh() { drop(); }  // thread exit
+};
+thread_local PendingHigh tl_high;
 
 void handle_over_high() noexcept;
 
@@ -47,16 +69,22 @@ void handle_over_high() noexcept;
 void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
   for (Group* g = &group; g && !g->is_root(); g = g->parent()) {
     if (g->memory().usage() > g->memory().high()) [[unlikely]] {
-      if (tl_high_group != &group) {
-        if (tl_high_group) tl_high_group->put();
+      const uint64_t serial = group.controller().serial();
+      if (tl_high.group != &group || tl_high.serial != serial) {
+        // Pages over high carry over between groups of one controller, as the kernel's per-task
+        // count does; a record of another controller is dropped with its count.
+        const int64_t pages = tl_high.serial == serial ? tl_high.pages : 0;
+        tl_high.drop();  // its controller may be gone: the serial tells
         group.get();
-        tl_high_group = &group;
+        tl_high.group = &group;
+        tl_high.serial = serial;
+        tl_high.pages = pages;
       }
-      tl_pages_over_high += batch;
+      tl_high.pages += batch;
       break;
     }
   }
-  if (tl_pages_over_high > 0 && (flags & kMayBlock) && !(flags & kInReclaim) &&
+  if (tl_high.pages > 0 && (flags & kMayBlock) && !(flags & kInReclaim) &&
       internal::tl_reclaim_depth == 0)
     handle_over_high();
 }
@@ -84,7 +112,9 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
   const int64_t costly = at_least_one(kCostlyBytes >> ctl.unit_shift());
   const int64_t min_reclaim = at_least_one(kMinReclaimBytes >> ctl.unit_shift());
   int64_t batch = std::max<int64_t>(ctl.options().batch, n);
-  if (flags & kNoSpin) batch = n;
+  // A removed group keeps nothing in the stocks (it would hide its units from the parent and
+  // keep it alive): charge exactly n.
+  if ((flags & kNoSpin) || !group.is_online()) batch = n;
   int retries = kMaxReclaimRetries;
   Group* drained = nullptr;  // the highest subtree whose stocks this call drained
   bool max_raised = false;
@@ -230,7 +260,7 @@ void ChargeHandle::release() noexcept {
 }
 
 void handle_pending_high() noexcept {
-  if (tl_pages_over_high > 0 && internal::tl_reclaim_depth == 0) handle_over_high();
+  if (tl_high.pages > 0 && internal::tl_reclaim_depth == 0) handle_over_high();
 }
 
 ChargeStats charge_stats(const Controller& controller) noexcept {
@@ -265,13 +295,19 @@ uint64_t max_overage(const Group& group) noexcept {
   return worst;
 }
 
+// The highest level below the root that is over its memory.high, or null.
+Group* highest_over_high(Group& group) noexcept {
+  Group* top = nullptr;
+  for (Group* g = &group; g && !g->is_root(); g = g->parent())
+    if (g->memory().usage() > g->memory().high()) top = g;
+  return top;
+}
+
 // The kernel's mem_cgroup_handle_over_high: reclaim the excess; if the group is still far over
 // high, sleep a penalty that grows with the square of the overage.
 void handle_over_high() noexcept {
-  const int64_t nr = tl_pages_over_high;
-  Group* group = tl_high_group;
-  tl_pages_over_high = 0;
-  tl_high_group = nullptr;
+  const int64_t nr = tl_high.pages;
+  Group* group = tl_high.take();
   if (nr <= 0 || group == nullptr) {
     if (group) group->put();
     return;
@@ -284,12 +320,24 @@ void handle_over_high() noexcept {
   const int64_t retry_units = std::max<int64_t>(1, kMinReclaimBytes >> shift);
   int retries = kMaxReclaimRetries;
   bool first = true;
+  bool drained = false;
   for (;;) {
     const int64_t reclaimed = reclaim_high(*group, first ? nr : retry_units);
     const uint64_t penalty =
         std::min(high_penalty_ms(max_overage(*group), nr_pages), kMaxHighDelayMs);
     // Small penalties are forgiven: not worth a sleep.
     if (penalty <= kMinHighDelayMs) break;
+    // Units pre-charged in per-CPU stocks count in usage: give back those of the highest level
+    // over high once before judging that a sleep is due (as a charge does before failing).
+    if (!drained) {
+      drained = true;
+      if (Group* top = highest_over_high(*group)) {
+        ctl.obj_stock().drain_all(top);  // object reserves first: they return units
+        ctl.stock().drain_all(top);
+        ctl.charge_counters().drains.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+    }
     // Reclaim still makes progress (or may yet): try again before sleeping.
     if (reclaimed > 0 || retries-- > 0) {
       first = false;

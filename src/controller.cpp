@@ -1,5 +1,7 @@
 #include "memcg/controller.hpp"
 
+#include "controller_registry.hpp"
+
 #include "memcg/internal/hook_bypass.hpp"
 #include "memcg/notify.hpp"
 #include "memcg/obj_stock.hpp"
@@ -35,9 +37,12 @@ Controller::Controller(Options options)
   stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch);
   obj_stock_ = std::make_unique<ObjStock>(options_.nr_shards, options_.unit_shift);
   oom_ = std::make_unique<internal::OomState>();
+  serial_ = internal::register_controller();
 }
 
 Controller::~Controller() {
+  // First: thread-local records naming our groups (memory.high pending) must not touch them.
+  internal::unregister_controller(serial_);
   internal::HookTeardown teardown;  // memcg_hook: frees below must not reach the groups
   // Stocks first: draining them uncharges and drops the references their slots hold.
   obj_stock_.reset();  // its units go straight back to the counters
@@ -159,7 +164,10 @@ int Controller::remove(Group& group) {
     --nr_groups_;
     ++nr_dying_;
   }
-  // Nothing of it may stay hidden in a per-CPU stock.
+  // Nothing of it may stay hidden in a per-CPU stock. A refill that takes its shard after
+  // the drain passed sees the group offline and bypasses the stock (Group::stock_cacheable);
+  // this fence and that load (seq_cst) make sure it does, or that the drain sees its slot.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   obj_stock_->drain_owner(&group);  // first: it returns units to the counters
   stock_->drain_owner(&group);
   // An offline group protects nothing (the kernel resets min and low of a dying cgroup).

@@ -140,7 +140,15 @@ void Stock::refill_slow(StockOwner* o, int64_t n, int kind) noexcept {
   }
   Shard& s = shards_[idx];
   Taken out{nullptr, 0, kNoKind, 0};
-  if (int i = s.find(o); i >= 0) {
+  const int found = s.find(o);
+  if (found < 0 && !o->stock_cacheable()) {
+    // No slot for a removed owner: straight back to the counters.
+    unlock(idx);
+    o->stock_uncharge(n);
+    if (kind != kNoKind) o->stock_stat(kind, -n);
+    return;
+  }
+  if (int i = found; i >= 0) {
     if (Word::units(s.word[i].load(std::memory_order_relaxed)) + n > batch_) {
       out = take(s, i);  // over the batch: the whole slot, and n, go back
       out.units += n;

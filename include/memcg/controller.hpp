@@ -130,6 +130,10 @@ class Controller {
   // does not depend on reads.
   void tick();
 
+  // A number that no other controller of this process has had or will have: thread-local
+  // records that outlive a controller tell by it that their groups are gone.
+  uint64_t serial() const noexcept { return serial_; }
+
   // ---- units ----------------------------------------------------------------------------------
   unsigned unit_shift() const noexcept { return options_.unit_shift; }
   uint64_t unit_size() const noexcept { return uint64_t{1} << options_.unit_shift; }
@@ -149,6 +153,7 @@ class Controller {
 
   const Options options_;
   Clock* const clock_;
+  uint64_t serial_ = 0;  // set last in the constructor: a throwing one registers nothing
   StatRegistry registry_;
   std::unique_ptr<Rstat> rstat_;
   std::unique_ptr<Stock> stock_;

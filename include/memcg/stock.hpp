@@ -65,6 +65,11 @@ class StockOwner {
   virtual void stock_put() noexcept = 0;
   // True iff this owner is `root` or a descendant of it.
   virtual bool stock_is_within(const StockOwner* root) const noexcept = 0;
+  // False once units given back for this owner must go straight to the counters instead of
+  // into a new slot (a removed group: the kernel uncharges a dead cgroup's pages directly).
+  // Asked under the shard's word, so a drain of the owner that follows the change of answer
+  // leaves no slot of it behind.
+  virtual bool stock_cacheable() const noexcept { return true; }
 
  protected:
   ~StockOwner() = default;
