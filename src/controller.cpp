@@ -160,14 +160,14 @@ int Controller::remove(Group& group) {
     auto& siblings = group.parent_->children_;
     siblings.erase(std::find(siblings.begin(), siblings.end(), &group));
     group.parent_->dying_.push_back(&group);
-    group.online_.store(false, std::memory_order_release);
+    // seq_cst: ordered before the stock drains below against refills (see there).
+    group.online_.store(false, std::memory_order_seq_cst);
     --nr_groups_;
     ++nr_dying_;
   }
-  // Nothing of it may stay hidden in a per-CPU stock. A refill that takes its shard after
-  // the drain passed sees the group offline and bypasses the stock (Group::stock_cacheable);
-  // this fence and that load (seq_cst) make sure it does, or that the drain sees its slot.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // Nothing of it may stay hidden in a per-CPU stock. A refill that takes a shard after the
+  // drain passed it sees the group offline (the seq_cst store above, Group::stock_cacheable)
+  // and bypasses the stock; one that took it before is seen by the drain (Stock's pre-check).
   obj_stock_->drain_owner(&group);  // first: it returns units to the counters
   stock_->drain_owner(&group);
   // An offline group protects nothing (the kernel resets min and low of a dying cgroup).

@@ -189,12 +189,16 @@ void Stock::drain_matching(Match match, bool count_remote) noexcept {
   for (int idx = 0; idx < nr_shards_; ++idx) {
     Shard& s = shards_[idx];
     // Unlocked pre-check: an empty shard needs neither the word nor a fence. A slot installed
-    // concurrently with this call may be missed; one installed before it is seen.
-    bool occupied = false;
-    for (int i = 0; i < kSlots; ++i) {
+    // concurrently with this call may be missed; one installed before it is seen. The word is
+    // read first, seq_cst: a free word read from an install's unlock makes that install's owner
+    // visible below, and otherwise the install takes the word later in the seq_cst order and
+    // sees whatever the caller stored (seq_cst) before this call (Controller::remove).
+    const bool busy = s.disabled.load(std::memory_order_seq_cst) != 0;
+    bool occupied = busy;
+    for (int i = 0; i < kSlots && !occupied; ++i) {
       occupied |= s.owner[i].load(std::memory_order_acquire) != nullptr;
     }
-    if (!occupied && s.disabled.load(std::memory_order_acquire) == 0) continue;
+    if (!occupied) continue;
 
     lock_wait(idx);
     // Owners are stable and referenced while the word is held: match them before paying for a

@@ -94,6 +94,34 @@ TEST(RemovedGroup, UnchargeBypassesTheStock) {
   EXPECT_EQ(ctl.nr_dying(), 0u);
 }
 
+// Uncharges racing with the removal: whichever side wins a shard, no slot of the removed group
+// is left behind (the drain sees it, or the refill sees the group offline).
+TEST(RemovedGroup, UnchargesRacingTheRemovalLeaveNoSlot) {
+  Controller ctl;  // one shard per CPU: restartable sequences where the host has them
+  GroupRef p = make(ctl, "p");
+  for (int round = 0; round < 50; ++round) {
+    GroupRef c = make(ctl, "p/c");
+    constexpr int kPerThread = 200;
+    ASSERT_EQ(try_charge(*c, 2 * kPerThread, kDefaultCharge | kNoSpin), ChargeStatus::kOk);
+    std::atomic<int> go{0};
+    auto give_back = [&] {
+      go.fetch_add(1);
+      while (go.load() < 3) std::this_thread::yield();
+      for (int i = 0; i < kPerThread; ++i) uncharge(*c, 1);
+    };
+    std::thread t1(give_back), t2(give_back);
+    go.fetch_add(1);
+    while (go.load() < 3) std::this_thread::yield();
+    ASSERT_EQ(ctl.remove(*c), 0);
+    t1.join();
+    t2.join();
+    EXPECT_EQ(ctl.stock().stocked(c.get()), 0) << "round " << round;
+    EXPECT_EQ(p->current(), 0u) << "round " << round;
+    c = GroupRef();
+    ASSERT_EQ(ctl.nr_dying(), 0u) << "round " << round;
+  }
+}
+
 // A charge to a removed group charges exactly what it asks: no batch surplus into a stock.
 TEST(RemovedGroup, ChargeKeepsNoSurplus) {
   Controller ctl(one_shard());

@@ -158,7 +158,7 @@ class Group final : public StockOwner {
   void stock_stat(int kind, int64_t units) noexcept override;
   void stock_get() noexcept override { get(); }
   void stock_put() noexcept override { put(); }
-  // seq_cst: pairs with the fence in Controller::remove() (see there).
+  // seq_cst: pairs with the store in Controller::remove() (see there).
   bool stock_cacheable() const noexcept override {
     return online_.load(std::memory_order_seq_cst);
   }

@@ -128,8 +128,8 @@ class Stock {
   // root is nullptr). Synchronous: the units are back in the counters when it returns. Waits for
   // shards that are busy.
   void drain_all(const StockOwner* root) noexcept;
-  // Drains every slot of `o` in every shard (group removal). REQUIRES: no concurrent refill for o
-  // if the caller wants no slot of o to remain.
+  // Drains every slot of `o` in every shard (group removal). No slot of o remains if no refill
+  // for o runs concurrently, or if o->stock_cacheable() turned false (seq_cst) before the call.
   void drain_owner(const StockOwner* o) noexcept;
 
   // Passes every slot's cached statistic count to its owner, leaving the units in place. After
