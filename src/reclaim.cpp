@@ -143,7 +143,8 @@ class CallGuard {
   }
   bool live() const { return live_; }
 
-  // Calls the reclaimer; never lets an exception or an impossible report through.
+  // Calls the reclaimer; never lets an exception or an impossible report through. What it
+  // reports is clamped to what it was asked to scan, so no sum of reports can overflow.
   ReclaimResult call(int64_t nr_to_scan, int priority) {
     ReclaimResult r;
     try {
@@ -151,7 +152,9 @@ class CallGuard {
     } catch (...) {
       r = {};
     }
-    if (r.scanned < 0 || r.reclaimed < 0 || r.reclaimed > r.scanned) r = {};
+    if (r.scanned < 0 || r.reclaimed < 0 || r.reclaimed > r.scanned) return {};
+    r.scanned = std::min(r.scanned, nr_to_scan);
+    r.reclaimed = std::min(r.reclaimed, r.scanned);
     return r;
   }
   int64_t size() const noexcept { return e_.reclaimer->reclaimable(); }
@@ -171,6 +174,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
   const int64_t nr_to_reclaim = std::max(nr_units, cluster);
   const bool recursive = ctl.options().recursive_protection;
   internal::ReclaimScope in_reclaim;  // charges made by reclaimers are forced
+  const int64_t usage_before = root.memory().usage();
 
   std::vector<WalkNode> nodes = collect_subtree(root);
   ReclaimStats st;
@@ -261,7 +265,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
   }
   vmpressure_tree(root, reason, st.scanned, st.reclaimed);  // gated: free without listeners
   if (stats) *stats = st;
-  return st.reclaimed;
+  return internal::confirmed_reclaim(st.reclaimed, usage_before, root.memory().usage());
 }
 
 }  // namespace memcg

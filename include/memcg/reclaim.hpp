@@ -11,12 +11,18 @@
 // nothing; each breach raises a `low` event on the group.
 //
 // Rules for reclaimers (the driver never holds a lock of the library while calling one):
-//  - reclaim() frees memory and uncharges it itself (it charged it); it reports what it scanned
-//    and what it freed. It may allocate and may charge (charges made from inside a reclaimer
-//    are forced: they never recurse into reclaim). It may remove itself or other reclaimers.
+//  - reclaim() frees memory and uncharges it itself (it charged it), with uncharge_direct() so
+//    that the counters show it at once; it reports what it scanned and what it freed. It may
+//    allocate and may charge (charges made from inside a reclaimer are forced: they never
+//    recurse into reclaim). It may remove itself or other reclaimers.
 //  - It is not called concurrently with itself for the same registration.
-//  - A reclaimer that throws or reports more than it scanned is treated as having freed nothing
-//    (what it really uncharged stays correct, since uncharging is its own act).
+//  - A reclaimer that throws, reports a negative count or more freed than scanned is treated as
+//    having freed nothing (what it really uncharged stays correct, since uncharging is its own
+//    act); a report of more scanned than asked is cut to what was asked.
+//  - Reports are not trusted for progress: what reclaim() returns, and what a charge, a
+//    memory.high/max write or memory.reclaim counts as progress, is at most what the counters
+//    show freed (the reclaim root's usage drop). A reclaimer that claims to free what it does
+//    not makes those give up after their bounded retries instead of retrying for ever.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +82,25 @@ struct ReclaimStats {
 };
 
 // Frees up to `nr_units` (at least 32 4-KiB pages' worth is asked of a group, as in the kernel)
-// from the subtree of `root`. Returns units reclaimed; `stats` receives the details.
+// from the subtree of `root`. Returns units reclaimed as far as the counters confirm it: the
+// reclaimers' reports, but no more than `root`'s usage dropped meanwhile (so a concurrent charge
+// into the subtree can hide progress; callers count that as a fruitless attempt). `stats`
+// receives the reclaimers' reports (clamped as above).
 int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStats* stats = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// Implementation details below; not part of the interface.
+namespace internal {
+// What a reclaim that reported `reported` units freed may count on: no more than the usage of
+// its root dropped from `usage_before` to `usage_after`, never negative.
+inline int64_t confirmed_reclaim(int64_t reported, int64_t usage_before,
+                                 int64_t usage_after) noexcept {
+  // Counters clamp at 0; clamping here too keeps the difference from overflowing regardless.
+  const int64_t before = usage_before > 0 ? usage_before : 0;
+  const int64_t after = usage_after > 0 ? usage_after : 0;
+  if (reported <= 0 || after >= before) return 0;
+  return reported < before - after ? reported : before - after;
+}
+}  // namespace internal
 
 }  // namespace memcg
