@@ -243,5 +243,154 @@ TEST(ReclaimSafety, HonestReclaimerStillLetsTheChargeSucceed) {
   uncharge_direct(*g, g->memory().usage());
 }
 
+// ---- reclaimers that unregister each other -----------------------------------------------------
+
+// Waits up to 5 s for `flag`; false on timeout.
+bool wait_flag(const std::atomic<bool>& flag) {
+  const auto end = steady_clock::now() + std::chrono::seconds(5);
+  while (!flag.load(std::memory_order_acquire)) {
+    if (steady_clock::now() > end) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// On its first call, says it arrived, waits until every reclaimer of the ring is in flight, then
+// unregisters the next one of the ring.
+struct RingRemover : Reclaimer {
+  std::atomic<bool> arrived{false};
+  std::vector<RingRemover*>* ring = nullptr;
+  ReclaimerRegistration* next = nullptr;
+  std::atomic<int> calls{0};
+  std::atomic<bool> rendezvous_ok{true};
+  int64_t reclaimable() const noexcept override { return 64; }
+  ReclaimResult reclaim(int64_t nr, int) override {
+    if (calls.fetch_add(1) != 0) return {nr, 0};
+    arrived.store(true, std::memory_order_release);
+    for (RingRemover* r : *ring)
+      if (!wait_flag(r->arrived)) rendezvous_ok.store(false);
+    next->reset();
+    return {nr, 0};
+  }
+};
+
+// `n` reclaimers on `n` groups, reclaimed by `n` threads at once; reclaimer i unregisters
+// reclaimer i+1 (mod n) while all are in flight: a cycle of waits.
+void unregister_in_a_ring(int n) {
+  Controller ctl(one_shard(nullptr));
+  std::vector<GroupRef> groups(n);
+  std::vector<RingRemover> removers(n);
+  std::vector<RingRemover*> ring;
+  std::vector<ReclaimerRegistration> regs;
+  regs.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(ctl.create("g" + std::to_string(i), &groups[i]), 0);
+    regs.emplace_back(*groups[i], removers[i]);
+    ring.push_back(&removers[i]);
+  }
+  for (int i = 0; i < n; ++i) {
+    removers[i].ring = &ring;
+    removers[i].next = &regs[(i + 1) % n];
+  }
+  run_with_watchdog("reclaimers unregistering each other", [&] {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] { reclaim(*groups[i], 32, ReclaimReason::kProactive); });
+    for (auto& t : threads) t.join();
+  });
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(removers[i].rendezvous_ok.load()) << i << ": not all calls were in flight";
+    EXPECT_EQ(removers[i].calls.load(), 1) << i;
+    EXPECT_FALSE(regs[i]) << i;
+    EXPECT_EQ(reclaim(*groups[i], 32, ReclaimReason::kProactive), 0);
+  }
+  EXPECT_EQ(removers[0].calls.load(), 1);
+}
+
+TEST(ReclaimSafety, TwoReclaimersUnregisteringEachOtherInFlightDoNotDeadlock) {
+  unregister_in_a_ring(2);
+}
+
+TEST(ReclaimSafety, ThreeReclaimersUnregisteringInARingDoNotDeadlock) {
+  unregister_in_a_ring(3);
+}
+
+// A reclaimer whose reclaim() runs a nested reclaim, in which another reclaimer unregisters the
+// outer one: the call to wait for runs on this very thread, below.
+TEST(ReclaimSafety, UnregisteringAnOuterCallFromANestedReclaimDoesNotDeadlock) {
+  Controller ctl(one_shard(nullptr));
+  GroupRef outer_g, inner_g;
+  ASSERT_EQ(ctl.create("outer", &outer_g), 0);
+  ASSERT_EQ(ctl.create("inner", &inner_g), 0);
+  struct Outer : Reclaimer {
+    Group* inner = nullptr;
+    int calls = 0;
+    int64_t reclaimable() const noexcept override { return 64; }
+    ReclaimResult reclaim(int64_t nr, int) override {
+      if (calls++ == 0) memcg::reclaim(*inner, 32, ReclaimReason::kProactive);
+      return {nr, 0};
+    }
+  } outer;
+  struct Inner : Reclaimer {
+    ReclaimerRegistration* victim = nullptr;
+    int64_t reclaimable() const noexcept override { return 64; }
+    ReclaimResult reclaim(int64_t nr, int) override {
+      victim->reset();
+      return {nr, 0};
+    }
+  } inner;
+  outer.inner = inner_g.get();
+  ReclaimerRegistration outer_reg(*outer_g, outer), inner_reg(*inner_g, inner);
+  inner.victim = &outer_reg;
+  run_with_watchdog("nested unregistration of the outer reclaimer",
+                    [&] { reclaim(*outer_g, 32, ReclaimReason::kProactive); });
+  EXPECT_FALSE(outer_reg);
+  EXPECT_EQ(outer.calls, 1);
+}
+
+// Outside a cycle the guarantee holds: unregistering, from inside a reclaimer, another one whose
+// call is in flight on another thread waits for that call to end.
+TEST(ReclaimSafety, UnregisteringFromAReclaimerStillWaitsForACallInFlightElsewhere) {
+  Controller ctl(one_shard(nullptr));
+  GroupRef ga, gb;
+  ASSERT_EQ(ctl.create("a", &ga), 0);
+  ASSERT_EQ(ctl.create("b", &gb), 0);
+  struct Slow : Reclaimer {
+    std::atomic<bool> in{false}, release{false}, out{false};
+    int64_t reclaimable() const noexcept override { return 64; }
+    ReclaimResult reclaim(int64_t nr, int) override {
+      if (in.exchange(true)) return {nr, 0};
+      wait_flag(release);
+      std::this_thread::sleep_for(milliseconds(50));
+      out.store(true);
+      return {nr, 0};
+    }
+  } slow;
+  struct Remover : Reclaimer {
+    ReclaimerRegistration* victim = nullptr;
+    Slow* slow = nullptr;
+    bool saw_out = false;
+    int64_t reclaimable() const noexcept override { return 64; }
+    ReclaimResult reclaim(int64_t nr, int) override {
+      if (!victim || !*victim) return {nr, 0};
+      slow->release.store(true);
+      victim->reset();
+      saw_out = slow->out.load();
+      return {nr, 0};
+    }
+  } remover;
+  ReclaimerRegistration slow_reg(*gb, slow), remover_reg(*ga, remover);
+  remover.victim = &slow_reg;
+  remover.slow = &slow;
+  run_with_watchdog("unregistration waiting for a call elsewhere", [&] {
+    std::thread tb([&] { reclaim(*gb, 32, ReclaimReason::kProactive); });
+    EXPECT_TRUE(wait_flag(slow.in));
+    reclaim(*ga, 32, ReclaimReason::kProactive);
+    tb.join();
+  });
+  EXPECT_FALSE(slow_reg);
+  EXPECT_TRUE(remover.saw_out) << "reset() returned while the call was still running";
+}
+
 }  // namespace
 }  // namespace memcg

@@ -14,7 +14,8 @@
 //  - reclaim() frees memory and uncharges it itself (it charged it), with uncharge_direct() so
 //    that the counters show it at once; it reports what it scanned and what it freed. It may
 //    allocate and may charge (charges made from inside a reclaimer are forced: they never
-//    recurse into reclaim). It may remove itself or other reclaimers.
+//    recurse into reclaim). It may remove itself or other reclaimers (see
+//    ReclaimerRegistration for when that waits).
 //  - It is not called concurrently with itself for the same registration.
 //  - A reclaimer that throws, reports a negative count or more freed than scanned is treated as
 //    having freed nothing (what it really uncharged stays correct, since uncharging is its own
@@ -49,8 +50,16 @@ class Reclaimer {
 };
 
 // A registration of a reclaimer on a group. Destroying (or reset()) unregisters and waits for an
-// in-flight call to finish, unless called from inside that reclaimer's own reclaim(), so that once
-// it returns the reclaimer is never called again and may be destroyed.
+// in-flight call to finish, so that once it returns the reclaimer is never called again and may
+// be destroyed. Two exceptions, where waiting could never end; there it returns at once, the
+// reclaimer is not called again, but the call in flight may still be running:
+//  - called from inside that reclaimer's own reclaim() (or from a reclaim nested in it);
+//  - called from inside a reclaim() (of any reclaimer) when the thread running the call to wait
+//    for is itself waiting, directly or through other threads, for a call running on this
+//    thread. Example: A's reclaim() unregisters B while B's reclaim() on another thread
+//    unregisters A: the first to arrive waits, the second returns at once, and both calls end.
+// A reclaimer unregistered in one of these ways must stay alive until its call returns: destroy
+// it only from outside reclaim, once the reclaims that could be running it are over.
 class ReclaimerRegistration {
  public:
   ReclaimerRegistration() = default;
