@@ -259,8 +259,11 @@ int64_t Controller::to_units_ceil(uint64_t bytes) const noexcept {
 namespace memcg {
 
 int64_t Controller::reclaim_for_charge(Group& target, int64_t units) {
-  return reclaim_hook_ ? reclaim_hook_(target, units)
-                       : reclaim(target, units, ReclaimReason::kLimit);
+  if (!reclaim_hook_) return reclaim(target, units, ReclaimReason::kLimit);  // confirms itself
+  // A hook's report counts as far as the counters confirm it, as the driver's does.
+  const int64_t before = target.memory().usage();
+  const int64_t reported = reclaim_hook_(target, units);
+  return internal::confirmed_reclaim(reported, before, target.memory().usage());
 }
 
 bool Controller::out_of_memory(Group& domain, int64_t units) {

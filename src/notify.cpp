@@ -8,12 +8,16 @@
 //     group's NotifyState, which the group frees with itself, and by deferred deliveries in
 //     flight.
 //   - The deferred queue: the FileStates with a notification waiting for its interval to end.
-//     A FileState is queued only while it has listeners: the last listener to leave takes it off
-//     the queue and waits until no deferred delivery of it is in flight, so its group (which the
-//     listener keeps alive) outlives every delivery.
+//     A FileState is queued only while it has listeners: it is queued (or requeued) under its mu
+//     with a listener present, and the last listener to leave takes it off the queue under that
+//     same mu, then waits until no deferred delivery of it is in flight. So once the last
+//     listener's destructor returns, neither the queue nor the timer can reach the file again,
+//     and its group (which the listener keeps alive) outlives every delivery.
 //
-// Locks: FileState::mu guards a file's listeners and rate limit; Deferred::mu the queue. Neither
-// is held while a callback runs, and they are never nested.
+// Locks: FileState::mu guards a file's listeners and rate limit; Deferred::mu the queue. Order:
+// FileState::mu, then Deferred::mu (queueing a file happens under its mu); never the reverse.
+// Neither is held while a callback runs. The timer thread and the queue's selection read only
+// what a FileState caches (its controller, whether it runs on the SystemClock), never the group.
 #include "memcg/notify.hpp"
 
 #include <poll.h>
@@ -25,6 +29,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -61,8 +66,14 @@ using ListenerList = std::vector<std::shared_ptr<EventListener::Core>>;
 thread_local int tl_delivering = 0;
 
 struct FileState {
-  FileState(Group& g, EventsFile f) : group(&g), file(f) {}
-  Group* const group;
+  FileState(Group& g, EventsFile f)
+      : group(&g),
+        controller(&g.controller()),
+        system_clock(dynamic_cast<const SystemClock*>(&g.controller().clock()) != nullptr),
+        file(f) {}
+  Group* const group;  // dereferenced only by deliveries, while a listener holds the group
+  Controller* const controller;
+  const bool system_clock;  // the controller's clock is the SystemClock: the timer delivers
   const EventsFile file;
 
   std::mutex mu;
@@ -72,7 +83,7 @@ struct FileState {
   uint64_t last_ns = 0;        // guarded by mu: time of the last notification
   bool pending = false;        // guarded by mu: a change since then is not yet announced
 
-  // Guarded by Deferred::mu.
+  // Guarded by Deferred::mu; `queued` is set only while mu is held too.
   bool queued = false;
   uint64_t due_ns = 0;
   int inflight = 0;  // deferred deliveries of this file running now
@@ -113,11 +124,20 @@ Deferred& deferred() {
   return *d;
 }
 
+}  // namespace
+
 // Entries in the queue; lets tick() and raise() skip it with one relaxed load.
 std::atomic<int64_t> g_nr_queued{0};
+std::atomic<void (*)()> g_notify_defer_seam{nullptr};
 
-bool uses_system_clock(const Group& g) noexcept {
-  return dynamic_cast<const SystemClock*>(&g.controller().clock()) != nullptr;
+int64_t deferred_notifications_queued() noexcept {
+  return g_nr_queued.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+bool uses_system_clock(Controller& ctl) noexcept {
+  return dynamic_cast<const SystemClock*>(&ctl.clock()) != nullptr;
 }
 
 void deliver(const ListenerList& list, Group& g, EventsFile file) noexcept {
@@ -128,23 +148,41 @@ void deliver(const ListenerList& list, Group& g, EventsFile file) noexcept {
 
 void timer_loop();
 
-void enqueue(const std::shared_ptr<FileState>& fs, uint64_t due_ns) {
-  const bool system = uses_system_clock(*fs->group);
+// Starts the timer thread if it is not running yet. Called when a listener subscribes to a group
+// on the SystemClock, so that queueing never creates a thread. Throws std::system_error if the
+// thread cannot be created.
+void start_timer_once() {
+  Deferred& d = deferred();
+  {
+    std::lock_guard lock(d.mu);
+    if (d.timer_started) return;
+    d.timer_started = true;  // a racer returns at once; entries it queues wait in the queue
+  }
+  try {
+    std::thread(timer_loop).detach();
+  } catch (...) {
+    std::lock_guard lock(d.mu);
+    d.timer_started = false;
+    throw;
+  }
+}
+
+// REQUIRES: fs->mu held, and fs has a listener. Queueing under the file's lock is what lets the
+// last listener's removal (under the same lock) find every entry and take it off.
+void enqueue_locked(FileState& fs, const std::shared_ptr<FileState>& ref, uint64_t due_ns) {
   Deferred& d = deferred();
   std::lock_guard lock(d.mu);
-  fs->due_ns = due_ns;
-  if (!fs->queued) {
-    fs->queued = true;
-    d.queue.push_back(fs);
+  fs.due_ns = due_ns;
+  if (!fs.queued) {
+    fs.queued = true;
+    d.queue.push_back(ref);
     g_nr_queued.fetch_add(1, std::memory_order_relaxed);
   }
-  if (system) {
-    if (!d.timer_started) {
-      d.timer_started = true;
-      std::thread(timer_loop).detach();
-    }
-    d.timer_cv.notify_one();
-  }
+  if (fs.system_clock) d.timer_cv.notify_one();
+}
+
+void run_defer_seam() noexcept {
+  if (auto* seam = g_notify_defer_seam.load(std::memory_order_acquire)) seam();
 }
 
 // A counter of `fs`'s file changed at `now`: notify at once, or remember it for the end of the
@@ -163,9 +201,10 @@ void file_changed(const std::shared_ptr<FileState>& fs, uint64_t now) noexcept {
     } else if (!fs->pending) {
       fs->pending = true;
       due = fs->last_ns + kEventNotifyIntervalNs;
+      enqueue_locked(*fs, fs, due);
     }
   }
-  if (due != 0) enqueue(fs, due);
+  if (due != 0) run_defer_seam();
   if (to_notify) deliver(*to_notify, *fs->group, fs->file);
 }
 
@@ -193,8 +232,9 @@ void deliver_due(Select select, uint64_t now) noexcept {
     }
   }
   for (const auto& fs : due) {
-    // The group is alive: fs was queued, so it had a listener, and its last listener waits for
-    // `inflight` to drop before it lets go of the group.
+    // The group is alive while a listener remains: the last one waits for `inflight` to drop
+    // before it lets go of the group (unless it leaves from inside a callback: then `pending` is
+    // false and its listeners empty, so nothing below touches the group).
     std::shared_ptr<const ListenerList> to_notify;
     uint64_t requeue = 0;
     {
@@ -206,10 +246,11 @@ void deliver_due(Select select, uint64_t now) noexcept {
           to_notify = fs->listeners;
         } else {
           requeue = fs->last_ns + kEventNotifyIntervalNs;  // notified meanwhile; wait again
+          enqueue_locked(*fs, fs, requeue);
         }
       }
     }
-    if (requeue != 0) enqueue(fs, requeue);
+    if (requeue != 0) run_defer_seam();
     if (to_notify) deliver(*to_notify, *fs->group, fs->file);
   }
   if (due.empty()) return;
@@ -224,7 +265,7 @@ void timer_loop() {
   for (;;) {
     uint64_t earliest = UINT64_MAX;
     for (const auto& fs : d.queue)
-      if (uses_system_clock(*fs->group)) earliest = std::min(earliest, fs->due_ns);
+      if (fs->system_clock) earliest = std::min(earliest, fs->due_ns);
     if (earliest == UINT64_MAX) {
       d.timer_cv.wait(lock);
       continue;
@@ -235,7 +276,7 @@ void timer_loop() {
       continue;
     }
     lock.unlock();
-    deliver_due([](const FileState& fs) { return uses_system_clock(*fs.group); }, now);
+    deliver_due([](const FileState& fs) { return fs.system_clock; }, now);
     lock.lock();
   }
 }
@@ -277,7 +318,7 @@ void notify_events_raised(Group& g) noexcept {
 void deliver_due_notifications(Controller& controller) noexcept {
   if (g_nr_queued.load(std::memory_order_relaxed) == 0) return;
   Controller* const ctl = &controller;
-  deliver_due([ctl](const FileState& fs) { return &fs.group->controller() == ctl; },
+  deliver_due([ctl](const FileState& fs) { return fs.controller == ctl; },
               controller.clock().now_ns());
 }
 
@@ -311,6 +352,13 @@ int EventListener::open(Group& group, EventsFile file, Callback callback,
   core->callback = std::move(callback);
   core->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (core->fd < 0) return errno;
+  if (internal::uses_system_clock(group.controller())) {
+    try {
+      internal::start_timer_once();
+    } catch (const std::system_error& e) {
+      return e.code().value() != 0 ? e.code().value() : EAGAIN;
+    }
+  }
 
   internal::NotifyState& st = internal::NotifyAccess::slot(group).get_or_create(group);
   internal::FileState& fs = *st.files[static_cast<int>(file)];
@@ -329,14 +377,26 @@ EventListener::~EventListener() {
   Group& g = *group_;
   const auto& fsp = internal::NotifyAccess::slot(g).get()->files[static_cast<int>(file_)];
   internal::FileState& fs = *fsp;
+  internal::Deferred& d = internal::deferred();
   bool last = false;
   {
     std::lock_guard lock(fs.mu);
     auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
     list->erase(std::find(list->begin(), list->end(), core_));
     last = list->empty();
-    if (last) fs.pending = false;
     fs.listeners = std::move(list);
+    if (last) {
+      // Off the deferred queue, under the lock every queueing holds: with no listener left,
+      // nothing queues this file again.
+      fs.pending = false;
+      std::lock_guard qlock(d.mu);
+      if (fs.queued) {
+        fs.queued = false;
+        auto& q = d.queue;
+        q.erase(std::find(q.begin(), q.end(), fsp));
+        internal::g_nr_queued.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
   }
   internal::g_nr_event_listeners.fetch_sub(1, std::memory_order_relaxed);
   core_->removed.store(true, std::memory_order_seq_cst);
@@ -344,18 +404,11 @@ EventListener::~EventListener() {
   if (may_wait) {
     for (int r; (r = core_->running.load(std::memory_order_seq_cst)) != 0;) core_->running.wait(r);
   }
-  if (!last) return;
-  // Off the deferred queue; and no deferred delivery of this file may still be using the group
-  // when this listener's reference to it goes.
-  internal::Deferred& d = internal::deferred();
+  if (!last || !may_wait) return;
+  // No deferred delivery of this file may still be using the group when this listener's
+  // reference to it goes.
   std::unique_lock lock(d.mu);
-  if (fs.queued) {
-    fs.queued = false;
-    auto& q = d.queue;
-    q.erase(std::find(q.begin(), q.end(), fsp));
-    internal::g_nr_queued.fetch_sub(1, std::memory_order_relaxed);
-  }
-  if (may_wait) d.idle_cv.wait(lock, [&] { return fs.inflight == 0; });
+  d.idle_cv.wait(lock, [&] { return fs.inflight == 0; });
 }
 
 int EventListener::fd() const noexcept {

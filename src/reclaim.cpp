@@ -13,14 +13,34 @@
 
 namespace memcg {
 
+namespace {
+
+// A thread as seen by unregistration: the registration whose in-flight call it waits for, if any.
+// Lets an unregistration made from inside a reclaimer see whether waiting would close a cycle.
+struct CallerThread {
+  const ReclaimerEntry* waiting_for = nullptr;  // guarded by g_wait_mutex
+};
+thread_local CallerThread tl_caller;
+
+// Held while a thread records what it waits for and while it walks the chain of waits. A thread
+// whose call ends while a walker may be reading its record passes through it once (see
+// CallGuard), so a record read by a walker stays alive for the walk.
+std::mutex g_wait_mutex;
+// Threads walking (or about to): a call that ends reads it after clearing its caller (seq_cst on
+// both sides, Dekker-style), so a walker that saw the caller is waited out.
+std::atomic<int> g_nr_walkers{0};
+
+}  // namespace
+
 // One registration. `call_mutex` is held for the duration of a call into the reclaimer: it keeps
 // calls of one registration from running concurrently and lets unregistration wait for an
-// in-flight call.
+// in-flight call. `caller` names the thread in that call (null between calls).
 struct ReclaimerEntry {
   Reclaimer* reclaimer;
   Group* group;
   std::mutex call_mutex;
   std::atomic<bool> removed{false};
+  std::atomic<const CallerThread*> caller{nullptr};
 };
 
 struct ReclaimAccess {
@@ -44,8 +64,54 @@ struct ReclaimAccess {
 struct ReclaimerRegistration::Entry : ReclaimerEntry {};
 
 namespace {
-// The registration whose reclaim() runs on this thread (to let it unregister itself).
+
+// The innermost registration whose reclaim() runs on this thread; null outside every call.
 thread_local const ReclaimerEntry* tl_calling = nullptr;
+
+// Longest chain of waits walked before giving up and treating it as a cycle (threads waiting on
+// each other's reclaimers; never anywhere near this in practice).
+constexpr int kMaxWaitChain = 1024;
+
+// True when waiting for `e`'s in-flight call from this thread could never end: the call runs on
+// this thread (a reclaimer unregistering itself, or a call this thread is nested in), or the
+// thread running it waits, directly or through others, for a call running on this thread.
+// REQUIRES: g_wait_mutex held, g_nr_walkers raised.
+bool wait_would_deadlock(const ReclaimerEntry& e) {
+  const ReclaimerEntry* want = &e;
+  for (int hops = 0; hops < kMaxWaitChain; ++hops) {
+    const CallerThread* t = want->caller.load(std::memory_order_seq_cst);
+    if (t == nullptr) return false;  // no call in flight (or one just starting: it sees our wait)
+    if (t == &tl_caller) return true;
+    want = t->waiting_for;  // t is inside a call: alive until it passes g_wait_mutex
+    if (want == nullptr) return false;
+  }
+  return true;
+}
+
+// Waits until no call of `e` runs on another thread, unless that could deadlock (see above): then
+// returns at once, and the call may still be running.
+void wait_for_call(ReclaimerEntry& e) {
+  if (tl_calling == nullptr) {
+    // In no call: no thread can be waiting for this one, so the wait ends.
+    std::lock_guard wait(e.call_mutex);
+    return;
+  }
+  g_nr_walkers.fetch_add(1, std::memory_order_seq_cst);
+  bool wait = false;
+  {
+    std::lock_guard lock(g_wait_mutex);
+    if (!wait_would_deadlock(e)) {
+      tl_caller.waiting_for = &e;  // a thread that would wait for us finds the cycle and does not
+      wait = true;
+    }
+  }
+  g_nr_walkers.fetch_sub(1, std::memory_order_seq_cst);
+  if (!wait) return;
+  { std::lock_guard in_flight(e.call_mutex); }
+  std::lock_guard lock(g_wait_mutex);
+  tl_caller.waiting_for = nullptr;
+}
+
 }  // namespace
 
 ReclaimerRegistration::ReclaimerRegistration(Group& group, Reclaimer& reclaimer)
@@ -70,8 +136,9 @@ void ReclaimerRegistration::reset() noexcept {
   if (!entry_) return;
   entry_->removed.store(true, std::memory_order_release);
   ReclaimAccess::remove(*entry_->group, entry_.get());
-  // Wait for a call in flight on another thread; a reclaimer removing itself must not wait.
-  if (tl_calling != entry_.get()) std::lock_guard wait(entry_->call_mutex);
+  // Wait for a call in flight on another thread, unless that could never end (reclaim.hpp). The
+  // group's reference can go either way: a call in flight runs under the walk's own reference.
+  wait_for_call(*entry_);
   entry_->group->put();
   entry_.reset();
 }
@@ -136,14 +203,23 @@ class CallGuard {
     if (live_) {
       outer_ = tl_calling;
       tl_calling = &e;
+      e.caller.store(&tl_caller, std::memory_order_seq_cst);
     }
   }
   ~CallGuard() {
-    if (live_) tl_calling = outer_;
+    if (!live_) return;
+    tl_calling = outer_;
+    // Before the call mutex is released (after this body). A walker that read this thread as the
+    // caller holds g_wait_mutex until its walk ends: pass through it so this thread's record
+    // outlives the walk. seq_cst store then load: either the walker's count is seen here, or
+    // the walker's later load of `caller` sees null.
+    e_.caller.store(nullptr, std::memory_order_seq_cst);
+    if (g_nr_walkers.load(std::memory_order_seq_cst) != 0) std::lock_guard pass(g_wait_mutex);
   }
   bool live() const { return live_; }
 
-  // Calls the reclaimer; never lets an exception or an impossible report through.
+  // Calls the reclaimer; never lets an exception or an impossible report through. What it
+  // reports is clamped to what it was asked to scan, so no sum of reports can overflow.
   ReclaimResult call(int64_t nr_to_scan, int priority) {
     ReclaimResult r;
     try {
@@ -151,7 +227,9 @@ class CallGuard {
     } catch (...) {
       r = {};
     }
-    if (r.scanned < 0 || r.reclaimed < 0 || r.reclaimed > r.scanned) r = {};
+    if (r.scanned < 0 || r.reclaimed < 0 || r.reclaimed > r.scanned) return {};
+    r.scanned = std::min(r.scanned, nr_to_scan);
+    r.reclaimed = std::min(r.reclaimed, r.scanned);
     return r;
   }
   int64_t size() const noexcept { return e_.reclaimer->reclaimable(); }
@@ -171,6 +249,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
   const int64_t nr_to_reclaim = std::max(nr_units, cluster);
   const bool recursive = ctl.options().recursive_protection;
   internal::ReclaimScope in_reclaim;  // charges made by reclaimers are forced
+  const int64_t usage_before = root.memory().usage();
 
   std::vector<WalkNode> nodes = collect_subtree(root);
   ReclaimStats st;
@@ -261,7 +340,7 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
   }
   vmpressure_tree(root, reason, st.scanned, st.reclaimed);  // gated: free without listeners
   if (stats) *stats = st;
-  return st.reclaimed;
+  return internal::confirmed_reclaim(st.reclaimed, usage_before, root.memory().usage());
 }
 
 }  // namespace memcg

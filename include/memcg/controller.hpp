@@ -97,7 +97,8 @@ class Controller {
   const ChargeCounters& charge_counters() const noexcept { return charge_counters_; }
 
   // Slow-path policies the failure ladder calls. `reclaim` frees up to `units` from the subtree
-  // of `target` and returns what it freed; `oom` tries to resolve an out-of-memory condition in
+  // of `target` and returns what it freed (counted no further than `target`'s usage dropped
+  // meanwhile, as the driver's own report is: reclaim.hpp); `oom` tries to resolve an out-of-memory condition in
   // `domain` for a charge of `units` and returns true when it made progress (killed something).
   // By default the library's own reclaim driver (reclaim.hpp) and OOM killer (oom.hpp) run;
   // a hook replaces them (tests, custom policies).

@@ -28,6 +28,7 @@
 // per raise); with listeners, a raise takes one mutex per changed file that has state.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -94,6 +95,14 @@ namespace internal {
 // Delivers the deferred notifications of `controller`'s groups whose interval has ended on its
 // clock. Called by Controller::tick(); costs one relaxed load while nothing is deferred.
 void deliver_due_notifications(Controller& controller) noexcept;
+
+// Deferred notifications waiting in the queue, over all controllers (for tests).
+int64_t deferred_notifications_queued() noexcept;
+
+// Test seam, null by default: when set, called with no lock held by a raise or a deferred
+// delivery right after it deferred a notification (queued it for the end of the interval), so
+// that a test can interleave the removal of the file's last listener at exactly that point.
+extern std::atomic<void (*)()> g_notify_defer_seam;
 }  // namespace internal
 
 }  // namespace memcg

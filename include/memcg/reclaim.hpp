@@ -11,12 +11,19 @@
 // nothing; each breach raises a `low` event on the group.
 //
 // Rules for reclaimers (the driver never holds a lock of the library while calling one):
-//  - reclaim() frees memory and uncharges it itself (it charged it); it reports what it scanned
-//    and what it freed. It may allocate and may charge (charges made from inside a reclaimer
-//    are forced: they never recurse into reclaim). It may remove itself or other reclaimers.
+//  - reclaim() frees memory and uncharges it itself (it charged it), with uncharge_direct() so
+//    that the counters show it at once; it reports what it scanned and what it freed. It may
+//    allocate and may charge (charges made from inside a reclaimer are forced: they never
+//    recurse into reclaim). It may remove itself or other reclaimers (see
+//    ReclaimerRegistration for when that waits).
 //  - It is not called concurrently with itself for the same registration.
-//  - A reclaimer that throws or reports more than it scanned is treated as having freed nothing
-//    (what it really uncharged stays correct, since uncharging is its own act).
+//  - A reclaimer that throws, reports a negative count or more freed than scanned is treated as
+//    having freed nothing (what it really uncharged stays correct, since uncharging is its own
+//    act); a report of more scanned than asked is cut to what was asked.
+//  - Reports are not trusted for progress: what reclaim() returns, and what a charge, a
+//    memory.high/max write or memory.reclaim counts as progress, is at most what the counters
+//    show freed (the reclaim root's usage drop). A reclaimer that claims to free what it does
+//    not makes those give up after their bounded retries instead of retrying for ever.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +50,16 @@ class Reclaimer {
 };
 
 // A registration of a reclaimer on a group. Destroying (or reset()) unregisters and waits for an
-// in-flight call to finish, unless called from inside that reclaimer's own reclaim(), so that once
-// it returns the reclaimer is never called again and may be destroyed.
+// in-flight call to finish, so that once it returns the reclaimer is never called again and may
+// be destroyed. Two exceptions, where waiting could never end; there it returns at once, the
+// reclaimer is not called again, but the call in flight may still be running:
+//  - called from inside that reclaimer's own reclaim() (or from a reclaim nested in it);
+//  - called from inside a reclaim() (of any reclaimer) when the thread running the call to wait
+//    for is itself waiting, directly or through other threads, for a call running on this
+//    thread. Example: A's reclaim() unregisters B while B's reclaim() on another thread
+//    unregisters A: the first to arrive waits, the second returns at once, and both calls end.
+// A reclaimer unregistered in one of these ways must stay alive until its call returns: destroy
+// it only from outside reclaim, once the reclaims that could be running it are over.
 class ReclaimerRegistration {
  public:
   ReclaimerRegistration() = default;
@@ -76,7 +91,25 @@ struct ReclaimStats {
 };
 
 // Frees up to `nr_units` (at least 32 4-KiB pages' worth is asked of a group, as in the kernel)
-// from the subtree of `root`. Returns units reclaimed; `stats` receives the details.
+// from the subtree of `root`. Returns units reclaimed as far as the counters confirm it: the
+// reclaimers' reports, but no more than `root`'s usage dropped meanwhile (so a concurrent charge
+// into the subtree can hide progress; callers count that as a fruitless attempt). `stats`
+// receives the reclaimers' reports (clamped as above).
 int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStats* stats = nullptr);
+
+// ---------------------------------------------------------------------------------------------
+// Implementation details below; not part of the interface.
+namespace internal {
+// What a reclaim that reported `reported` units freed may count on: no more than the usage of
+// its root dropped from `usage_before` to `usage_after`, never negative.
+inline int64_t confirmed_reclaim(int64_t reported, int64_t usage_before,
+                                 int64_t usage_after) noexcept {
+  // Counters clamp at 0; clamping here too keeps the difference from overflowing regardless.
+  const int64_t before = usage_before > 0 ? usage_before : 0;
+  const int64_t after = usage_after > 0 ? usage_after : 0;
+  if (reported <= 0 || after >= before) return 0;
+  return reported < before - after ? reported : before - after;
+}
+}  // namespace internal
 
 }  // namespace memcg
