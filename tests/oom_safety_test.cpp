@@ -155,34 +155,35 @@ TEST(OomCallbacks, MayJoinAWorkerThatChargesIntoAnotherOom) {
   EXPECT_FALSE(e_worker.killed());
 }
 
-// memory.oom.group: the first victim's callback destroys another member of the group, which the
-// group kill then skips (it used to read the freed member).
+// memory.oom.group: a member's callback destroys a member of the group that comes later in the
+// walk, which the group kill then skips (it used to read the freed member).
 TEST(OomCallbacks, GroupKillSkipsAMemberDestroyedByAnEarlierCallback) {
   Watchdog dog("group kill");
   Sim s;
   GroupRef d = s.make("d"), p = s.make("d/p");
   d->set_max(uint64_t{4} << 20);
   p->set_oom_group(true);
-  int b_calls = 0, c_calls = 0;
-  auto b = std::make_unique<Member>(*p, "b", [&](Member& m) { ++b_calls, release_all(m); });
-  Member a(*p, "a", [&](Member& m) {
-    b.reset();
+  int a_calls = 0, c_calls = 0;
+  std::unique_ptr<Member> c;
+  Member a(*p, "a", [&](Member& m) { ++a_calls, release_all(m); });
+  Member b(*p, "b", [&](Member& m) {
+    c.reset();
     release_all(m);
   });
-  Member c(*p, "c", [&](Member& m) { ++c_calls, release_all(m); });
+  c = std::make_unique<Member>(*p, "c", [&](Member& m) { ++c_calls, release_all(m); });
   Member charger(*d, "charger", release_all, Member::kImmune);
-  ASSERT_TRUE(charge_units(*b, kMiB));
-  ASSERT_TRUE(charge_units(a, 2 * kMiB));  // a is the largest: the victim
-  ASSERT_TRUE(charge_units(c, kMiB / 2));
+  ASSERT_TRUE(charge_units(a, 2 * kMiB));  // the largest: the victim
+  ASSERT_TRUE(charge_units(b, kMiB));
+  ASSERT_TRUE(charge_units(*c, kMiB / 2));
   ASSERT_TRUE(charge_units(charger, kMiB));  // the OOM kills all of p
-  EXPECT_TRUE(b == nullptr);
-  EXPECT_EQ(b_calls, 0);
-  EXPECT_EQ(c_calls, 1);
-  EXPECT_TRUE(a.killed() && c.killed());
+  EXPECT_TRUE(c == nullptr);
+  EXPECT_EQ(a_calls, 1);
+  EXPECT_EQ(c_calls, 0);
+  EXPECT_TRUE(a.killed() && b.killed());
   EXPECT_EQ(p->events_local().get(Event::kOomGroupKill), 1u);
   EXPECT_EQ(p->events_local().get(Event::kOomKill), 2u);
   const OomReport r = OomKiller::last_report(s.ctl);
-  EXPECT_EQ(r.killed, (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(r.killed, (std::vector<std::string>{"a", "b"}));
 }
 
 // The callback destroys the member whose charge triggered the OOM, on the charging thread: the
