@@ -53,9 +53,9 @@ namespace {
 using internal::KillBatch;
 using internal::KillEntry;
 
-// How often a killer waiting for a victim looks again when no wake-up came: a release is
-// signalled, but without the lock, so a wake-up can be missed; a millisecond bounds the cost of
-// one.
+// How often a killer waiting for a victim looks again without a wake-up: the victim's release
+// wakes it, but room made by others (or a clock other than the system clock, which advances only
+// when slept on) does not.
 constexpr uint64_t kOomWaitStepNs = 1'000'000;
 
 // ---- charges in progress of members, per thread ------------------------------------------------
@@ -155,6 +155,7 @@ Member::~Member() {
   Group& g = *group_;
   internal::OomState& state = g.controller().oom_state();
   {
+    internal::HookBypass bypass;  // nothing under the OOM lock is charged
     std::unique_lock oom(state.mu);
     {
       std::lock_guard lock(g.policy_mutex_);
@@ -206,16 +207,35 @@ ChargeStatus Member::charge(int64_t units, uint32_t flags) noexcept {
 }
 
 int64_t Member::uncharge(int64_t units) noexcept {
+  // ---- slow path: a victim releasing ----
+  // A killer may wait for this member: under the OOM lock it sees the member's count and the
+  // counters drop together (else, seeing the member empty but the group still full, it would
+  // choose another victim), and it is woken afterwards.
+  if (killed()) [[unlikely]] {
+    internal::OomState& state = group_->controller().oom_state();
+    int64_t take;
+    {
+      internal::HookBypass bypass;
+      std::lock_guard lock(state.mu);
+      take = take_charged(units);
+      uncharge_direct(*group_, take);
+    }
+    state.cv.notify_all();
+    return take;
+  }
+  // ---- fast path ----
+  const int64_t take = take_charged(units);
+  // Straight from the counters: a killed member's memory must be seen as free at once.
+  uncharge_direct(*group_, take);
+  return take;
+}
+
+int64_t Member::take_charged(int64_t units) noexcept {
   int64_t have = charged_.load(std::memory_order_relaxed);
   int64_t take;
   do {
     take = std::clamp<int64_t>(units, 0, have);
   } while (!charged_.compare_exchange_weak(have, have - take, std::memory_order_relaxed));
-  // Straight from the counters: a killed member's memory must be seen as free at once.
-  uncharge_direct(*group_, take);
-  // A killer may be waiting for this victim. Notified without the lock (a missed wake-up costs
-  // the waiter one kOomWaitStepNs), so an uncharge never blocks on the OOM killer.
-  if (take > 0 && have == take && killed()) group_->controller().oom_state().cv.notify_all();
   return take;
 }
 
@@ -252,6 +272,10 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       dying != nullptr && dying->load(std::memory_order_acquire))
     return true;
 
+  // Nothing the killer allocates is charged by the global operator new hook: it holds the OOM
+  // lock, which a nested charge could need. Kill callbacks run inside this too, as they do when
+  // the OOM comes from the hook's own charge (the object layer's slow path sets it).
+  internal::HookBypass bypass;
   Controller& ctl = domain.controller();
   internal::OomState& state = ctl.oom_state();
   Clock& clock = ctl.clock();
@@ -269,10 +293,9 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
     // Someone freed memory while this charge waited for the lock or a victim.
     if (domain.memory().margin() >= units) return true;
 
-    // ---- decide, under the OOM lock (nothing allocated here is charged) ----
+    // ---- decide, under the OOM lock ----
     {
       Group* kill_group = nullptr;
-      internal::HookBypass bypass;
       const std::vector<Member*> members = members_below(domain);
       const int64_t max = domain.memory().max();
       const int64_t total =
@@ -435,6 +458,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
 
 OomReport OomKiller::last_report(Controller& controller) {
   internal::OomState& state = controller.oom_state();
+  internal::HookBypass bypass;  // the copy is made under the OOM lock
   std::lock_guard oom(state.mu);
   return state.last;
 }

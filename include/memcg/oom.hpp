@@ -31,7 +31,8 @@
 // must not wait for another thread that destroys the member being killed (destroy it on the
 // callback's own thread, or return and let the release finish asynchronously). A callback that
 // throws makes that kill fail: the member is not marked killed, no oom_kill event is raised, the
-// failure is listed in the OomReport and the next candidate is chosen.
+// failure is listed in the OomReport and the next candidate is chosen. What a callback allocates
+// is not charged by the global operator new hook (hook.hpp); what it charges explicitly is.
 //
 // Thread safety: every call may be made from any thread. A member must not be destroyed while
 // another thread uses it (charges, uncharges); its own kill callback may destroy it, also in the
@@ -85,6 +86,8 @@ class Member {
 
  private:
   friend class OomKiller;
+  int64_t take_charged(int64_t units) noexcept;  // up to `units` off charged_; what it took
+
   GroupRef group_;
   const std::string name_;
   KillFn on_kill_;  // guarded by the OOM lock; moved out while a kill is in progress
