@@ -35,6 +35,7 @@ struct KillEntry {
   GroupRef group;     // the member's group, for the oom_kill event after the callback
   std::string name;
   bool running = false;  // its callback is executing (on the batch's thread)
+  bool done = false;     // its callback has returned
 };
 
 // One OOM kill in progress, on the stack of the thread that runs it, linked into the controller's
@@ -115,14 +116,14 @@ class BatchLink {
   std::unique_lock<std::mutex>& lock_;
 };
 
-// True if a kill in progress on this thread holds `m`: its callback runs further up this stack
-// or is still to run there, so waiting for it would wait for ourselves.
+// True if a kill in progress on this thread has yet to finish calling `m`'s callback: it runs
+// further up this stack or is still to run there, so waiting for `m` would wait for ourselves.
 bool held_by_this_thread(const internal::OomState& state, const Member* m) {
   const std::thread::id me = std::this_thread::get_id();
   for (const KillBatch* b = state.batches; b; b = b->next)
     if (b->owner == me)
       for (const KillEntry& e : b->entries)
-        if (e.member == m) return true;
+        if (e.member == m && !e.done) return true;
   return false;
 }
 
@@ -422,6 +423,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       }
       lock.lock();
       e.running = false;
+      e.done = true;
       if (ok) {
         ++killed;
         report.killed.push_back(e.name);

@@ -339,6 +339,40 @@ TEST(OomWait, AVictimThatNeverReleasesIsGivenUpAfterTheTimeout) {
   EXPECT_EQ(OomKiller::last_report(s.ctl).victim, "next");
 }
 
+// A callback later in a group kill charges into the same domain while the group's first victim,
+// whose callback has returned, is still releasing: that charge waits for it too, rather than
+// killing a bystander.
+TEST(OomWait, ACallbackChargingDuringAGroupKillWaitsForAnEarlierVictim) {
+  Watchdog dog("charge from a callback during a group kill");
+  Sim s;
+  GroupRef d = s.make("d"), p = s.make("d/p");
+  d->set_max(uint64_t{4} << 20);
+  p->set_oom_group(true);
+  std::thread releaser;
+  Member charger(*d, "charger", release_all, Member::kImmune);
+  bool charged_in_callback = false;
+  Member a(*p, "a", [&](Member& m) {
+    releaser = std::thread([&m] {
+      std::this_thread::sleep_for(50ms);
+      release_all(m);
+    });
+  });
+  Member b(*p, "b", [&](Member& m) {
+    release_all(m);
+    charged_in_callback = charge_units(charger, kMiB);
+  });
+  Member bystander(*d, "bystander", release_all);
+  ASSERT_TRUE(charge_units(a, 2 * kMiB));
+  ASSERT_TRUE(charge_units(b, kMiB / 2));
+  ASSERT_TRUE(charge_units(bystander, kMiB / 2));
+  ASSERT_TRUE(charge_units(charger, kMiB + kMiB / 4));  // the OOM kills a and b
+  ASSERT_TRUE(releaser.joinable());
+  releaser.join();
+  EXPECT_TRUE(charged_in_callback);
+  EXPECT_TRUE(a.killed() && b.killed());
+  EXPECT_FALSE(bystander.killed());
+}
+
 // A memory.max write below usage waits for its victim the same way.
 TEST(OomWait, WriteMaxWaitsForAnAsynchronousVictim) {
   Watchdog dog("memory.max write waiting for a victim");
