@@ -1,4 +1,5 @@
 #include "memcg/controller.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include "memcg/internal/hook_bypass.hpp"
 #include "memcg/notify.hpp"
@@ -102,14 +103,17 @@ Group* Controller::find_locked(std::string_view path) const {
   return g;
 }
 
+// Entry points below hold a HookBypass (internal/lock.hpp): the path segments, the group and the
+// tree's vectors are the library's own memory, never charged to the caller's group.
 int Controller::create(std::string_view path, GroupRef* out) {
+  internal::HookBypass bypass;
   std::vector<std::string_view> segs;
   if (!split_path(path, &segs) || segs.empty()) return EINVAL;
   for (std::string_view s : segs)
     if (!valid_name(s)) return EINVAL;
   GroupRef parent;
   {
-    std::shared_lock lock(tree_mutex_);
+    internal::SharedLock lock(tree_mutex_);
     Group* g = root_;
     for (size_t i = 0; i + 1 < segs.size(); ++i) {
       g = find_child(g->children_, segs[i]);
@@ -122,7 +126,8 @@ int Controller::create(std::string_view path, GroupRef* out) {
 
 int Controller::create(Group& parent, std::string_view name, GroupRef* out) {
   if (!valid_name(name)) return EINVAL;
-  std::unique_lock lock(tree_mutex_);
+  internal::HookBypass bypass;
+  internal::UniqueLock lock(tree_mutex_);
   if (!parent.is_online()) return ENOENT;
   auto& siblings = parent.children_;
   auto it = std::lower_bound(siblings.begin(), siblings.end(), name,
@@ -136,11 +141,13 @@ int Controller::create(Group& parent, std::string_view name, GroupRef* out) {
 }
 
 GroupRef Controller::lookup(std::string_view path) const {
-  std::shared_lock lock(tree_mutex_);
+  internal::HookBypass bypass;
+  internal::SharedLock lock(tree_mutex_);
   return GroupRef(find_locked(path));
 }
 
 int Controller::remove(std::string_view path) {
+  internal::HookBypass bypass;
   GroupRef g = lookup(path);
   if (!g) return ENOENT;
   return remove(*g);
@@ -148,8 +155,9 @@ int Controller::remove(std::string_view path) {
 
 int Controller::remove(Group& group) {
   if (group.is_root()) return EINVAL;
+  internal::HookBypass bypass;
   {
-    std::unique_lock lock(tree_mutex_);
+    internal::UniqueLock lock(tree_mutex_);
     if (!group.is_online()) return ENOENT;
     if (!group.children_.empty() || group.nr_attached() > 0) return EBUSY;
     auto& siblings = group.parent_->children_;
@@ -172,7 +180,7 @@ int Controller::remove(Group& group) {
 void Controller::release(Group* g) noexcept {
   Group* parent = g->parent_;
   {
-    std::unique_lock lock(tree_mutex_);
+    internal::UniqueLock lock(tree_mutex_);
     auto& dying = parent->dying_;
     dying.erase(std::find(dying.begin(), dying.end(), g));
     // Its dying children hold references to it, so none can be left here.
@@ -208,7 +216,7 @@ void Controller::tick() {
 
 void Controller::walk(Group& from, const std::function<void(Group&)>& fn,
                       bool include_dying) const {
-  std::shared_lock lock(tree_mutex_);
+  internal::SharedLock lock(tree_mutex_);
   std::vector<Group*> stack{&from};
   while (!stack.empty()) {
     Group* g = stack.back();
@@ -222,12 +230,12 @@ void Controller::walk(Group& from, const std::function<void(Group&)>& fn,
 }
 
 size_t Controller::nr_groups() const noexcept {
-  std::shared_lock lock(tree_mutex_);
+  internal::SharedLock lock(tree_mutex_);
   return nr_groups_;
 }
 
 size_t Controller::nr_dying() const noexcept {
-  std::shared_lock lock(tree_mutex_);
+  internal::SharedLock lock(tree_mutex_);
   return nr_dying_;
 }
 

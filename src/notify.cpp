@@ -15,6 +15,7 @@
 // Locks: FileState::mu guards a file's listeners and rate limit; Deferred::mu the queue. Neither
 // is held while a callback runs, and they are never nested.
 #include "memcg/notify.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -131,7 +132,7 @@ void timer_loop();
 void enqueue(const std::shared_ptr<FileState>& fs, uint64_t due_ns) {
   const bool system = uses_system_clock(*fs->group);
   Deferred& d = deferred();
-  std::lock_guard lock(d.mu);
+  internal::LockGuard lock(d.mu);
   fs->due_ns = due_ns;
   if (!fs->queued) {
     fs->queued = true;
@@ -153,7 +154,7 @@ void file_changed(const std::shared_ptr<FileState>& fs, uint64_t now) noexcept {
   std::shared_ptr<const ListenerList> to_notify;
   uint64_t due = 0;
   {
-    std::lock_guard lock(fs->mu);
+    internal::LockGuard lock(fs->mu);
     if (fs->listeners->empty()) return;
     if (!fs->ever_notified || now - fs->last_ns >= kEventNotifyIntervalNs) {
       fs->ever_notified = true;
@@ -176,7 +177,7 @@ void deliver_due(Select select, uint64_t now) noexcept {
   Deferred& d = deferred();
   std::vector<std::shared_ptr<FileState>> due;
   {
-    std::lock_guard lock(d.mu);
+    internal::LockGuard lock(d.mu);
     auto& q = d.queue;
     for (size_t i = 0; i < q.size();) {
       FileState& fs = *q[i];
@@ -198,7 +199,7 @@ void deliver_due(Select select, uint64_t now) noexcept {
     std::shared_ptr<const ListenerList> to_notify;
     uint64_t requeue = 0;
     {
-      std::lock_guard lock(fs->mu);
+      internal::LockGuard lock(fs->mu);
       if (fs->pending && !fs->listeners->empty()) {
         if (now - fs->last_ns >= kEventNotifyIntervalNs) {
           fs->pending = false;
@@ -213,25 +214,25 @@ void deliver_due(Select select, uint64_t now) noexcept {
     if (to_notify) deliver(*to_notify, *fs->group, fs->file);
   }
   if (due.empty()) return;
-  std::lock_guard lock(d.mu);
+  internal::LockGuard lock(d.mu);
   for (const auto& fs : due) --fs->inflight;
   d.idle_cv.notify_all();
 }
 
 void timer_loop() {
   Deferred& d = deferred();
-  std::unique_lock lock(d.mu);
+  internal::UniqueLock lock(d.mu);
   for (;;) {
     uint64_t earliest = UINT64_MAX;
     for (const auto& fs : d.queue)
       if (uses_system_clock(*fs->group)) earliest = std::min(earliest, fs->due_ns);
     if (earliest == UINT64_MAX) {
-      d.timer_cv.wait(lock);
+      d.timer_cv.wait(lock.native());
       continue;
     }
     const uint64_t now = SystemClock::instance().now_ns();
     if (now < earliest) {
-      d.timer_cv.wait_for(lock, std::chrono::nanoseconds(earliest - now));
+      d.timer_cv.wait_for(lock.native(), std::chrono::nanoseconds(earliest - now));
       continue;
     }
     lock.unlock();
@@ -315,7 +316,7 @@ int EventListener::open(Group& group, EventsFile file, Callback callback,
   internal::NotifyState& st = internal::NotifyAccess::slot(group).get_or_create(group);
   internal::FileState& fs = *st.files[static_cast<int>(file)];
   {
-    std::lock_guard lock(fs.mu);
+    internal::LockGuard lock(fs.mu);
     auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
     list->push_back(core);
     fs.listeners = std::move(list);
@@ -331,7 +332,7 @@ EventListener::~EventListener() {
   internal::FileState& fs = *fsp;
   bool last = false;
   {
-    std::lock_guard lock(fs.mu);
+    internal::LockGuard lock(fs.mu);
     auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
     list->erase(std::find(list->begin(), list->end(), core_));
     last = list->empty();
@@ -348,14 +349,14 @@ EventListener::~EventListener() {
   // Off the deferred queue; and no deferred delivery of this file may still be using the group
   // when this listener's reference to it goes.
   internal::Deferred& d = internal::deferred();
-  std::unique_lock lock(d.mu);
+  internal::UniqueLock lock(d.mu);
   if (fs.queued) {
     fs.queued = false;
     auto& q = d.queue;
     q.erase(std::find(q.begin(), q.end(), fsp));
     internal::g_nr_queued.fetch_sub(1, std::memory_order_relaxed);
   }
-  if (may_wait) d.idle_cv.wait(lock, [&] { return fs.inflight == 0; });
+  if (may_wait) d.idle_cv.wait(lock.native(), [&] { return fs.inflight == 0; });
 }
 
 int EventListener::fd() const noexcept {

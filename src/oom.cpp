@@ -1,5 +1,6 @@
 // The OOM killer: members, victim selection, memory.oom.group.
 #include "memcg/oom.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <algorithm>
 #include <sstream>
@@ -19,15 +20,15 @@ Member::Member(Group& group, std::string name, KillFn on_kill, int score_adj)
   set_score_adj(score_adj);
   // A member counts as an attached task: its group cannot be removed while it lives.
   if (group.attach() != 0) throw std::invalid_argument("memcg: member of a removed group");
-  std::lock_guard lock(group.policy_mutex_);
+  internal::LockGuard lock(group.policy_mutex_);
   group.members_.push_back(this);
 }
 
 Member::~Member() {
   Group& g = *group_;
   {
-    std::lock_guard oom(g.controller().oom_state().mu);
-    std::lock_guard lock(g.policy_mutex_);
+    internal::LockGuard oom(g.controller().oom_state().mu);
+    internal::LockGuard lock(g.policy_mutex_);
     auto& v = g.members_;
     v.erase(std::remove(v.begin(), v.end(), this), v.end());
   }
@@ -70,7 +71,7 @@ struct Candidate {
 std::vector<Member*> members_below(Group& root) {
   std::vector<Member*> out;
   root.controller().walk(root, [&](Group& g) {
-    std::lock_guard lock(OomKillerAccess::policy_mutex(g));
+    internal::LockGuard lock(OomKillerAccess::policy_mutex(g));
     const auto& v = OomKillerAccess::members(g);
     out.insert(out.end(), v.begin(), v.end());
   });
@@ -98,7 +99,7 @@ std::string OomReport::format() const {
 bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
   Controller& ctl = domain.controller();
   internal::OomState& state = ctl.oom_state();
-  std::lock_guard oom(state.mu);
+  internal::LockGuard oom(state.mu);
 
   // Someone freed memory while this charge waited for the lock.
   if (domain.memory().margin() >= units) return true;
@@ -167,7 +168,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
 
 OomReport OomKiller::last_report(Controller& controller) {
   internal::OomState& state = controller.oom_state();
-  std::lock_guard oom(state.mu);
+  internal::LockGuard oom(state.mu);
   return state.last;
 }
 
