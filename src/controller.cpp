@@ -33,8 +33,11 @@ Controller::Controller(Options options)
   ro.batch = options_.batch;
   rstat_ = std::make_unique<Rstat>(registry_.size(), ro);
   root_ = new Group(*this, nullptr, "", 0);
-  stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch);
-  obj_stock_ = std::make_unique<ObjStock>(options_.nr_shards, options_.unit_shift);
+  // The stocks cache only this controller's kinds (charge.hpp: any other counts as none).
+  const int nr_kinds = static_cast<int>(registry_.size());
+  stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch, Stock::Mode::kAuto, nr_kinds);
+  obj_stock_ = std::make_unique<ObjStock>(options_.nr_shards, options_.unit_shift,
+                                          ObjStock::Mode::kAuto, nr_kinds);
   oom_ = std::make_unique<internal::OomState>();
 }
 

@@ -45,8 +45,9 @@ int64_t magnitude(int64_t d) noexcept {
 
 }  // namespace
 
-ObjStock::ObjStock(int nr_shards, unsigned unit_shift, Mode mode)
+ObjStock::ObjStock(int nr_shards, unsigned unit_shift, Mode mode, int nr_kinds)
     : nr_shards_(nr_shards > 0 ? nr_shards : internal::nr_cpu_ids()),
+      nr_kinds_(nr_kinds < 0 ? 0 : nr_kinds),
       shift_(unit_shift),
       unit_(int64_t{1} << unit_shift),
       rseq_(MEMCG_RSEQ_CS && mode == Mode::kAuto && internal::rseq_mode() &&
@@ -152,6 +153,8 @@ void ObjStock::give_back(const Taken& t, bool direct) noexcept {
 ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int kind) noexcept {
   if (g.is_root() || size == 0) return ChargeStatus::kOk;
   internal::HookBypass bypass;
+  // An invalid kind is never installed in a reserve, so a hit never sees one.
+  kind = checked_kind(kind);
   // Sizes no allocator can serve; also keeps every sum below in range.
   if (size > (uint64_t{1} << 60)) return ChargeStatus::kNoMem;
   const auto s = static_cast<int64_t>(size);
@@ -194,6 +197,7 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
 void ObjStock::uncharge_slow(Group& g, uint64_t size, int kind) noexcept {
   if (g.is_root() || size == 0) return;
   internal::HookBypass bypass;
+  kind = checked_kind(kind);  // as its charge did
   const auto s = static_cast<int64_t>(size);
   put_bytes(g, kind, s, -s, 0, false);
 }

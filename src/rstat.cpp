@@ -74,12 +74,12 @@ RstatNode::~RstatNode() {
 }
 
 int64_t RstatNode::total(int item) const noexcept {
-  assert(item >= 0 && static_cast<size_t>(item) < rs_.nr_items_);
+  if (static_cast<size_t>(static_cast<unsigned>(item)) >= rs_.nr_items_) return 0;
   return clamp_non_negative(totals_[item].load(std::memory_order_relaxed));
 }
 
 int64_t RstatNode::local(int item) const noexcept {
-  assert(item >= 0 && static_cast<size_t>(item) < rs_.nr_items_);
+  if (static_cast<size_t>(static_cast<unsigned>(item)) >= rs_.nr_items_) return 0;
   return clamp_non_negative(totals_[rs_.nr_items_ + item].load(std::memory_order_relaxed));
 }
 

@@ -8,6 +8,7 @@
 #include "memcg/hook.hpp"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -213,6 +214,38 @@ TEST(HookSafety, ReadsFromAttachedThreadAtMax) {
   EXPECT_GT(metrics, 0u);
   EXPECT_GT(names, 0u);
   EXPECT_EQ(g->events().get(Event::kOom), 0u);
+}
+
+// hook::set_kind is process-wide while kinds are per controller: an application kind of one
+// controller, used by a thread attached to another that has no such kind, counts as anon there
+// (before, it indexed that controller's statistics past their end). Kinds past the header's byte
+// are refused.
+TEST(HookSafety, KindOfAnotherControllerCountsAsAnon) {
+  Options oa;
+  oa.stat_kinds = {"a1", "a2", "a3"};
+  Controller a(oa);
+  Controller b;
+  GroupRef g;
+  ASSERT_EQ(b.create("g", &g), 0);
+  const int kind = a.stat_index("a3");
+  ASSERT_GE(kind, static_cast<int>(b.stats().size()));
+  hook::set_kind(256);
+  EXPECT_EQ(hook::kind(), StatRegistry::kAnon);
+  hook::set_kind(-1);
+  EXPECT_EQ(hook::kind(), StatRegistry::kAnon);
+  void* p = nullptr;
+  {
+    KindScope scope(kind);
+    ScopedAttach attach(*g);
+    p = ::operator new(1000);
+  }
+  const auto bytes = static_cast<int64_t>(malloc_usable_size(static_cast<char*>(p) - hook::kHeaderBytes));
+  settle(b);
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), bytes);
+  ::operator delete(p);
+  settle(b);
+  EXPECT_EQ(g->stat(StatRegistry::kAnon), 0);
+  EXPECT_EQ(g->current(), 0u);
 }
 
 }  // namespace

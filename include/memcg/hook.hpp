@@ -44,9 +44,11 @@ namespace memcg::hook {
 inline constexpr size_t kHeaderBytes = 16;
 
 // The memory.stat item blocks allocated from now on are counted under (default
-// StatRegistry::kAnon). Each block remembers its own. REQUIRES: 0 <= kind < 256 and a valid
-// index in every controller whose groups threads attach to.
-void set_kind(int kind) noexcept;
+// StatRegistry::kAnon). Each block remembers its own. The setting is process-wide, while kinds
+// are per controller: a block charged to a group whose controller has no such kind (kind >=
+// Controller::stats().size()) is counted as StatRegistry::kAnon instead (checked at each
+// charge, one compare). Returns false, changing nothing, for a kind outside 0 .. 255.
+bool set_kind(int kind) noexcept;
 int kind() noexcept;
 // Charge flags of the hook's charges (default kDefaultCharge: reclaim before failing).
 void set_flags(uint32_t flags) noexcept;
