@@ -196,6 +196,7 @@ void Controller::release(Group* g) noexcept {
 }
 
 void Controller::flush_stats() {
+  obj_stock_->fold_stats();  // the object layer's deferred byte deltas
   stock_->fold_stats();
   rstat_->flush(root_->stat_node());
 }

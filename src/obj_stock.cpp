@@ -372,6 +372,33 @@ void ObjStock::drain_owner(const Group* group) noexcept {
   drain_matching([group](const Group* g) { return g == group; });
 }
 
+void ObjStock::fold_stats() noexcept {
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    Shard& s = shards_[idx];
+    // Unlocked pre-check, as in drain_matching.
+    if (s.owner.load(std::memory_order_relaxed) == nullptr) continue;
+    lock_wait(idx);
+    make_exclusive(idx);  // `bytes` is read: wait out hits that read the word before
+    const void* owner = s.owner.load(std::memory_order_relaxed);
+    int64_t pending = 0;
+    if (owner != nullptr) {
+      const int64_t r = s.bytes.load(std::memory_order_relaxed);
+      pending = s.reported - r;
+      s.reported = r;
+      // The slot's reference keeps the group valid under the word; this one until the fold
+      // below is done (a drain may take the slot as soon as the word is released).
+      if (pending != 0) group_of(owner)->get();
+    }
+    unlock(idx);
+    if (pending != 0) {
+      Group& g = *group_of(owner);
+      flush_stat(g, kind_of(owner), pending);
+      bump(s.stats.stat_flushes);
+      g.put();
+    }
+  }
+}
+
 int64_t ObjStock::stocked(const Group* group) const noexcept {
   int64_t sum = 0;
   for (int idx = 0; idx < nr_shards_; ++idx) {

@@ -89,6 +89,11 @@ class ObjStock {
   void drain_all(const Group* root) noexcept;
   // Drains every shard whose reserve belongs to `group` (group removal).
   void drain_owner(const Group* group) noexcept;
+  // Folds every shard's deferred byte statistics into its owner's, leaving the reserves in
+  // place. After it returns, the groups' statistics include every charge and uncharge that
+  // happened before the call. Takes each non-empty shard's word (and, in rseq mode, fences its
+  // CPU).
+  void fold_stats() noexcept;
 
   // Bytes held in reserves for `group` (any kind); exact only when nothing runs concurrently.
   int64_t stocked(const Group* group) const noexcept;
