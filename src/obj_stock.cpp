@@ -122,17 +122,24 @@ void ObjStock::return_units(Group& g, int64_t units, int64_t uncounted, bool dir
 }
 
 // Parks sub-unit leftovers; whole units that accumulate in the pool go back at once.
+//
+// One exchange both publishes the bytes and takes out the whole units they complete, and it is
+// the last access to `g` unless it took units. A free holds no reference: once its bytes are in
+// the pool, another thread can take them, return their units and drop the group's last
+// reference, so nothing may touch the pool after publishing (a fetch_add followed by a CAS did).
+// Units taken out by the exchange stay in the group's count until return_units() gives them
+// back, which keeps `g` alive until then.
 void ObjStock::pool_add(Group& g, int64_t bytes, bool direct) noexcept {
   if (bytes <= 0) return;
-  int64_t v = g.obj_pool_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
-  while (v >= unit_) {
-    const int64_t units = v >> shift_;
-    if (g.obj_pool_bytes_.compare_exchange_weak(v, v - (units << shift_),
-                                                std::memory_order_acq_rel)) {
-      return_units(g, units, units, direct);
-      return;
-    }
-  }
+  int64_t v = g.obj_pool_bytes_.load(std::memory_order_relaxed);
+  int64_t units;
+  // acq_rel on success: pairs with the exchange of put_bytes() that picks the pool up.
+  do {
+    units = (v + bytes) >> shift_;
+  } while (!g.obj_pool_bytes_.compare_exchange_weak(v, v + bytes - (units << shift_),
+                                                    std::memory_order_acq_rel,
+                                                    std::memory_order_relaxed));
+  if (units > 0) return_units(g, units, units, direct);
 }
 
 void ObjStock::give_back(const Taken& t, bool direct) noexcept {

@@ -1,6 +1,7 @@
 // The object layer's reserves and pools seen from outside: a memory.max or memory.high write
-// gives back what the subtree's reserves hold before it reclaims or kills, and flush_stats()
-// folds the reserves' deferred byte statistics.
+// gives back what the subtree's reserves hold before it reclaims or kills, flush_stats() folds
+// the reserves' deferred byte statistics, and a free that parks bytes in a removed group's pool
+// never touches the group after another thread may have released it.
 #include "memcg/obj_stock.hpp"
 
 #include <gtest/gtest.h>
@@ -117,6 +118,44 @@ TEST(ObjectReserves, FlushStatsFoldsDeferredObjectBytes) {
   EXPECT_EQ(g->stat(StatRegistry::kAnon), 0);
   settle(ctl);
   EXPECT_EQ(g->current(), 0u);
+}
+
+// Frees that go to the pool (kNoStatKind never uses a reserve) race to complete whole units of
+// a removed group that only the object layer keeps alive: the free whose bytes complete the last
+// units releases the group, and no other free may touch the pool after publishing its bytes.
+// ASan reports a use after free otherwise (the window is a few instructions: a stress, bounded
+// in time).
+TEST(ObjectReserves, ConcurrentPoolFreesOfARemovedGroup) {
+  Options o;
+  o.batch = 1;  // returns of 3 units bypass the unit stock: no slot keeps the group alive
+  Controller ctl(o);
+  constexpr int kThreads = 4;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int rounds = 0;
+  while (std::chrono::steady_clock::now() < deadline && rounds < 20000) {
+    ++rounds;
+    GroupRef g;
+    ASSERT_EQ(ctl.create("g", &g), 0);
+    for (int t = 0; t < kThreads; ++t)
+      ASSERT_EQ(try_charge_object(*g, 3 * kUnit, kDefaultCharge, kNoStatKind), ChargeStatus::kOk);
+    Group* raw = g.get();
+    ASSERT_EQ(ctl.remove(*g), 0);
+    g = GroupRef();  // the object layer's reference is the last
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) {
+        }
+        uncharge_object(*raw, 3 * kUnit, kNoStatKind);
+      });
+    }
+    for (auto& th : threads) th.join();
+    ASSERT_EQ(ctl.nr_dying(), 0u) << "round " << rounds;
+  }
+  settle(ctl);
+  EXPECT_EQ(ctl.root().current(), 0u);
 }
 
 }  // namespace
