@@ -10,7 +10,9 @@
 // group, whichever thread frees the block and whatever happened to the allocating thread since
 // (moved, exited) or to the group (removed: it stays alive while it has charged bytes).
 // Allocations by unattached threads, before attachment, during thread exit, and those the
-// library makes while it charges are recorded as the root's and never uncharged. Memory that a
+// library makes for itself (while it charges, under any of its locks, and in its tree and file
+// calls: internal/lock.hpp) are recorded as the root's and never uncharged, so an attached
+// thread can create, remove, look up and read groups even when its own group is full. Memory that a
 // memcg::MemoryResource or memcg::Allocator takes from upstream is not charged a second time.
 //
 // A refused charge (memory.max held, nothing reclaimable) makes operator new throw
