@@ -35,7 +35,8 @@ Controller::Controller(Options options)
   root_ = new Group(*this, nullptr, "", 0);
   // The stocks cache only this controller's kinds (charge.hpp: any other counts as none).
   const int nr_kinds = static_cast<int>(registry_.size());
-  stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch, Stock::Mode::kAuto, nr_kinds);
+  stock_ =
+      std::make_unique<Stock>(options_.nr_shards, options_.batch, Stock::Mode::kAuto, nr_kinds);
   obj_stock_ = std::make_unique<ObjStock>(options_.nr_shards, options_.unit_shift,
                                           ObjStock::Mode::kAuto, nr_kinds);
   oom_ = std::make_unique<internal::OomState>();

@@ -64,8 +64,9 @@ int write_reclaim(Group& g, std::string_view text) {
 }
 
 // memory.stat: the kernel's flat "key value" lines, after a fold if enough is pending (or the
-// periodic one is due: TableFile::read ticks first). State items first (bytes), then pgscan/pgsteal (the sums of their
-// per-reason items, as in the kernel) and the event items (counts).
+// periodic one is due: TableFile::read ticks first). State items first (bytes), then
+// pgscan/pgsteal (the sums of their per-reason items, as in the kernel) and the event items
+// (counts).
 int read_stat(Group& g, std::string* out) {
   Controller& ctl = g.controller();
   ctl.rstat().flush_if_needed(g.stat_node());

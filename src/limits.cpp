@@ -12,8 +12,8 @@ constexpr int kMaxReclaimRetries = 16;
 
 // The shared first half of a blocking memory.high/max write: drain the subtree's stocks once
 // (the object reserves first: they return their units to the unit stock or the counters, as
-// charge_slow does), then reclaim the excess over `limit` until there is none or 16 passes freed nothing. True when
-// usage ended at or below the limit.
+// charge_slow does), then reclaim the excess over `limit` until there is none or 16 passes
+// freed nothing. True when usage ended at or below the limit.
 bool reclaim_down_to(Group& group, int64_t (PageCounter::*limit)() const noexcept) {
   Controller& ctl = group.controller();
   const PageCounter& mem = group.memory();

@@ -239,7 +239,8 @@ TEST(HookSafety, KindOfAnotherControllerCountsAsAnon) {
     ScopedAttach attach(*g);
     p = ::operator new(1000);
   }
-  const auto bytes = static_cast<int64_t>(malloc_usable_size(static_cast<char*>(p) - hook::kHeaderBytes));
+  const auto bytes =
+      static_cast<int64_t>(malloc_usable_size(static_cast<char*>(p) - hook::kHeaderBytes));
   settle(b);
   EXPECT_EQ(g->stat(StatRegistry::kAnon), bytes);
   ::operator delete(p);

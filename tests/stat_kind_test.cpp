@@ -56,7 +56,8 @@ TEST(StatKind, InvalidKindsAreChargedAndCountedInNoItem) {
   for (int kind : bad_kinds(n)) {
     SCOPED_TRACE(kind);
     // Stock hits and refills (the slot may re-tag itself to the kind when its count is zero).
-    for (int i = 0; i < 40; ++i) ASSERT_EQ(try_charge(*g, 1, kDefaultCharge, kind), ChargeStatus::kOk);
+    for (int i = 0; i < 40; ++i)
+      ASSERT_EQ(try_charge(*g, 1, kDefaultCharge, kind), ChargeStatus::kOk);
     for (int i = 0; i < 40; ++i) uncharge(*g, 1, kind);
     // Past the batch: the slow path, and a direct uncharge.
     ASSERT_EQ(try_charge(*g, 20, kDefaultCharge, kind), ChargeStatus::kOk);

@@ -120,8 +120,8 @@ class Controller {
   int stat_index(std::string_view name) const noexcept { return registry_.find(name); }
   Rstat& rstat() noexcept { return *rstat_; }
   // Folds every pending statistic delta now, the counts cached in stock slots and the object
-  // reserves' deferred byte deltas included (memory.stat reads otherwise fold only when enough is pending, or when the last full fold is
-  // older than the 2 s period).
+  // reserves' deferred byte deltas included (memory.stat reads otherwise fold only when enough
+  // is pending, or when the last full fold is older than the 2 s period).
   void flush_stats();
   // How far behind a memory.stat read can be without flush_stats(), in units of charge (summed
   // over the kinds): per level of the group's subtree, the rstat bound

@@ -108,7 +108,8 @@ class MemoryResource : public std::pmr::memory_resource {
   };
   static_assert(sizeof(Header) == 16);
   static Options checked(const Controller& ctl, Options o) {
-    if (o.kind != kNoStatKind && static_cast<size_t>(static_cast<unsigned>(o.kind)) >= ctl.stats().size())
+    const auto kind = static_cast<size_t>(static_cast<unsigned>(o.kind));
+    if (o.kind != kNoStatKind && kind >= ctl.stats().size())
       throw std::invalid_argument("memcg: MemoryResource kind is not one of the controller's");
     return o;
   }
