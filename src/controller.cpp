@@ -1,4 +1,5 @@
 #include "memcg/controller.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include "controller_registry.hpp"
 
@@ -34,8 +35,12 @@ Controller::Controller(Options options)
   ro.batch = options_.batch;
   rstat_ = std::make_unique<Rstat>(registry_.size(), ro);
   root_ = new Group(*this, nullptr, "", 0);
-  stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch);
-  obj_stock_ = std::make_unique<ObjStock>(options_.nr_shards, options_.unit_shift);
+  // The stocks cache only this controller's kinds (charge.hpp: any other counts as none).
+  const int nr_kinds = static_cast<int>(registry_.size());
+  stock_ =
+      std::make_unique<Stock>(options_.nr_shards, options_.batch, Stock::Mode::kAuto, nr_kinds);
+  obj_stock_ = std::make_unique<ObjStock>(options_.nr_shards, options_.unit_shift,
+                                          ObjStock::Mode::kAuto, nr_kinds);
   oom_ = std::make_unique<internal::OomState>();
   serial_ = internal::register_controller();
 }
@@ -107,14 +112,17 @@ Group* Controller::find_locked(std::string_view path) const {
   return g;
 }
 
+// Entry points below hold a HookBypass (internal/lock.hpp): the path segments, the group and the
+// tree's vectors are the library's own memory, never charged to the caller's group.
 int Controller::create(std::string_view path, GroupRef* out) {
+  internal::HookBypass bypass;
   std::vector<std::string_view> segs;
   if (!split_path(path, &segs) || segs.empty()) return EINVAL;
   for (std::string_view s : segs)
     if (!valid_name(s)) return EINVAL;
   GroupRef parent;
   {
-    std::shared_lock lock(tree_mutex_);
+    internal::SharedLock lock(tree_mutex_);
     Group* g = root_;
     for (size_t i = 0; i + 1 < segs.size(); ++i) {
       g = find_child(g->children_, segs[i]);
@@ -127,7 +135,8 @@ int Controller::create(std::string_view path, GroupRef* out) {
 
 int Controller::create(Group& parent, std::string_view name, GroupRef* out) {
   if (!valid_name(name)) return EINVAL;
-  std::unique_lock lock(tree_mutex_);
+  internal::HookBypass bypass;
+  internal::UniqueLock lock(tree_mutex_);
   if (!parent.is_online()) return ENOENT;
   auto& siblings = parent.children_;
   auto it = std::lower_bound(siblings.begin(), siblings.end(), name,
@@ -141,11 +150,13 @@ int Controller::create(Group& parent, std::string_view name, GroupRef* out) {
 }
 
 GroupRef Controller::lookup(std::string_view path) const {
-  std::shared_lock lock(tree_mutex_);
+  internal::HookBypass bypass;
+  internal::SharedLock lock(tree_mutex_);
   return GroupRef(find_locked(path));
 }
 
 int Controller::remove(std::string_view path) {
+  internal::HookBypass bypass;
   GroupRef g = lookup(path);
   if (!g) return ENOENT;
   return remove(*g);
@@ -153,8 +164,9 @@ int Controller::remove(std::string_view path) {
 
 int Controller::remove(Group& group) {
   if (group.is_root()) return EINVAL;
+  internal::HookBypass bypass;
   {
-    std::unique_lock lock(tree_mutex_);
+    internal::UniqueLock lock(tree_mutex_);
     if (!group.is_online()) return ENOENT;
     if (!group.children_.empty() || group.nr_attached() > 0) return EBUSY;
     auto& siblings = group.parent_->children_;
@@ -180,7 +192,7 @@ int Controller::remove(Group& group) {
 void Controller::release(Group* g) noexcept {
   Group* parent = g->parent_;
   {
-    std::unique_lock lock(tree_mutex_);
+    internal::UniqueLock lock(tree_mutex_);
     auto& dying = parent->dying_;
     dying.erase(std::find(dying.begin(), dying.end(), g));
     // Its dying children hold references to it, so none can be left here.
@@ -193,6 +205,7 @@ void Controller::release(Group* g) noexcept {
 }
 
 void Controller::flush_stats() {
+  obj_stock_->fold_stats();  // the object layer's deferred byte deltas
   stock_->fold_stats();
   rstat_->flush(root_->stat_node());
 }
@@ -216,7 +229,7 @@ void Controller::tick() {
 
 void Controller::walk(Group& from, const std::function<void(Group&)>& fn,
                       bool include_dying) const {
-  std::shared_lock lock(tree_mutex_);
+  internal::SharedLock lock(tree_mutex_);
   std::vector<Group*> stack{&from};
   while (!stack.empty()) {
     Group* g = stack.back();
@@ -230,12 +243,12 @@ void Controller::walk(Group& from, const std::function<void(Group&)>& fn,
 }
 
 size_t Controller::nr_groups() const noexcept {
-  std::shared_lock lock(tree_mutex_);
+  internal::SharedLock lock(tree_mutex_);
   return nr_groups_;
 }
 
 size_t Controller::nr_dying() const noexcept {
-  std::shared_lock lock(tree_mutex_);
+  internal::SharedLock lock(tree_mutex_);
   return nr_dying_;
 }
 

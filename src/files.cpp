@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "memcg/controller.hpp"
+#include "memcg/internal/hook_bypass.hpp"
 #include "memcg/limits.hpp"
 #include "memcg/parse.hpp"
 #include "memcg/psi.hpp"
@@ -22,6 +23,8 @@ struct FileSpec {
   Where where;
   Reader read;   // empty = write-only
   Writer write;  // empty = read-only
+  // The read runs the controller's periodic work first (it may deliver notifications).
+  bool ticks = false;
 };
 
 std::string bytes_line(uint64_t v) {
@@ -61,11 +64,11 @@ int write_reclaim(Group& g, std::string_view text) {
 }
 
 // memory.stat: the kernel's flat "key value" lines, after a fold if enough is pending (or the
-// periodic one is due). State items first (bytes), then pgscan/pgsteal (the sums of their
-// per-reason items, as in the kernel) and the event items (counts).
+// periodic one is due: TableFile::read ticks first). State items first (bytes), then
+// pgscan/pgsteal (the sums of their per-reason items, as in the kernel) and the event items
+// (counts).
 int read_stat(Group& g, std::string* out) {
   Controller& ctl = g.controller();
-  ctl.tick();
   ctl.rstat().flush_if_needed(g.stat_node());
   const StatRegistry& reg = ctl.stats();
   std::string s;
@@ -117,7 +120,7 @@ const std::vector<FileSpec>& specs() {
          return 0;
        },
        nullptr},
-      {"memory.stat", kAll, read_stat, nullptr},
+      {"memory.stat", kAll, read_stat, nullptr, /*ticks=*/true},
       {"memory.reclaim", kAll, nullptr,
        [](Group& g, std::string_view text, bool) { return write_reclaim(g, text); }},
       {"memory.oom.group", kNonRoot,
@@ -146,7 +149,15 @@ class TableFile final : public File {
   TableFile(Group& g, const FileSpec& spec) : File(GroupRef(&g), spec.name), spec_(spec) {}
   bool readable() const noexcept override { return static_cast<bool>(spec_.read); }
   bool writable() const noexcept override { return static_cast<bool>(spec_.write); }
-  int read(std::string* out) override { return spec_.read ? spec_.read(group(), out) : EACCES; }
+  // Formatting a file is the library's own work: its memory is never charged (a full group
+  // can still be read). Ticks and writes may call back (notifications, reclaimers): those run
+  // outside the bypass, as everywhere (internal/lock.hpp).
+  int read(std::string* out) override {
+    if (!spec_.read) return EACCES;
+    if (spec_.ticks) group().controller().tick();
+    internal::HookBypass bypass;
+    return spec_.read(group(), out);
+  }
   int write(std::string_view text, bool nonblocking) override {
     return spec_.write ? spec_.write(group(), text, nonblocking) : EACCES;
   }
@@ -178,6 +189,7 @@ class PeakFile final : public File {
 }  // namespace
 
 int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out) {
+  internal::HookBypass bypass;  // the File is the library's
   if (name == "memory.peak" && !group.is_root()) {
     *out = std::make_unique<PeakFile>(group);
     return 0;
@@ -193,6 +205,7 @@ int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out) {
 }
 
 std::vector<std::string> file_names(const Group& group) {
+  internal::HookBypass bypass;
   std::vector<std::string> names;
   for (const FileSpec& s : specs()) {
     if (s.where == kAll || !group.is_root()) names.emplace_back(s.name);

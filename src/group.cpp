@@ -1,4 +1,5 @@
 #include "memcg/group.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -39,7 +40,7 @@ bool Group::is_descendant_of(const Group& ancestor) const noexcept {
 }
 
 std::vector<GroupRef> Group::children() const {
-  std::shared_lock lock(controller_.tree_mutex_);
+  internal::SharedLock lock(controller_.tree_mutex_);
   std::vector<GroupRef> out;
   out.reserve(children_.size());
   for (Group* c : children_) out.emplace_back(c);
@@ -63,27 +64,27 @@ int64_t Group::to_units(uint64_t bytes) const noexcept {
 }
 
 void Group::set_min(uint64_t bytes) noexcept {
-  std::lock_guard lock(knob_mutex_);
+  internal::LockGuard lock(knob_mutex_);
   memory_.set_min(to_units(bytes));
 }
 
 void Group::set_low(uint64_t bytes) noexcept {
-  std::lock_guard lock(knob_mutex_);
+  internal::LockGuard lock(knob_mutex_);
   memory_.set_low(to_units(bytes));
 }
 
 void Group::set_high(uint64_t bytes) noexcept {
-  std::lock_guard lock(knob_mutex_);
+  internal::LockGuard lock(knob_mutex_);
   memory_.set_high(to_units(bytes));
 }
 
 void Group::set_max(uint64_t bytes) noexcept {
-  std::lock_guard lock(knob_mutex_);
+  internal::LockGuard lock(knob_mutex_);
   memory_.exchange_max(to_units(bytes));
 }
 
 int Group::set_max_checked(uint64_t bytes) noexcept {
-  std::lock_guard lock(knob_mutex_);
+  internal::LockGuard lock(knob_mutex_);
   return memory_.set_max_checked(to_units(bytes));
 }
 
@@ -100,7 +101,7 @@ void Group::raise(Event e) noexcept {
 }
 
 int Group::attach() noexcept {
-  std::shared_lock lock(controller_.tree_mutex_);
+  internal::SharedLock lock(controller_.tree_mutex_);
   if (!is_online()) return ENOENT;
   get();
   attached_.fetch_add(1, std::memory_order_relaxed);
@@ -119,20 +120,20 @@ void Group::put() noexcept {
 }
 
 Group::PeakWatcher::~PeakWatcher() {
-  std::lock_guard lock(group_.knob_mutex_);
+  internal::LockGuard lock(group_.knob_mutex_);
   auto& v = group_.peak_watchers_;
   v.erase(std::remove(v.begin(), v.end(), this), v.end());
 }
 
 uint64_t Group::PeakWatcher::read() const {
-  std::lock_guard lock(group_.knob_mutex_);
+  internal::LockGuard lock(group_.knob_mutex_);
   const PageCounter& m = group_.memory_;
   if (value_ < 0) return group_.to_bytes(m.watermark());
   return group_.to_bytes(std::max(value_, m.local_watermark()));
 }
 
 void Group::PeakWatcher::reset() {
-  std::lock_guard lock(group_.knob_mutex_);
+  internal::LockGuard lock(group_.knob_mutex_);
   PageCounter& m = group_.memory_;
   const int64_t seen = m.reset_local_watermark();
   const int64_t usage = m.local_watermark();

@@ -2,6 +2,7 @@
 
 #include "memcg/controller.hpp"
 #include "memcg/internal/int128.hpp"
+#include "memcg/obj_stock.hpp"
 #include "memcg/stock.hpp"
 
 namespace memcg {
@@ -9,13 +10,15 @@ namespace {
 
 constexpr int kMaxReclaimRetries = 16;
 
-// The shared first half of a blocking memory.high/max write: drain the subtree's stocks once,
-// then reclaim the excess over `limit` until there is none or 16 passes freed nothing. True when
-// usage ended at or below the limit.
+// The shared first half of a blocking memory.high/max write: drain the subtree's stocks once
+// (the object reserves first: they return their units to the unit stock or the counters, as
+// charge_slow does), then reclaim the excess over `limit` until there is none or 16 passes
+// freed nothing. True when usage ended at or below the limit.
 bool reclaim_down_to(Group& group, int64_t (PageCounter::*limit)() const noexcept) {
   Controller& ctl = group.controller();
   const PageCounter& mem = group.memory();
   if (mem.usage() <= (mem.*limit)()) return true;
+  ctl.obj_stock().drain_all(&group);
   ctl.stock().drain_all(&group);
   for (int retries = kMaxReclaimRetries;;) {
     const int64_t excess = mem.usage() - (mem.*limit)();

@@ -1,4 +1,5 @@
 #include "memcg/lru_cache.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <algorithm>
 
@@ -17,7 +18,7 @@ LruCache::~LruCache() {
 }
 
 void LruCache::set_evict_callback(EvictFn fn) {
-  std::lock_guard lock(mu_);
+  internal::LockGuard lock(mu_);
   on_evict_ = std::move(fn);
 }
 
@@ -26,7 +27,7 @@ int64_t LruCache::grow(int64_t units, uint32_t flags) {
   for (; added < units; ++added) {
     // Charged before the lock is taken: the charge may reclaim from this very cache.
     if (!charged(try_charge(*group_, 1, flags, StatRegistry::kFile))) break;
-    std::lock_guard lock(mu_);
+    internal::LockGuard lock(mu_);
     if (!runs_.empty() && runs_.back().first + runs_.back().count == next_unit_)
       ++runs_.back().count;
     else
@@ -55,7 +56,7 @@ int64_t LruCache::pop_oldest(int64_t n, std::vector<Run>* freed) {
 void LruCache::notify(const std::vector<Run>& freed) {
   EvictFn fn;
   {
-    std::lock_guard lock(mu_);
+    internal::LockGuard lock(mu_);
     fn = on_evict_;
   }
   if (fn)
@@ -66,7 +67,7 @@ int64_t LruCache::shrink(int64_t units) {
   std::vector<Run> freed;
   int64_t taken;
   {
-    std::lock_guard lock(mu_);
+    internal::LockGuard lock(mu_);
     taken = pop_oldest(units, &freed);
   }
   uncharge_direct(*group_, taken, StatRegistry::kFile);
@@ -78,7 +79,7 @@ ReclaimResult LruCache::reclaim(int64_t nr_to_scan, int /*priority*/) {
   ReclaimResult result;
   std::vector<Run> freed;
   {
-    std::lock_guard lock(mu_);
+    internal::LockGuard lock(mu_);
     while (result.scanned < nr_to_scan && !runs_.empty()) {
       ++result.scanned;
       ref_accumulator_ += referenced_percent_;

@@ -19,6 +19,7 @@
 // Neither is held while a callback runs. The timer thread and the queue's selection read only
 // what a FileState caches (its controller, whether it runs on the SystemClock), never the group.
 #include "memcg/notify.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -154,14 +155,14 @@ void timer_loop();
 void start_timer_once() {
   Deferred& d = deferred();
   {
-    std::lock_guard lock(d.mu);
+    internal::LockGuard lock(d.mu);
     if (d.timer_started) return;
     d.timer_started = true;  // a racer returns at once; entries it queues wait in the queue
   }
   try {
     std::thread(timer_loop).detach();
   } catch (...) {
-    std::lock_guard lock(d.mu);
+    internal::LockGuard lock(d.mu);
     d.timer_started = false;
     throw;
   }
@@ -171,7 +172,7 @@ void start_timer_once() {
 // last listener's removal (under the same lock) find every entry and take it off.
 void enqueue_locked(FileState& fs, const std::shared_ptr<FileState>& ref, uint64_t due_ns) {
   Deferred& d = deferred();
-  std::lock_guard lock(d.mu);
+  internal::LockGuard lock(d.mu);
   fs.due_ns = due_ns;
   if (!fs.queued) {
     fs.queued = true;
@@ -191,7 +192,7 @@ void file_changed(const std::shared_ptr<FileState>& fs, uint64_t now) noexcept {
   std::shared_ptr<const ListenerList> to_notify;
   uint64_t due = 0;
   {
-    std::lock_guard lock(fs->mu);
+    internal::LockGuard lock(fs->mu);
     if (fs->listeners->empty()) return;
     if (!fs->ever_notified || now - fs->last_ns >= kEventNotifyIntervalNs) {
       fs->ever_notified = true;
@@ -215,7 +216,7 @@ void deliver_due(Select select, uint64_t now) noexcept {
   Deferred& d = deferred();
   std::vector<std::shared_ptr<FileState>> due;
   {
-    std::lock_guard lock(d.mu);
+    internal::LockGuard lock(d.mu);
     auto& q = d.queue;
     for (size_t i = 0; i < q.size();) {
       FileState& fs = *q[i];
@@ -238,7 +239,7 @@ void deliver_due(Select select, uint64_t now) noexcept {
     std::shared_ptr<const ListenerList> to_notify;
     uint64_t requeue = 0;
     {
-      std::lock_guard lock(fs->mu);
+      internal::LockGuard lock(fs->mu);
       if (fs->pending && !fs->listeners->empty()) {
         if (now - fs->last_ns >= kEventNotifyIntervalNs) {
           fs->pending = false;
@@ -254,25 +255,25 @@ void deliver_due(Select select, uint64_t now) noexcept {
     if (to_notify) deliver(*to_notify, *fs->group, fs->file);
   }
   if (due.empty()) return;
-  std::lock_guard lock(d.mu);
+  internal::LockGuard lock(d.mu);
   for (const auto& fs : due) --fs->inflight;
   d.idle_cv.notify_all();
 }
 
 void timer_loop() {
   Deferred& d = deferred();
-  std::unique_lock lock(d.mu);
+  internal::UniqueLock lock(d.mu);
   for (;;) {
     uint64_t earliest = UINT64_MAX;
     for (const auto& fs : d.queue)
       if (fs->system_clock) earliest = std::min(earliest, fs->due_ns);
     if (earliest == UINT64_MAX) {
-      d.timer_cv.wait(lock);
+      d.timer_cv.wait(lock.native());
       continue;
     }
     const uint64_t now = SystemClock::instance().now_ns();
     if (now < earliest) {
-      d.timer_cv.wait_for(lock, std::chrono::nanoseconds(earliest - now));
+      d.timer_cv.wait_for(lock.native(), std::chrono::nanoseconds(earliest - now));
       continue;
     }
     lock.unlock();
@@ -363,7 +364,7 @@ int EventListener::open(Group& group, EventsFile file, Callback callback,
   internal::NotifyState& st = internal::NotifyAccess::slot(group).get_or_create(group);
   internal::FileState& fs = *st.files[static_cast<int>(file)];
   {
-    std::lock_guard lock(fs.mu);
+    internal::LockGuard lock(fs.mu);
     auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
     list->push_back(core);
     fs.listeners = std::move(list);
@@ -380,7 +381,7 @@ EventListener::~EventListener() {
   internal::Deferred& d = internal::deferred();
   bool last = false;
   {
-    std::lock_guard lock(fs.mu);
+    internal::LockGuard lock(fs.mu);
     auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
     list->erase(std::find(list->begin(), list->end(), core_));
     last = list->empty();
@@ -389,7 +390,7 @@ EventListener::~EventListener() {
       // Off the deferred queue, under the lock every queueing holds: with no listener left,
       // nothing queues this file again.
       fs.pending = false;
-      std::lock_guard qlock(d.mu);
+      internal::LockGuard qlock(d.mu);
       if (fs.queued) {
         fs.queued = false;
         auto& q = d.queue;

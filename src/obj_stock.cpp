@@ -45,8 +45,9 @@ int64_t magnitude(int64_t d) noexcept {
 
 }  // namespace
 
-ObjStock::ObjStock(int nr_shards, unsigned unit_shift, Mode mode)
+ObjStock::ObjStock(int nr_shards, unsigned unit_shift, Mode mode, int nr_kinds)
     : nr_shards_(nr_shards > 0 ? nr_shards : internal::nr_cpu_ids()),
+      nr_kinds_(nr_kinds < 0 ? 0 : nr_kinds),
       shift_(unit_shift),
       unit_(int64_t{1} << unit_shift),
       rseq_(MEMCG_RSEQ_CS && mode == Mode::kAuto && internal::rseq_mode() &&
@@ -121,17 +122,24 @@ void ObjStock::return_units(Group& g, int64_t units, int64_t uncounted, bool dir
 }
 
 // Parks sub-unit leftovers; whole units that accumulate in the pool go back at once.
+//
+// One exchange both publishes the bytes and takes out the whole units they complete, and it is
+// the last access to `g` unless it took units. A free holds no reference: once its bytes are in
+// the pool, another thread can take them, return their units and drop the group's last
+// reference, so nothing may touch the pool after publishing (a fetch_add followed by a CAS did).
+// Units taken out by the exchange stay in the group's count until return_units() gives them
+// back, which keeps `g` alive until then.
 void ObjStock::pool_add(Group& g, int64_t bytes, bool direct) noexcept {
   if (bytes <= 0) return;
-  int64_t v = g.obj_pool_bytes_.fetch_add(bytes, std::memory_order_acq_rel) + bytes;
-  while (v >= unit_) {
-    const int64_t units = v >> shift_;
-    if (g.obj_pool_bytes_.compare_exchange_weak(v, v - (units << shift_),
-                                                std::memory_order_acq_rel)) {
-      return_units(g, units, units, direct);
-      return;
-    }
-  }
+  int64_t v = g.obj_pool_bytes_.load(std::memory_order_relaxed);
+  int64_t units;
+  // acq_rel on success: pairs with the exchange of put_bytes() that picks the pool up.
+  do {
+    units = (v + bytes) >> shift_;
+  } while (!g.obj_pool_bytes_.compare_exchange_weak(v, v + bytes - (units << shift_),
+                                                    std::memory_order_acq_rel,
+                                                    std::memory_order_relaxed));
+  if (units > 0) return_units(g, units, units, direct);
 }
 
 void ObjStock::give_back(const Taken& t, bool direct) noexcept {
@@ -152,6 +160,8 @@ void ObjStock::give_back(const Taken& t, bool direct) noexcept {
 ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int kind) noexcept {
   if (g.is_root() || size == 0) return ChargeStatus::kOk;
   internal::HookBypass bypass;
+  // An invalid kind is never installed in a reserve, so a hit never sees one.
+  kind = checked_kind(kind);
   // Sizes no allocator can serve; also keeps every sum below in range.
   if (size > (uint64_t{1} << 60)) return ChargeStatus::kNoMem;
   const auto s = static_cast<int64_t>(size);
@@ -194,6 +204,7 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
 void ObjStock::uncharge_slow(Group& g, uint64_t size, int kind) noexcept {
   if (g.is_root() || size == 0) return;
   internal::HookBypass bypass;
+  kind = checked_kind(kind);  // as its charge did
   const auto s = static_cast<int64_t>(size);
   put_bytes(g, kind, s, -s, 0, false);
 }
@@ -366,6 +377,33 @@ void ObjStock::drain_all(const Group* root) noexcept {
 
 void ObjStock::drain_owner(const Group* group) noexcept {
   drain_matching([group](const Group* g) { return g == group; });
+}
+
+void ObjStock::fold_stats() noexcept {
+  for (int idx = 0; idx < nr_shards_; ++idx) {
+    Shard& s = shards_[idx];
+    // Unlocked pre-check, as in drain_matching.
+    if (s.owner.load(std::memory_order_relaxed) == nullptr) continue;
+    lock_wait(idx);
+    make_exclusive(idx);  // `bytes` is read: wait out hits that read the word before
+    const void* owner = s.owner.load(std::memory_order_relaxed);
+    int64_t pending = 0;
+    if (owner != nullptr) {
+      const int64_t r = s.bytes.load(std::memory_order_relaxed);
+      pending = s.reported - r;
+      s.reported = r;
+      // The slot's reference keeps the group valid under the word; this one until the fold
+      // below is done (a drain may take the slot as soon as the word is released).
+      if (pending != 0) group_of(owner)->get();
+    }
+    unlock(idx);
+    if (pending != 0) {
+      Group& g = *group_of(owner);
+      flush_stat(g, kind_of(owner), pending);
+      bump(s.stats.stat_flushes);
+      g.put();
+    }
+  }
 }
 
 int64_t ObjStock::stocked(const Group* group) const noexcept {

@@ -7,6 +7,7 @@
 // a destroyed member. Lock order: OOM lock, then the tree lock (shared), then a group's policy
 // lock.
 #include "memcg/oom.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -84,7 +85,7 @@ struct Candidate {
 std::vector<Member*> members_below(Group& root) {
   std::vector<Member*> out;
   root.controller().walk(root, [&](Group& g) {
-    std::lock_guard lock(OomKillerAccess::policy_mutex(g));
+    internal::LockGuard lock(OomKillerAccess::policy_mutex(g));
     const auto& v = OomKillerAccess::members(g);
     out.insert(out.end(), v.begin(), v.end());
   });
@@ -136,7 +137,7 @@ Member::Member(Group& group, std::string name, KillFn on_kill, int score_adj)
   set_score_adj(score_adj);
   // A member counts as an attached task: its group cannot be removed while it lives.
   if (group.attach() != 0) throw std::invalid_argument("memcg: member of a removed group");
-  std::lock_guard lock(group.policy_mutex_);
+  internal::LockGuard lock(group.policy_mutex_);
   group.members_.push_back(this);
 }
 
@@ -159,7 +160,7 @@ Member::~Member() {
     internal::HookBypass bypass;  // nothing under the OOM lock is charged
     std::unique_lock oom(state.mu);
     {
-      std::lock_guard lock(g.policy_mutex_);
+      internal::LockGuard lock(g.policy_mutex_);
       auto& v = g.members_;
       v.erase(std::remove(v.begin(), v.end(), this), v.end());
     }
@@ -217,7 +218,7 @@ int64_t Member::uncharge(int64_t units) noexcept {
     int64_t take;
     {
       internal::HookBypass bypass;
-      std::lock_guard lock(state.mu);
+      internal::LockGuard lock(state.mu);
       take = take_charged(units);
       uncharge_direct(*group_, take);
     }
@@ -461,7 +462,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
 OomReport OomKiller::last_report(Controller& controller) {
   internal::OomState& state = controller.oom_state();
   internal::HookBypass bypass;  // the copy is made under the OOM lock
-  std::lock_guard oom(state.mu);
+  internal::LockGuard oom(state.mu);
   return state.last;
 }
 

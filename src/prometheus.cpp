@@ -1,4 +1,5 @@
 #include "memcg/prometheus.hpp"
+#include "memcg/internal/hook_bypass.hpp"
 
 #include <cstdint>
 #include <vector>
@@ -93,7 +94,9 @@ std::string render_prometheus(Controller& ctl) {
   const StatRegistry& reg = ctl.stats();
   const int nr_items = static_cast<int>(reg.size());
   Rstat& rs = ctl.rstat();
-  ctl.tick();
+  ctl.tick();  // may deliver notifications: before the bypass, so callbacks run as usual
+  // The snapshots and the text are the library's memory (internal/lock.hpp).
+  internal::HookBypass bypass;
 
   std::vector<Snapshot> groups;
   ctl.walk(

@@ -1,6 +1,7 @@
 // PSI for memory: stall sections, per-group SOME/FULL time, running averages, triggers and the
 // memory.pressure file.
 #include "memcg/psi.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -184,7 +185,7 @@ void change(Group& g, int d_stalled, int d_extra, int d_tasks) noexcept {
   PsiGroupState& ps = state_of(g);
   FiredList fired;
   {
-    std::lock_guard lock(ps.mutex);
+    internal::LockGuard lock(ps.mutex);
     uint64_t tot[2];
     const uint64_t now = advance(g, ps, tot, &fired);
     ps.total_ns[0] = tot[0];
@@ -237,7 +238,7 @@ PsiStats psi_stats(Group& group) {
   FiredList fired;
   PsiStats st{};
   {
-    std::lock_guard lock(ps.mutex);
+    internal::LockGuard lock(ps.mutex);
     uint64_t tot[2];
     const uint64_t now = advance(group, ps, tot, &fired);
     for (const auto& tr : ps.triggers)
@@ -301,7 +302,7 @@ int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
   PsiGroupState& ps = state_of(group);
   FiredList fired;
   {
-    std::lock_guard lock(ps.mutex);
+    internal::LockGuard lock(ps.mutex);
     uint64_t tot[2];
     const uint64_t now = advance(group, ps, tot, &fired);
     const uint64_t total = tot[spec.state == PsiState::kSome ? 0 : 1];
@@ -330,7 +331,7 @@ void PsiTrigger::reset() noexcept {
   auto e = std::static_pointer_cast<PsiTriggerEntry>(entry_);
   PsiGroupState& ps = state_of(*group_);
   {
-    std::lock_guard lock(ps.mutex);
+    internal::LockGuard lock(ps.mutex);
     auto& v = ps.triggers;
     v.erase(std::remove(v.begin(), v.end(), e), v.end());
   }

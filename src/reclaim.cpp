@@ -1,6 +1,7 @@
 // The reclaim driver: registrations of reclaimers, the walk over the reclaim root's subtree with
 // effective protection, proportional scan targets and rising priority.
 #include "memcg/reclaim.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <algorithm>
 #include <unordered_map>
@@ -45,17 +46,17 @@ struct ReclaimerEntry {
 
 struct ReclaimAccess {
   static void add(Group& g, std::shared_ptr<ReclaimerEntry> e) {
-    std::lock_guard lock(g.policy_mutex_);
+    internal::LockGuard lock(g.policy_mutex_);
     g.reclaimers_.push_back(std::move(e));
   }
   static void remove(Group& g, const ReclaimerEntry* e) {
-    std::lock_guard lock(g.policy_mutex_);
+    internal::LockGuard lock(g.policy_mutex_);
     auto& v = g.reclaimers_;
     v.erase(std::remove_if(v.begin(), v.end(), [e](const auto& p) { return p.get() == e; }),
             v.end());
   }
   static std::vector<std::shared_ptr<ReclaimerEntry>> snapshot(Group& g) {
-    std::lock_guard lock(g.policy_mutex_);
+    internal::LockGuard lock(g.policy_mutex_);
     return g.reclaimers_;
   }
   static std::atomic<uint64_t>& cursor(Group& g) { return g.reclaim_cursor_; }

@@ -1,4 +1,5 @@
 #include "memcg/rstat.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <unistd.h>
 
@@ -73,12 +74,12 @@ RstatNode::~RstatNode() {
 }
 
 int64_t RstatNode::total(int item) const noexcept {
-  assert(item >= 0 && static_cast<size_t>(item) < rs_.nr_items_);
+  if (static_cast<size_t>(static_cast<unsigned>(item)) >= rs_.nr_items_) return 0;
   return clamp_non_negative(totals_[item].load(std::memory_order_relaxed));
 }
 
 int64_t RstatNode::local(int item) const noexcept {
-  assert(item >= 0 && static_cast<size_t>(item) < rs_.nr_items_);
+  if (static_cast<size_t>(static_cast<unsigned>(item)) >= rs_.nr_items_) return 0;
   return clamp_non_negative(totals_[rs_.nr_items_ + item].load(std::memory_order_relaxed));
 }
 
@@ -134,7 +135,7 @@ void Rstat::clear_nonempty(int shard) noexcept {
 // tree" one by one while the lock is held; an unlocked reader that sees one early at worst skips
 // its own link step, and the lock orders it before any flush of this shard.
 void Rstat::link_updated(RstatNode& n, int shard) noexcept {
-  std::lock_guard<std::mutex> lock(shard_locks_[shard].mu);
+  internal::LockGuard lock(shard_locks_[shard].mu);
   for (RstatNode* g = &n;;) {
     ShardHeader& h = header(*g, shard);
     if (h.next.load(std::memory_order_relaxed) != nullptr) return;  // linked meanwhile
@@ -189,10 +190,10 @@ void Rstat::flush_shard_checked(RstatNode& r, int shard) {
 void Rstat::flush_shard(RstatNode& r, int shard) {
   // The flush mutex is taken per shard, so updaters' links and other flushes interleave with a
   // long flush instead of waiting for all shards.
-  std::lock_guard<std::mutex> flush_lock(flush_mutex_);
+  internal::LockGuard flush_lock(flush_mutex_);
   RstatNode* list;
   {
-    std::lock_guard<std::mutex> shard_lock(shard_locks_[shard].mu);
+    internal::LockGuard shard_lock(shard_locks_[shard].mu);
     counters_.shard_lock_acquisitions.fetch_add(1, std::memory_order_relaxed);
     list = build_flush_list(r, shard);
     if (list != nullptr && r.parent_ == nullptr && options_.nonempty_mask) clear_nonempty(shard);
@@ -317,7 +318,7 @@ void Rstat::detach(RstatNode& n) {
   // and must be on no tree at all.
   counters_.flushes.fetch_add(1, std::memory_order_relaxed);
   for (int s = 0; s < nr_shards_; ++s) flush_shard(n, s);
-  std::lock_guard<std::mutex> flush_lock(flush_mutex_);
+  internal::LockGuard flush_lock(flush_mutex_);
 #ifndef NDEBUG
   for (size_t i = 0; i < nr_items_; ++i) assert(n.pending_[i] == 0);
   for (int s = 0; s < nr_shards_; ++s) {

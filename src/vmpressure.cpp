@@ -1,5 +1,6 @@
 // vmpressure: windows of reclaim efficiency, listener routing, socket pressure.
 #include "memcg/vmpressure.hpp"
+#include "memcg/internal/lock.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -76,7 +77,7 @@ bool tree_mode_active() noexcept {
 }
 
 std::shared_ptr<const ListenerList> snapshot(internal::VmpressureState& s) {
-  std::lock_guard lock(s.listeners_mutex);
+  internal::LockGuard lock(s.listeners_mutex);
   return s.listeners;
 }
 
@@ -109,7 +110,7 @@ void add_tree(Group& root, int64_t scanned, int64_t reclaimed) noexcept {
   int64_t s_win = 0;
   int64_t r_win = 0;
   {
-    std::lock_guard lock(s.tree_mutex);
+    internal::LockGuard lock(s.tree_mutex);
     const uint64_t gen = g_generation.load(std::memory_order_relaxed);
     if (s.generation != gen) {
       s.generation = gen;
@@ -159,7 +160,7 @@ void vmpressure_group(Group& group, ReclaimReason reason, int64_t scanned,
   int64_t s_win = 0;
   int64_t r_win = 0;
   {
-    std::lock_guard lock(s.group_mutex);
+    internal::LockGuard lock(s.group_mutex);
     if (!s.own.add(scanned, reclaimed, window, &s_win, &r_win)) return;
   }
   if (vmpressure_level(s_win, r_win) > PressureLevel::kLow) {
@@ -213,7 +214,7 @@ int PressureListener::listen(Group& group, PressureLevel level, PressureMode mod
   auto e = std::make_shared<PressureListenerEntry>(std::move(fn), efd, level, mode);
   internal::VmpressureState& s = state_of(group);
   {
-    std::lock_guard lock(s.listeners_mutex);
+    internal::LockGuard lock(s.listeners_mutex);
     auto next = s.listeners ? std::make_shared<ListenerList>(*s.listeners)
                             : std::make_shared<ListenerList>();
     next->push_back(e);
@@ -238,7 +239,7 @@ void PressureListener::reset() noexcept {
   auto e = std::static_pointer_cast<PressureListenerEntry>(entry_);
   internal::VmpressureState& s = state_of(*group_);
   {
-    std::lock_guard lock(s.listeners_mutex);
+    internal::LockGuard lock(s.listeners_mutex);
     auto next = std::make_shared<ListenerList>();
     for (const auto& x : *s.listeners)
       if (x != e) next->push_back(x);

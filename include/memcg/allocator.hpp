@@ -41,6 +41,7 @@ class Allocator {
   using propagate_on_container_swap = std::false_type;
   using is_always_equal = std::false_type;
 
+  // A kind that is not one of the controller's counts as kNoStatKind (obj_stock.hpp).
   explicit Allocator(Group& group, int kind = kDefaultKind,
                      uint32_t flags = kDefaultCharge) noexcept
       : group_(&group), kind_(kind), flags_(flags) {}

@@ -2,7 +2,9 @@
 // cgroup-v2 hierarchy with its mount options). One process normally has one Controller.
 //
 // Thread safety: every call may be made from any thread. Creating, looking up and removing
-// groups take a reader/writer lock on the tree; charging never does.
+// groups take a reader/writer lock on the tree; charging never does. With the global hook
+// (hook.hpp) linked, nothing these calls allocate is charged to the calling thread's group:
+// they work from an attached thread whose group is full.
 #pragma once
 
 #include <atomic>
@@ -82,7 +84,9 @@ class Controller {
   // Visits `from` and its descendants in pre-order (a parent before its children), the dying ones
   // too when `include_dying`. The tree lock is held in shared mode during the walk: `fn` must not
   // create or remove groups. A dying group may be in the middle of its release: to keep one
-  // beyond the call, take it with GroupRef::try_acquire(), never with GroupRef(g).
+  // beyond the call, take it with GroupRef::try_acquire(), never with GroupRef(g). Like
+  // everything that runs under a library lock, `fn`'s allocations are not charged by the global
+  // hook (hook.hpp; internal/lock.hpp says why).
   void walk(Group& from, const std::function<void(Group&)>& fn, bool include_dying = true) const;
 
   size_t nr_groups() const noexcept;  // online, the root included
@@ -116,9 +120,9 @@ class Controller {
   // Index of a stat item by name (built-in or from Options::stat_kinds); -1 if unknown.
   int stat_index(std::string_view name) const noexcept { return registry_.find(name); }
   Rstat& rstat() noexcept { return *rstat_; }
-  // Folds every pending statistic delta now, the counts cached in stock slots included
-  // (memory.stat reads otherwise fold only when enough is pending, or when the last full fold is
-  // older than the 2 s period).
+  // Folds every pending statistic delta now, the counts cached in stock slots and the object
+  // reserves' deferred byte deltas included (memory.stat reads otherwise fold only when enough
+  // is pending, or when the last full fold is older than the 2 s period).
   void flush_stats();
   // How far behind a memory.stat read can be without flush_stats(), in units of charge (summed
   // over the kinds): per level of the group's subtree, the rstat bound

@@ -111,10 +111,12 @@ class Group final : public StockOwner {
   // ---- statistics -----------------------------------------------------------------------------
   // Hierarchical (this group and its descendants) and local totals of stat item `item` as of the
   // last fold that covered this group, clamped at 0: bytes for state items, counts for events.
+  // An item that is not one of the controller's (Controller::stats()) reads 0.
   int64_t stat(int item) const noexcept { return stat_node_.total(item); }
   int64_t stat_local(int item) const noexcept { return stat_node_.local(item); }
   // Adds `delta` (bytes or a count) to item `item` of this group on the calling thread's CPU;
-  // `magnitude_units` is its size in charge units for the fold threshold.
+  // `magnitude_units` is its size in charge units for the fold threshold. An item that is not
+  // one of the controller's changes nothing.
   void stat_add(int item, int64_t delta, int64_t magnitude_units) noexcept;
   RstatNode& stat_node() noexcept { return stat_node_; }
 

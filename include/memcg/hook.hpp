@@ -10,7 +10,9 @@
 // group, whichever thread frees the block and whatever happened to the allocating thread since
 // (moved, exited) or to the group (removed: it stays alive while it has charged bytes).
 // Allocations by unattached threads, before attachment, during thread exit, and those the
-// library makes while it charges are recorded as the root's and never uncharged. Memory that a
+// library makes for itself (while it charges, under any of its locks, and in its tree and file
+// calls: internal/lock.hpp) are recorded as the root's and never uncharged, so an attached
+// thread can create, remove, look up and read groups even when its own group is full. Memory that a
 // memcg::MemoryResource or memcg::Allocator takes from upstream is not charged a second time.
 //
 // A refused charge (memory.max held, nothing reclaimable) makes operator new throw
@@ -44,9 +46,11 @@ namespace memcg::hook {
 inline constexpr size_t kHeaderBytes = 16;
 
 // The memory.stat item blocks allocated from now on are counted under (default
-// StatRegistry::kAnon). Each block remembers its own. REQUIRES: 0 <= kind < 256 and a valid
-// index in every controller whose groups threads attach to.
-void set_kind(int kind) noexcept;
+// StatRegistry::kAnon). Each block remembers its own. The setting is process-wide, while kinds
+// are per controller: a block charged to a group whose controller has no such kind (kind >=
+// Controller::stats().size()) is counted as StatRegistry::kAnon instead (checked at each
+// charge, one compare). Returns false, changing nothing, for a kind outside 0 .. 255.
+bool set_kind(int kind) noexcept;
 int kind() noexcept;
 // Charge flags of the hook's charges (default kDefaultCharge: reclaim before failing).
 void set_flags(uint32_t flags) noexcept;

@@ -38,7 +38,8 @@
 // takes the shard's try-lock (one atomic exchange).
 //
 // REQUIRES for every charge and uncharge: bytes are uncharged from the group and kind they were
-// charged to; 0 <= kind < kMaxKinds is served by the reserves (other kinds bypass them).
+// charged to; 0 <= kind < kMaxKinds is served by the reserves (other kinds bypass them). A kind
+// that is neither kNoStatKind nor one of the controller's counts as kNoStatKind, both ways.
 #ifndef MEMCG_OBJ_STOCK_HPP_
 #define MEMCG_OBJ_STOCK_HPP_
 
@@ -65,7 +66,10 @@ class ObjStock {
   };
 
   // nr_shards: 0 = internal::nr_cpu_ids(); unit_shift: the controller's charge unit.
-  ObjStock(int nr_shards, unsigned unit_shift, Mode mode = Mode::kAuto);
+  // nr_kinds: the controller's statistic items (Controller::stats().size()); a kind outside
+  // 0 .. nr_kinds - 1 is taken as kNoStatKind (charged, counted in no item), so no reserve is
+  // ever tagged with it.
+  ObjStock(int nr_shards, unsigned unit_shift, Mode mode = Mode::kAuto, int nr_kinds = kMaxKinds);
   // Drains every shard. REQUIRES: no concurrent call.
   ~ObjStock();
   ObjStock(const ObjStock&) = delete;
@@ -85,6 +89,11 @@ class ObjStock {
   void drain_all(const Group* root) noexcept;
   // Drains every shard whose reserve belongs to `group` (group removal).
   void drain_owner(const Group* group) noexcept;
+  // Folds every shard's deferred byte statistics into its owner's, leaving the reserves in
+  // place. After it returns, the groups' statistics include every charge and uncharge that
+  // happened before the call. Takes each non-empty shard's word (and, in rseq mode, fences its
+  // CPU).
+  void fold_stats() noexcept;
 
   // Bytes held in reserves for `group` (any kind); exact only when nothing runs concurrently.
   int64_t stocked(const Group* group) const noexcept;
@@ -93,6 +102,12 @@ class ObjStock {
 
   int nr_shards() const noexcept { return nr_shards_; }
   bool uses_rseq() const noexcept { return rseq_; }
+  // The statistic kinds of the controller: a valid kind k has 0 <= k < nr_kinds().
+  int nr_kinds() const noexcept { return nr_kinds_; }
+  // `kind` if it is one of the controller's kinds, else `otherwise` (kNoStatKind by default).
+  int checked_kind(int kind, int otherwise = kNoStatKind) const noexcept {
+    return static_cast<unsigned>(kind) < static_cast<unsigned>(nr_kinds_) ? kind : otherwise;
+  }
 
   // Slow-path event counts summed over shards (approximate while in use).
   struct Stats {
@@ -175,6 +190,7 @@ class ObjStock {
 
   std::unique_ptr<Shard[]> shards_;
   int nr_shards_;
+  int nr_kinds_;
   unsigned shift_;
   int64_t unit_;
   bool rseq_;

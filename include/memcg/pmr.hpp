@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory_resource>
 #include <new>
+#include <stdexcept>
 
 #include "memcg/attach.hpp"
 #include "memcg/charge.hpp"
@@ -40,7 +41,8 @@ namespace memcg {
 
 // How a MemoryResource charges (outside the class so that it can be a default argument).
 struct MemoryResourceOptions {
-  int kind = kDefaultKind;          // memory.stat item the bytes count under
+  // memory.stat item the bytes count under: one of the controller's kinds, or kNoStatKind.
+  int kind = kDefaultKind;
   uint32_t flags = kDefaultCharge;  // charge flags (kMayBlock: reclaim before failing)
 };
 
@@ -48,27 +50,29 @@ class MemoryResource : public std::pmr::memory_resource {
  public:
   using Options = MemoryResourceOptions;
 
-  // Charges `group` for every allocation.
+  // Charges `group` for every allocation. Throws std::invalid_argument when options.kind is
+  // neither kNoStatKind nor one of the controller's kinds (Controller::stats()).
   explicit MemoryResource(Group& group,
                           std::pmr::memory_resource* upstream = std::pmr::new_delete_resource(),
-                          Options options = {}) noexcept
+                          Options options = {})
       : controller_(&group.controller()),
         objects_(&controller_->obj_stock()),
         group_(&group),
         upstream_(upstream),
         newdel_(upstream == std::pmr::new_delete_resource()),
-        options_(options) {}
-  MemoryResource(Group& group, Options options) noexcept
+        options_(checked(*controller_, options)) {}
+  MemoryResource(Group& group, Options options)
       : MemoryResource(group, std::pmr::new_delete_resource(), options) {}
-  // Charges the allocating thread's group of `controller` (the root when unattached).
+  // Charges the allocating thread's group of `controller` (the root when unattached). Throws
+  // std::invalid_argument for a kind as above.
   explicit MemoryResource(Controller& controller,
                           std::pmr::memory_resource* upstream = std::pmr::new_delete_resource(),
-                          Options options = {}) noexcept
+                          Options options = {})
       : controller_(&controller),
         objects_(&controller.obj_stock()),
         upstream_(upstream),
         newdel_(upstream == std::pmr::new_delete_resource()),
-        options_(options) {}
+        options_(checked(controller, options)) {}
 
   MemoryResource(const MemoryResource&) = delete;
   MemoryResource& operator=(const MemoryResource&) = delete;
@@ -103,6 +107,12 @@ class MemoryResource : public std::pmr::memory_resource {
     uint64_t reserved;
   };
   static_assert(sizeof(Header) == 16);
+  static Options checked(const Controller& ctl, Options o) {
+    const auto kind = static_cast<size_t>(static_cast<unsigned>(o.kind));
+    if (o.kind != kNoStatKind && kind >= ctl.stats().size())
+      throw std::invalid_argument("memcg: MemoryResource kind is not one of the controller's");
+    return o;
+  }
   // Bytes in front of the user block: the header, padded to keep the block's alignment.
   static size_t prefix(size_t alignment) noexcept { return alignment > 16 ? alignment : 16; }
 

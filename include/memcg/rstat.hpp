@@ -61,7 +61,8 @@ class RstatNode {
   RstatNode* parent() const noexcept { return parent_; }
   bool is_root() const noexcept { return parent_ == nullptr; }
 
-  // Hierarchical value of `item` after the last flush that covered this node, clamped at >= 0.
+  // Hierarchical value of `item` after the last flush that covered this node, clamped at >= 0
+  // (0 for an item out of range).
   int64_t total(int item) const noexcept;
   // This node's own value of `item` after the last flush that covered it, clamped at >= 0.
   int64_t local(int item) const noexcept;
@@ -114,10 +115,13 @@ class Rstat {
 
   // Adds `delta` to `item` of `n` on the calling thread's shard. `magnitude_units` is |delta| in
   // charge units, a non-zero sub-unit amount counting as 1 (values < 1 are taken as 1); it feeds
-  // the flush threshold only. delta == 0 is ignored entirely.
-  // REQUIRES: 0 <= item < nr_items; n not detached.
+  // the flush threshold only. delta == 0 is ignored entirely, and so is an item outside
+  // 0 .. nr_items - 1 (one unsigned compare: an out-of-range index would write into the next
+  // shard's block or past the node's allocation).
+  // REQUIRES: n not detached.
   void update(RstatNode& n, int item, int64_t delta, int64_t magnitude_units) noexcept {
-    if (delta == 0) return;
+    if (delta == 0 || static_cast<size_t>(static_cast<unsigned>(item)) >= nr_items_) [[unlikely]]
+      return;
 #if MEMCG_RSEQ_CS
     if (cs_mode_) {
       update_tail(n, add_on_current_cpu(n, item, delta), magnitude_units);
@@ -126,7 +130,8 @@ class Rstat {
 #endif
     update_on(current_shard(), n, item, delta, magnitude_units);
   }
-  // As update(), on an explicit shard (tests and simulations), with a locked add. REQUIRES:
+  // As update(), on an explicit shard (tests and simulations), with a locked add (an item out of
+  // range is ignored likewise). REQUIRES:
   // 0 <= shard < nr_shards, and no concurrent update() on the CPU of that shard (update() writes
   // its CPU's shard with plain stores when shards are one per CPU).
   inline void update_on(int shard, RstatNode& n, int item, int64_t delta,
@@ -316,9 +321,8 @@ inline std::atomic<int64_t>* Rstat::counters_of(const RstatNode& n, int shard) c
 inline void Rstat::update_on(int shard, RstatNode& n, int item, int64_t delta,
                              int64_t magnitude_units) noexcept {
   assert(shard >= 0 && shard < nr_shards_);
-  assert(item >= 0 && static_cast<size_t>(item) < nr_items_);
   assert(!n.detached_);
-  if (delta == 0) return;
+  if (delta == 0 || static_cast<size_t>(static_cast<unsigned>(item)) >= nr_items_) return;
   add_on_shard(counters_of(n, shard)[item], delta);
   update_tail(n, shard, magnitude_units);
 }

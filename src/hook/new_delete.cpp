@@ -62,7 +62,9 @@ inline void* allocate(size_t size, size_t align, bool* refused) noexcept {
   Group* g = charge_target();
   uint64_t charged = 0;
   if (g != nullptr) {
-    const int kind = g_kind.load(std::memory_order_relaxed);
+    // The process-wide kind may not be one of this controller's: then anon (hook.hpp).
+    const int kind = g->object_stock()->checked_kind(g_kind.load(std::memory_order_relaxed),
+                                                      kDefaultKind);
     const uint64_t bytes =
         g_usable_size.load(std::memory_order_relaxed) ? malloc_usable_size(base) : size + pre;
     // The library's own allocations while it charges (reclaim, statistics) are not charged:
@@ -118,8 +120,11 @@ void* new_nothrow(size_t size, size_t align) noexcept {
 
 }  // namespace
 
-void set_kind(int kind) noexcept {
+bool set_kind(int kind) noexcept {
+  // The header keeps the kind in the 8 bits above the bytes.
+  if (kind < 0 || kind > 0xff) return false;
   g_kind.store(kind, std::memory_order_relaxed);
+  return true;
 }
 int kind() noexcept {
   return g_kind.load(std::memory_order_relaxed);
