@@ -153,7 +153,7 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
   if (g.is_root() || size == 0) return ChargeStatus::kOk;
   internal::HookBypass bypass;
   // Sizes no allocator can serve; also keeps every sum below in range.
-  if (size > (uint64_t{1} << 60)) return ChargeStatus::kNoMem;
+  if (size > kMaxBytes) return ChargeStatus::kNoMem;
   const auto s = static_cast<int64_t>(size);
   const bool cached = static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds);
   const void* const owner = cached ? tag(g, kind) : nullptr;
@@ -192,7 +192,8 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
 }
 
 void ObjStock::uncharge_slow(Group& g, uint64_t size, int kind) noexcept {
-  if (g.is_root() || size == 0) return;
+  // A size no charge could have had (kMaxBytes) is ignored: it would not fit the signed sums.
+  if (g.is_root() || size == 0 || size > kMaxBytes) return;
   internal::HookBypass bypass;
   const auto s = static_cast<int64_t>(size);
   put_bytes(g, kind, s, -s, 0, false);
