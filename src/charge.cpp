@@ -177,9 +177,13 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
     break;  // force
   }
 
-  // Forced: the caller cannot take a failure. Charge exactly n past the limit.
+  // Forced: the caller cannot take a failure. Charge exactly n past the limit, unless that
+  // would take a level past the sentinel (more than can be counted in bytes).
   if (!max_raised && over_limit) over_limit->raise(Event::kMax);
-  group.memory().charge(n);
+  if (!group.memory().charge(n)) [[unlikely]] {
+    stats.failed.fetch_add(1, std::memory_order_relaxed);
+    return ChargeStatus::kNoMem;
+  }
   stats.forced.fetch_add(1, std::memory_order_relaxed);
   return ChargeStatus::kForced;
 }
@@ -200,26 +204,73 @@ inline void account_kind(Group& group, int kind, int64_t units) noexcept {
 // memory.high is looked at only when the counters are charged, never on a stock hit.
 ChargeStatus internal::try_charge_slow(Group& group, int64_t units, uint32_t flags,
                                        int kind) noexcept {
-  if (group.is_root() || units <= 0) [[unlikely]]
+  // Range (charge.hpp): a count no counter can hold fails whatever the flags say.
+  if (static_cast<uint64_t>(units) > static_cast<uint64_t>(group.controller().max_units()))
+      [[unlikely]] {
+    group.controller().charge_counters().failed.fetch_add(1, std::memory_order_relaxed);
+    return ChargeStatus::kNoMem;
+  }
+  if (group.is_root() || units == 0) [[unlikely]]
     return ChargeStatus::kOk;
   const ChargeStatus status = charge_slow(group, units, flags);
   if (status != ChargeStatus::kNoMem) account_kind(group, kind, units);
   return status;
 }
 
-void uncharge_direct(Group& group, int64_t units, int kind) noexcept {
-  if (group.is_root() || units <= 0) [[unlikely]]
+namespace {
+// An uncharge of a count no charge could have made (charge.hpp, "Range"): ignored, but left
+// visible as an underflow of the group's counter, which refuses the count and counts it.
+void refuse_uncharge(Group& group) noexcept {
+  group.memory().uncharge(-1);
+}
+bool uncharge_in_range(const Group& group, int64_t units) noexcept {
+  return static_cast<uint64_t>(units) <= static_cast<uint64_t>(group.controller().max_units());
+}
+}  // namespace
+
+void internal::uncharge_slow(Group& group, int64_t units, int kind) noexcept {
+  if (units == 0) return;
+  if (!uncharge_in_range(group, units)) [[unlikely]] {
+    refuse_uncharge(group);
     return;
+  }
+  group.charge_stock()->refill(&group, units, kind);
+}
+
+void uncharge_direct(Group& group, int64_t units, int kind) noexcept {
+  if (group.is_root() || units == 0) [[unlikely]]
+    return;
+  if (!uncharge_in_range(group, units)) [[unlikely]] {
+    refuse_uncharge(group);
+    return;
+  }
   account_kind(group, kind, -units);
   group.memory().uncharge(units);
 }
 
+namespace {
+// The most bytes one charge may ask for: the sentinel's worth (charge.hpp, "Range").
+uint64_t max_charge_bytes(const Controller& ctl) noexcept {
+  return static_cast<uint64_t>(ctl.max_units()) << ctl.unit_shift();
+}
+}  // namespace
+
 ChargeStatus try_charge_bytes(Group& group, uint64_t bytes, uint32_t flags, int kind) noexcept {
-  return try_charge(group, group.controller().to_units_ceil(bytes), flags, kind);
+  Controller& ctl = group.controller();
+  if (bytes > max_charge_bytes(ctl)) [[unlikely]] {
+    ctl.charge_counters().failed.fetch_add(1, std::memory_order_relaxed);
+    return ChargeStatus::kNoMem;
+  }
+  return try_charge(group, ctl.to_units_ceil(bytes), flags, kind);
 }
 
 void uncharge_bytes(Group& group, uint64_t bytes, int kind) noexcept {
-  uncharge(group, group.controller().to_units_ceil(bytes), kind);
+  const Controller& ctl = group.controller();
+  if (bytes > max_charge_bytes(ctl)) [[unlikely]] {
+    if (!group.is_root()) refuse_uncharge(group);
+    return;
+  }
+  uncharge(group, ctl.to_units_ceil(bytes), kind);
 }
 
 void charge_or_throw(Group& group, uint64_t bytes, uint32_t flags, int kind) {

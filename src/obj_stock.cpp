@@ -163,7 +163,7 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
   // An invalid kind is never installed in a reserve, so a hit never sees one.
   kind = checked_kind(kind);
   // Sizes no allocator can serve; also keeps every sum below in range.
-  if (size > (uint64_t{1} << 60)) return ChargeStatus::kNoMem;
+  if (size > kMaxBytes) return ChargeStatus::kNoMem;
   const auto s = static_cast<int64_t>(size);
   const bool cached = static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds);
   const void* const owner = cached ? tag(g, kind) : nullptr;
@@ -202,7 +202,8 @@ ChargeStatus ObjStock::charge_slow(Group& g, uint64_t size, uint32_t flags, int 
 }
 
 void ObjStock::uncharge_slow(Group& g, uint64_t size, int kind) noexcept {
-  if (g.is_root() || size == 0) return;
+  // A size no charge could have had (kMaxBytes) is ignored: it would not fit the signed sums.
+  if (g.is_root() || size == 0 || size > kMaxBytes) return;
   internal::HookBypass bypass;
   kind = checked_kind(kind);  // as its charge did
   const auto s = static_cast<int64_t>(size);

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "memcg/clock.hpp"
 #include "memcg/parse.hpp"
 #include "memcg/psi.hpp"
 
@@ -130,6 +131,8 @@ struct PsiGroupState {
 
 struct GroupPressure {
   explicit GroupPressure(uint64_t created_ns) {
+    // Times beyond Clock::kMaxNs are taken as that time (clock.hpp).
+    if (created_ns > Clock::kMaxNs) created_ns = Clock::kMaxNs;
     psi.averages.reset(created_ns);
     psi.state_since_ns = created_ns;
   }

@@ -44,8 +44,29 @@ uint64_t decay(uint64_t avg, uint64_t e, uint64_t x) noexcept {
 
 void PsiAverages::reset(uint64_t start_ns) noexcept {
   *this = PsiAverages();
+  if (start_ns > Clock::kMaxNs) start_ns = Clock::kMaxNs;  // clock.hpp
   last_ns_ = start_ns;
   next_ns_ = start_ns + kPeriodNs;
+}
+
+bool PsiAverages::skip_steady(uint64_t until_ns, const bool stalled[2],
+                              const uint64_t total_ns[2]) noexcept {
+  if (until_ns < next_ns_) return false;
+  for (int s = 0; s < 2; ++s) {
+    // A stalled state reports a full period each time (100 %, whatever is still unreported);
+    // an idle one reports nothing once nothing is left over.
+    if (!stalled[s] && total_ns[s] != reported_[s]) return false;
+    const uint64_t x = stalled[s] ? 100 * kFixed1 : 0;
+    for (int w = 0; w < 3; ++w)
+      if (avg_[s][w] != x) return false;
+  }
+  // decay(x, e, x) == x: the averages stay; only the grid and the reported time move.
+  const uint64_t periods = (until_ns - next_ns_) / kPeriodNs + 1;
+  for (int s = 0; s < 2; ++s)
+    if (stalled[s]) reported_[s] += periods * kPeriodNs;
+  last_ns_ = next_ns_ + (periods - 1) * kPeriodNs;
+  next_ns_ = last_ns_ + kPeriodNs;
+  return true;
 }
 
 void PsiAverages::update(uint64_t now_ns, const uint64_t total_ns[2]) noexcept {
@@ -145,16 +166,28 @@ void evaluate(const std::shared_ptr<PsiTriggerEntry>& tp, uint64_t now, const ui
 
 // Folds every grid point up to `now` into the averages (and evaluates unprivileged triggers
 // there), using the state that held since the last change. REQUIRES: ps.mutex held.
+// Bounded for any jump of the clock: an idle stretch is one step; a stalled one iterates until
+// the averages reach its sample (a few thousand periods at most) and skips the rest.
 void catch_up(PsiGroupState& ps, uint64_t now, FiredList* fired) {
+  constexpr uint64_t kPeriodNs = internal::PsiAverages::kPeriodNs;
   internal::PsiAverages& avg = ps.averages;
   while (avg.next_update_ns() <= now) {
     uint64_t t = avg.next_update_ns();
     uint64_t tot[2];
     totals_at(ps, t, tot);
-    // Idle from here to now: every remaining period reports zero, so one late run with
-    // missed periods decays them all in one step.
-    if (!ps.some && tot[0] == avg.reported(0) && tot[1] == avg.reported(1))
-      t += (now - t) / internal::PsiAverages::kPeriodNs * internal::PsiAverages::kPeriodNs;
+    const bool stalled[2] = {ps.some, ps.full};
+    if (!ps.some && tot[0] == avg.reported(0) && tot[1] == avg.reported(1)) {
+      // Idle from here to now: every remaining period reports zero, so one late run with
+      // missed periods decays them all in one step.
+      t += (now - t) / kPeriodNs * kPeriodNs;
+    } else if (ps.state_since_ns <= t - kPeriodNs && avg.skip_steady(now, stalled, tot)) {
+      // The state held through every period up to now and the averages have converged.
+      t = avg.last_update_ns();
+      totals_at(ps, t, tot);
+      for (const auto& tr : ps.triggers)
+        if (!tr->privileged) evaluate(tr, t, tot, fired);
+      continue;
+    }
     avg.update(t, tot);
     for (const auto& tr : ps.triggers)
       if (!tr->privileged) evaluate(tr, t, tot, fired);
@@ -165,7 +198,10 @@ void catch_up(PsiGroupState& ps, uint64_t now, FiredList* fired) {
 // runs backwards): folds the grid points passed, then returns that time and the totals at it.
 // REQUIRES: ps.mutex held.
 uint64_t advance(Group& g, PsiGroupState& ps, uint64_t tot[2], FiredList* fired) {
-  const uint64_t now = std::max(g.controller().clock().now_ns(), ps.state_since_ns);
+  // Readings past Clock::kMaxNs are taken as that time (clock.hpp): the grid arithmetic below
+  // then cannot wrap.
+  const uint64_t now =
+      std::max(std::min(g.controller().clock().now_ns(), Clock::kMaxNs), ps.state_since_ns);
   catch_up(ps, now, fired);
   totals_at(ps, now, tot);
   return now;

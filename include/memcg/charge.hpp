@@ -20,6 +20,15 @@
 //
 // Failure is a result, not an exception: the hot path never throws. charge_or_throw() is the
 // std::bad_alloc convenience.
+//
+// Range: a single charge is at most Controller::max_units() units (the `max` sentinel, INT64_MAX
+// >> unit_shift: the most whose byte value fits a signed 64-bit integer), or as many bytes. A
+// larger or negative count is refused with kNoMem, even with kNoFail, and so is a forced charge
+// that would take some level's usage above the sentinel; nothing is charged then. A count of 0
+// charges nothing and succeeds. An uncharge of a count that no charge could have made (negative,
+// or above the sentinel) is ignored: nothing changes but the group counter's underflow count
+// (PageCounter::underflows()). The checks sit on the slow paths: a stock hit only ever serves
+// 1..batch units.
 #pragma once
 
 #include <atomic>
@@ -144,8 +153,11 @@ struct ReclaimScope {
   ReclaimScope& operator=(const ReclaimScope&) = delete;
 };
 
-// Everything of try_charge() but a stock hit: the root, the failure ladder, high handling.
+// Everything of try_charge() but a stock hit: the range check, the root, the failure ladder,
+// high handling.
 ChargeStatus try_charge_slow(Group& group, int64_t units, uint32_t flags, int kind) noexcept;
+// Everything of uncharge() but a stock hit: the range check, then the stock's own slow path.
+void uncharge_slow(Group& group, int64_t units, int kind) noexcept;
 }  // namespace internal
 
 // ---- hot paths, inline ------------------------------------------------------------------------
@@ -164,10 +176,13 @@ inline __attribute__((always_inline)) ChargeStatus try_charge(Group& group, int6
 inline __attribute__((always_inline)) void uncharge(Group& group, int64_t units,
                                                     int kind) noexcept {
   Stock* const stock = group.charge_stock();
-  // Back into this CPU's stock with the kind's statistic; what does not fit goes back to the
-  // counters.
-  if (stock != nullptr && units > 0) [[likely]]
-    stock->refill(&group, units, kind);
+  // Back into this CPU's stock with the kind's statistic. A hit takes 1..batch units only (the
+  // sign is checked first: the hit reads a negative count as a consume); anything else, what
+  // does not fit and counts out of range included, goes out of line.
+  if (stock != nullptr) [[likely]] {
+    if (units <= 0 || !stock->refill_hit(&group, units, kind))
+      internal::uncharge_slow(group, units, kind);
+  }
 }
 
 }  // namespace memcg

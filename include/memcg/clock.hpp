@@ -16,8 +16,13 @@ namespace memcg {
 
 class Clock {
  public:
+  // The latest time the library works with (about 292 years after the clock's zero). Keeping
+  // times at or below it leaves room for every `time + period` the library computes; later
+  // readings are taken as this time.
+  static constexpr uint64_t kMaxNs = INT64_MAX;
+
   virtual ~Clock() = default;
-  // Monotonic time in nanoseconds. Never goes backwards.
+  // Monotonic time in nanoseconds. Never goes backwards. Should stay at or below kMaxNs.
   virtual uint64_t now_ns() const noexcept = 0;
   // Blocks the calling thread for `ns` (a ManualClock advances its time instead).
   virtual void sleep_ns(uint64_t ns) noexcept = 0;
@@ -32,17 +37,24 @@ class SystemClock final : public Clock {
   static SystemClock& instance() noexcept;
 };
 
-// Virtual time for tests and simulations: time moves only through advance() and sleep_ns().
+// Virtual time for tests and simulations: time moves only through advance() and sleep_ns(),
+// and stops at kMaxNs (an advance past it saturates instead of wrapping around to the past).
 class ManualClock final : public Clock {
  public:
-  explicit ManualClock(uint64_t start_ns = 0) : now_(start_ns) {}
+  explicit ManualClock(uint64_t start_ns = 0) : now_(start_ns < kMaxNs ? start_ns : kMaxNs) {}
   uint64_t now_ns() const noexcept override { return now_.load(std::memory_order_acquire); }
   // A sleeping thread does not wait: it moves virtual time forward by what it would have slept.
   void sleep_ns(uint64_t ns) noexcept override {
     slept_.fetch_add(ns, std::memory_order_relaxed);
     advance(ns);
   }
-  void advance(uint64_t ns) noexcept { now_.fetch_add(ns, std::memory_order_acq_rel); }
+  void advance(uint64_t ns) noexcept {
+    uint64_t now = now_.load(std::memory_order_relaxed);
+    // acq_rel, as a plain fetch_add would be: readers that see the new time see what came first.
+    while (!now_.compare_exchange_weak(now, ns < kMaxNs - now ? now + ns : kMaxNs,
+                                       std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+  }
   uint64_t total_slept_ns() const noexcept { return slept_.load(std::memory_order_relaxed); }
 
  private:

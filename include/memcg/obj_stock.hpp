@@ -59,6 +59,10 @@ class ObjStock {
   // Kinds are packed into the low bits of the 128-byte-aligned group address, so that one word
   // names the reserve's owner and a hit compares one word.
   static constexpr int kMaxKinds = 128;
+  // The largest size one charge may ask for (1 EiB): no allocator serves more, and it keeps every
+  // byte sum of the layer far from overflow. A larger charge fails with kNoMem (whatever the
+  // flags); a larger uncharge was never charged and is ignored.
+  static constexpr uint64_t kMaxBytes = uint64_t{1} << 60;
 
   enum class Mode {
     kAuto,      // restartable sequences when internal::rseq_mode() allows, else the try-lock

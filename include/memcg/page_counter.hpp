@@ -4,6 +4,13 @@
 // does the same but backs out if any level would pass its `max`. Counts are in charge units (a
 // power of two of bytes, 4 KiB by default); the group layer converts to bytes.
 //
+// Range: every count is in [0, sentinel()], the `max` sentinel of the unit (INT64_MAX >>
+// unit_shift, so that its byte value fits a signed 64-bit integer). A call given a count outside
+// it changes nothing (try_charge and charge fail, uncharge is ignored and counted as an
+// underflow), and no charge takes usage above the sentinel at any level. With usage at most the
+// sentinel at rest and each add at most the sentinel, no sum here can overflow: that would take
+// 2^unit_shift (64 or more) charges of near-sentinel size in flight on one counter at once.
+//
 // Thread safety: charge, try_charge, uncharge and every read may run concurrently from any
 // thread without locks. Setters of one counter must be serialised by the caller (the group layer
 // holds a per-group mutex); setters may run concurrently with charges.
@@ -74,15 +81,26 @@ class BasicPageCounter {
   // ---- hot path ----------------------------------------------------------------------------
 
   // Adds `n` units at every level, ignoring limits (forced charges, the root's children
-  // re-charging, tests). Cannot fail.
-  void charge(int64_t n) noexcept {
+  // re-charging, tests). Fails (false, nothing charged) only when `n` is outside [0, sentinel()]
+  // or some level would pass the sentinel: that much memory cannot be counted in bytes.
+  bool charge(int64_t n) noexcept {
+    if (!in_range(n)) [[unlikely]]
+      return false;
     for (BasicPageCounter* c = this; c != nullptr; c = c->parent_) {
       // Relaxed: nothing is published through usage; set_max's race with try_charge does not
       // involve unconditional charges (they may pass max by definition).
-      const int64_t usage = c->usage_.fetch_add(n, std::memory_order_relaxed) + n;
+      const int64_t old = c->usage_.fetch_add(n, std::memory_order_relaxed);
+      // old > sentinel - n, rather than old + n > sentinel: no signed overflow whatever old is.
+      if (old > c->sentinel_ - n) [[unlikely]] {
+        c->usage_.fetch_sub(n, std::memory_order_relaxed);
+        for (BasicPageCounter* d = this; d != c; d = d->parent_) d->cancel(n);
+        return false;
+      }
+      const int64_t usage = old + n;
       c->propagate_protected_usage(usage);
       c->update_watermarks(usage);
     }
+    return true;
   }
 
   // Adds `n` units at every level unless a level would exceed its max. Returns null on success,
@@ -90,18 +108,24 @@ class BasicPageCounter {
   // event on); then nothing is charged anywhere. No compare-and-swap loop: the add is
   // speculative and undone on failure, so a large failing charge can briefly make a concurrent
   // small one fail too (bounded by the size of the large one), as in the kernel.
+  // A count outside [0, sentinel()] fails at this level, which is left unchanged (no failcnt).
   BasicPageCounter* try_charge(int64_t n) noexcept {
+    if (!in_range(n)) [[unlikely]]
+      return this;
     for (BasicPageCounter* c = this; c != nullptr; c = c->parent_) {
       // seq_cst on the add and on the load of max pairs with set_max_checked(): either this
       // charge sees the new limit or the setter sees this usage and retries (Dekker-style;
       // on x86 the add is a locked instruction and the load a plain move, so it costs nothing).
-      const int64_t usage = c->usage_.fetch_add(n, std::memory_order_seq_cst) + n;
-      if (usage > c->max_.load(std::memory_order_seq_cst)) [[unlikely]] {
+      const int64_t old = c->usage_.fetch_add(n, std::memory_order_seq_cst);
+      // old + n > max, compared as old > max - n: max and n are both in [0, sentinel], so
+      // nothing can overflow, and a success leaves usage <= max <= sentinel.
+      if (old > c->max_.load(std::memory_order_seq_cst) - n) [[unlikely]] {
         c->usage_.fetch_sub(n, std::memory_order_relaxed);
         c->failcnt_.fetch_add(1, std::memory_order_relaxed);
         for (BasicPageCounter* d = this; d != c; d = d->parent_) d->cancel(n);
         return c;
       }
+      const int64_t usage = old + n;
       c->propagate_protected_usage(usage);
       c->update_watermarks(usage);
     }
@@ -110,19 +134,25 @@ class BasicPageCounter {
 
   // Removes `n` units at every level. Returns false if some level would have gone below zero:
   // that level is clamped at zero instead of wrapping, and its underflow count is raised (a
-  // caller bug: more was uncharged than charged).
+  // caller bug: more was uncharged than charged). A count outside [0, sentinel()] was never
+  // charged: it is ignored, counted as one underflow of this level, and false is returned.
   bool uncharge(int64_t n) noexcept {
+    if (!in_range(n)) [[unlikely]] {
+      underflows_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
     bool ok = true;
     for (BasicPageCounter* c = this; c != nullptr; c = c->parent_) ok &= c->cancel(n);
     return ok;
   }
 
   // ---- limits (slow path) -------------------------------------------------------------------
+  // Every setter saturates: a negative value is 0, anything above the sentinel the sentinel.
 
   // The kernel's page_counter_set_max: refuses (EBUSY) a limit below the current usage. Races
   // with try_charge are resolved by re-reading usage after publishing the limit.
   int set_max_checked(int64_t units) noexcept {
-    units = std::min(units, sentinel_);
+    units = clamp_limit(units);
     for (;;) {
       const int64_t seen = usage_.load(std::memory_order_seq_cst);
       if (seen > units) return EBUSY;
@@ -135,23 +165,23 @@ class BasicPageCounter {
   // cgroup v2's memory.max write: the new limit takes effect at once, even below usage; the
   // caller then reclaims or OOM-kills down to it. Returns the previous limit.
   int64_t exchange_max(int64_t units) noexcept {
-    return max_.exchange(std::min(units, sentinel_), std::memory_order_seq_cst);
+    return max_.exchange(clamp_limit(units), std::memory_order_seq_cst);
   }
 
   void set_high(int64_t units) noexcept {
-    high_.store(std::min(units, sentinel_), std::memory_order_relaxed);
+    high_.store(clamp_limit(units), std::memory_order_relaxed);
   }
 
   // Stores the setting and re-propagates protected usage at this level and every ancestor
   // (their own cached value may depend on this one only through children_*_usage, but the walk
   // keeps the invariant simple and matches the kernel).
   void set_min(int64_t units) noexcept {
-    min_.store(std::min(units, sentinel_), std::memory_order_relaxed);
+    min_.store(clamp_limit(units), std::memory_order_relaxed);
     for (BasicPageCounter* c = this; c != nullptr; c = c->parent_)
       c->propagate_protected_usage(c->usage());
   }
   void set_low(int64_t units) noexcept {
-    low_.store(std::min(units, sentinel_), std::memory_order_relaxed);
+    low_.store(clamp_limit(units), std::memory_order_relaxed);
     for (BasicPageCounter* c = this; c != nullptr; c = c->parent_)
       c->propagate_protected_usage(c->usage());
   }
@@ -201,17 +231,28 @@ class BasicPageCounter {
   }
 
  private:
-  // One level of uncharge; false (and clamped at 0) on underflow.
+  bool in_range(int64_t n) const noexcept {
+    return static_cast<uint64_t>(n) <= static_cast<uint64_t>(sentinel_);
+  }
+  int64_t clamp_limit(int64_t units) const noexcept {
+    return std::clamp<int64_t>(units, 0, sentinel_);
+  }
+
+  // One level of uncharge; false (and clamped at 0) on underflow. REQUIRES: 0 <= n <= sentinel.
   bool cancel(int64_t n) noexcept {
-    int64_t usage = usage_.fetch_sub(n, std::memory_order_relaxed) - n;
+    const int64_t old = usage_.fetch_sub(n, std::memory_order_relaxed);
+    int64_t usage;
     bool ok = true;
-    if (usage < 0) [[unlikely]] {
+    if (old < n) [[unlikely]] {
       // Give back only what this call took below zero, so that a concurrent charge that raced
-      // in between keeps its units; then the counter reads 0 rather than a huge number.
-      usage_.fetch_add(-usage, std::memory_order_relaxed);
+      // in between keeps its units; then the counter reads 0 rather than a huge number. (old is
+      // at least minus what racing uncharges took, so n - old cannot overflow.)
+      usage_.fetch_add(n - old, std::memory_order_relaxed);
       underflows_.fetch_add(1, std::memory_order_relaxed);
       usage = 0;
       ok = false;
+    } else {
+      usage = old - n;
     }
     propagate_protected_usage(usage);
     return ok;

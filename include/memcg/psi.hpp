@@ -19,7 +19,11 @@
 // point with decay factors 1677, 1981, 2034 and integer percent per period, as the kernel does.
 // There is no aggregator thread: periods that passed are folded in when the group's state changes
 // or is read, each period with the totals it had at its grid point, so the result is what a
-// punctual 2 s aggregator would compute; idle periods are decayed in one step.
+// punctual 2 s aggregator would compute. The cost is bounded whatever the clock did: idle periods
+// are decayed in one step, and a state held through many periods is folded period by period only
+// until the averages have reached its sample (at most ~1800 periods, the 300 s average being the
+// slowest), after which further periods leave them unchanged and are skipped in one step.
+// Unprivileged triggers are then evaluated at the last grid point of the stretch only.
 //
 // Triggers (`some|full <stall us> <window us>`): an event when the state's stall time in the
 // last window reaches the threshold, at most one per window (a breach inside the rate limit stays
@@ -130,6 +134,15 @@ class PsiAverages {
   // in missed periods, clamps each sample to the period (the excess is reported later) and
   // updates the averages.
   void update(uint64_t now_ns, const uint64_t total_ns[2]) noexcept;
+  // Folds in, in one step, every grid point from next_update_ns() up to `until_ns`, if that is
+  // exactly what update() at each of them would do: for each state, either `stalled[s]` (it held
+  // through the whole period that ends at next_update_ns() and through every later one, so each
+  // reports a full period) or nothing is left to report at next_update_ns() (`total_ns` is the
+  // stall time there), and every average already equals that sample (a fixed point of the
+  // decay). Returns false, changing nothing, otherwise (or when no grid point is due).
+  bool skip_steady(uint64_t until_ns, const bool stalled[2], const uint64_t total_ns[2]) noexcept;
+  // The grid point of the last update (the start of the grid before the first one).
+  uint64_t last_update_ns() const noexcept { return last_ns_; }
   uint64_t avg(int state, int window) const noexcept { return avg_[state][window]; }
   // Stall time already reported to the averages.
   uint64_t reported(int state) const noexcept { return reported_[state]; }

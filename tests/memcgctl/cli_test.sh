@@ -15,14 +15,25 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 for f in "$src"/tests/memcgctl/malformed/*.yaml; do
   line=$(sed -n '1s/^# error: \([0-9]*\): .*/\1/p' "$f")
-  cmd=validate
+  cmds="validate run"
   # Knob files are checked against the library when a run starts.
-  grep -q 'no such file in this library' "$f" && cmd=run
-  "$ctl" $cmd "$f" >"$scratch/out" 2>"$scratch/err"
+  grep -q 'no such file in this library' "$f" && cmds=run
+  # validate and run agree: both refuse the file, at the same line, before anything runs.
+  for cmd in $cmds; do
+    timeout 60 "$ctl" $cmd "$f" >"$scratch/out" 2>"$scratch/err"
+    rc=$?
+    [ $rc -eq 2 ] || fail "$cmd $(basename "$f"): exit $rc, expected 2"
+    grep -q "^$f:$line:[0-9]*: " "$scratch/err" || fail "$cmd $(basename "$f"): no '$f:$line:COL:' in: $(cat "$scratch/err")"
+    [ -s "$scratch/out" ] && fail "$cmd $(basename "$f"): malformed scenario printed a report"
+  done
+done
+
+# Input without end: read no further than the size limit, then refused (line 1: no newline).
+for cmd in validate run; do
+  timeout 60 "$ctl" $cmd /dev/zero >"$scratch/out" 2>"$scratch/err"
   rc=$?
-  [ $rc -eq 2 ] || fail "$cmd $(basename "$f"): exit $rc, expected 2"
-  grep -q "^$f:$line:[0-9]*: " "$scratch/err" || fail "$(basename "$f"): no '$f:$line:COL:' in: $(cat "$scratch/err")"
-  [ -s "$scratch/out" ] && fail "$(basename "$f"): malformed scenario printed a report"
+  [ $rc -eq 2 ] || fail "$cmd /dev/zero: exit $rc, expected 2"
+  grep -q "^/dev/zero:1:[0-9]*: the scenario goes on past" "$scratch/err" || fail "$cmd /dev/zero: $(cat "$scratch/err")"
 done
 
 for f in "$src"/examples/*.yaml; do

@@ -3,8 +3,12 @@
 // the value functions the reports use follow their rules.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <regex>
 
 #include "load.hpp"
@@ -120,6 +124,95 @@ TEST(Load, ReportsEveryError) {
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_EQ(errors[0].mark.line, 2);
   EXPECT_EQ(errors[1].mark.line, 3);
+}
+
+// ---- limits: what would run for ever or without bounded memory is refused up front ------------
+
+TEST(Limits, TextPastTheSizeLimitIsRefusedWhereItGoesPast) {
+  std::string text = "steps:\n";
+  while (text.size() <= kMaxScenarioBytes) text += "  - tick: 1s\n";
+  Scenario s;
+  std::vector<Diagnostic> errors;
+  EXPECT_FALSE(load_scenario(text, &s, &errors));
+  ASSERT_EQ(errors.size(), 1u);
+  // The first byte past 1 MiB: line 1 is "steps:", then 13-byte tick lines.
+  const size_t past = kMaxScenarioBytes - 7;
+  EXPECT_EQ(errors[0].mark.line, static_cast<int>(past / 13 + 2)) << errors[0].message;
+  EXPECT_EQ(errors[0].mark.column, static_cast<int>(past % 13 + 1));
+  EXPECT_NE(errors[0].message.find("goes on past 1048576 bytes"), std::string::npos);
+  // Just below the limit the same text loads.
+  text.resize(text.rfind("  - tick", kMaxScenarioBytes - 1));
+  errors.clear();
+  EXPECT_TRUE(load_scenario(text, &s, &errors)) << errors[0].message;
+}
+
+TEST(Limits, EndlessFileIsReadOnlyUpToTheLimit) {
+  // /dev/zero never ends: the loader must stop after the limit (a watchdog turns a hang into a
+  // failure instead of a stuck test).
+  auto loaded = std::async(std::launch::async, [] {
+    Scenario s;
+    std::vector<Diagnostic> errors;
+    const bool ok = load_scenario_file("/dev/zero", &s, &errors);
+    return std::pair(ok, errors);
+  });
+  if (loaded.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    // The reader cannot be stopped, and the future would wait for it: end the test binary.
+    std::fprintf(stderr, "FAIL: reading /dev/zero did not stop within 30 s\n");
+    std::_Exit(1);
+  }
+  const auto [ok, errors] = loaded.get();
+  EXPECT_FALSE(ok);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].mark.line, 1);
+  EXPECT_EQ(errors[0].mark.column, static_cast<int>(kMaxScenarioBytes + 1));
+  EXPECT_EQ(format_diagnostic("/dev/zero", errors[0]).rfind("/dev/zero:1:1048577: ", 0), 0u);
+}
+
+TEST(Limits, GroupsPastTheKernelsIdSpaceAreRefused) {
+  std::string text = "groups:\n";
+  for (size_t i = 0; i <= kMaxGroups; ++i) text += "  g" + std::to_string(i) + ":\n";
+  text += "steps:\n  - tick: 1s\n";
+  Scenario s;
+  std::vector<Diagnostic> errors;
+  EXPECT_FALSE(load_scenario(text, &s, &errors));
+  ASSERT_FALSE(errors.empty());
+  EXPECT_EQ(errors[0].mark.line, static_cast<int>(kMaxGroups + 2));  // the 65535th group
+  EXPECT_NE(errors[0].message.find("more than 65534 groups"), std::string::npos)
+      << errors[0].message;
+}
+
+TEST(Limits, StepSizesAndTicksAtTheLimitLoad) {
+  Scenario s;
+  std::vector<Diagnostic> errors;
+  // 2^24 units of 4K is 64G: allowed; so are ticks adding up to exactly 100 years.
+  EXPECT_TRUE(load_scenario(R"(
+groups:
+  A: {}
+steps:
+  - member: { name: m, group: A }
+  - charge: { member: m, size: 64G }
+  - release: { member: m, size: max }
+  - cache: { name: c, group: A, grow: 64G }
+  - cache: { name: c, shrink: max }
+  - tick: 1576800000s
+  - tick: 1576800000s
+)",
+                            &s, &errors))
+      << errors[0].message;
+  errors.clear();
+  EXPECT_FALSE(load_scenario(R"(
+groups:
+  A: {}
+steps:
+  - member: { name: m, group: A }
+  - charge: { member: m, size: 68719476737 }
+  - tick: 1576800000s
+  - tick: 1576800001s
+)",
+                             &s, &errors));
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0].mark.line, 6);
+  EXPECT_EQ(errors[1].mark.line, 8);
 }
 
 TEST(Values, CloseToIsTheSelftestRule) {

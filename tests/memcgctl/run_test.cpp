@@ -251,5 +251,38 @@ steps:
   EXPECT_NE(text_report(r).find("line 7: note: cache c grew"), std::string::npos);
 }
 
+// Samples for the plot are bounded: groups x steps beyond kMaxPlotValues are thinned (every
+// 2^k-th step kept, the first and the last always), and a run without a plot keeps none.
+TEST(Run, PlotSamplesStayWithinTheirBudget) {
+  constexpr size_t kGroups = 600, kSteps = 500;  // 300 600 group samples if every step were kept
+  std::string text = "groups:\n";
+  for (size_t i = 0; i < kGroups; ++i) text += "  g" + std::to_string(i) + ": {}\n";
+  text += "steps:\n  - member: { name: m, group: g7 }\n";
+  for (size_t i = 1; i < kSteps; ++i)
+    text += i % 100 == 0 ? "  - charge: { member: m, size: 1M }\n" : "  - tick: 1s\n";
+  const Scenario s = load_or_die(text);
+  ASSERT_EQ(s.steps.size(), kSteps);
+
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_LE(r.samples.size() * kGroups, kMaxPlotValues + kGroups);
+  EXPECT_GT(r.samples.size(), kMaxPlotValues / kGroups / 2);  // thinned by half, not more
+  ASSERT_GE(r.samples.size(), 2u);
+  EXPECT_EQ(r.samples.front().step, 0u);
+  EXPECT_EQ(r.samples.back().step, kSteps);
+  for (size_t i = 1; i < r.samples.size(); ++i) EXPECT_LT(r.samples[i - 1].step, r.samples[i].step);
+  // What was charged still shows in the last sample; the plot is still a plot.
+  EXPECT_EQ(r.samples.back().groups[7].current, 4u << 20);
+  std::string why;
+  EXPECT_TRUE(well_formed_xml(svg_plot(s, r), &why)) << why;
+
+  RunOptions no_plot;
+  no_plot.sample = false;
+  const RunResult q = run_scenario(s, no_plot);
+  EXPECT_TRUE(q.samples.empty());
+  EXPECT_EQ(text_report(q), text_report(r));
+  EXPECT_EQ(json_report(s, q), json_report(s, r));
+}
+
 }  // namespace
 }  // namespace memcgctl

@@ -7,7 +7,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <tuple>
 
 #include "memcg/errors.hpp"
@@ -222,6 +221,30 @@ class Loader {
     return true;
   }
 
+  // A size that a step charges unit by unit: at most kMaxStepUnits units of the scenario's unit.
+  bool step_size(const YAML::Node& n, const std::string& what, uint64_t* bytes) {
+    if (!size(n, what, bytes)) return false;
+    const uint64_t unit = uint64_t{1} << unit_shift_;
+    if (*bytes / unit + (*bytes % unit != 0) > kMaxStepUnits) {
+      error(n, what + ": `" + n.Scalar() + "` is more than one step may charge: at most " +
+                   std::to_string(kMaxStepUnits) + " units (" +
+                   size_text(kMaxStepUnits << unit_shift_) + " at this unit)");
+      return false;
+    }
+    return true;
+  }
+
+  // "64G": the shortest exact spelling with a binary suffix (values.hpp's human_size).
+  static std::string size_text(uint64_t bytes) {
+    static constexpr char kSuffix[] = "KMGTPE";
+    int i = -1;
+    while (bytes != 0 && (bytes & 1023) == 0 && i < 5) {
+      bytes >>= 10;
+      ++i;
+    }
+    return std::to_string(bytes) + (i < 0 ? "" : std::string(1, kSuffix[i]));
+  }
+
   bool boolean(const YAML::Node& n, const std::string& what, bool* out) {
     std::string s;
     if (!scalar(n, what, &s)) return false;
@@ -300,6 +323,11 @@ class Loader {
         error(k,
               "groups: `" + path + "` is not a group path (names of [A-Za-z0-9_.-] joined by /)");
         continue;
+      }
+      if (out->groups.size() >= kMaxGroups) {
+        error(k, "groups: more than " + std::to_string(kMaxGroups) +
+                     " groups (with the root, the kernel's limit of 65535 memory cgroups)");
+        return;
       }
       const std::string parent = parent_of(path);
       if (!known_group(parent)) {
@@ -517,7 +545,7 @@ class Loader {
     }
     if (const YAML::Node* n = find(e, "grow")) {
       c.op = CacheStep::Op::kGrow;
-      ok = size(*n, "cache grow", &c.bytes) && ok;
+      ok = step_size(*n, "cache grow", &c.bytes) && ok;
       if (existing == caches_.end()) {
         if (c.group.empty() && !find(e, "group")) {
           error(v, "cache " + c.name + ": a new cache needs a `group`");
@@ -582,7 +610,7 @@ class Loader {
     ChargeStep c;
     bool ok = member_ref(v, e, "charge", &c.member);
     if (const YAML::Node* n = find(e, "size")) {
-      ok = size(*n, "charge size", &c.bytes) && ok;
+      ok = step_size(*n, "charge size", &c.bytes) && ok;
     } else {
       error(v, "charge: missing `size`");
       ok = false;
@@ -691,6 +719,13 @@ class Loader {
                    (err == ERANGE ? ": too long" : ""));
       return false;
     }
+    if (t.ns > kMaxVirtualNs - virtual_ns_) {
+      error(v, "tick: `" + s + "` takes the virtual clock past " +
+                   std::to_string(kMaxVirtualNs / 1'000'000'000) +
+                   " s (100 years), the most a scenario may run");
+      return false;
+    }
+    virtual_ns_ += t.ns;
     step->body = t;
     return true;
   }
@@ -761,6 +796,17 @@ class Loader {
         ok = false;
       }
     }
+    if (ok) {
+      const uint64_t files = p.group == "all" ? online_.size() : 1;
+      if (files > kMaxPrintedFiles - printed_files_) {
+        error(*find(e, "group"), "print: the prints of this scenario add up to more than " +
+                                     std::to_string(kMaxPrintedFiles) +
+                                     " group files (`all` counts every online group)");
+        ok = false;
+      } else {
+        printed_files_ += files;
+      }
+    }
     step->body = std::move(p);
     return ok;
   }
@@ -786,6 +832,8 @@ class Loader {
 
   std::vector<Diagnostic>* errors_;
   unsigned unit_shift_ = 12;
+  uint64_t virtual_ns_ = 0;                     // ticks so far (kMaxVirtualNs)
+  uint64_t printed_files_ = 0;                  // group files printed so far (kMaxPrintedFiles)
   std::set<std::string> online_;                // groups that exist at the step being read
   std::set<std::string> declared_;              // every group ever declared
   std::map<std::string, std::string> caches_;   // name → group
@@ -795,7 +843,30 @@ class Loader {
 
 }  // namespace
 
+namespace {
+
+// Where text longer than kMaxScenarioBytes goes on past the limit: the line and column of its
+// first byte beyond it.
+Mark mark_past_limit(std::string_view text) {
+  const std::string_view head = text.substr(0, kMaxScenarioBytes);
+  const size_t last_nl = head.rfind('\n');
+  const auto lines = std::count(head.begin(), head.end(), '\n');
+  const size_t column = last_nl == std::string_view::npos ? head.size() : head.size() - last_nl - 1;
+  return {static_cast<int>(lines) + 1, static_cast<int>(column) + 1};
+}
+
+Diagnostic too_large(std::string_view text) {
+  return {mark_past_limit(text), "the scenario goes on past " + std::to_string(kMaxScenarioBytes) +
+                                     " bytes (1 MiB), the most a scenario may be"};
+}
+
+}  // namespace
+
 bool load_scenario(std::string_view text, Scenario* out, std::vector<Diagnostic>* errors) {
+  if (text.size() > kMaxScenarioBytes) {
+    errors->push_back(too_large(text));
+    return false;
+  }
   Scenario s;
   const size_t before = errors->size();
   std::vector<Diagnostic> found;
@@ -819,9 +890,21 @@ bool load_scenario_file(const std::string& path, Scenario* out, std::vector<Diag
     errors->push_back({{}, "cannot open the file"});
     return false;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return load_scenario(text.str(), out, errors);
+  // At most one byte past the limit is read: enough to know the file is too large, whatever
+  // it is (a device or a pipe may never end).
+  std::string text;
+  char buf[64 * 1024];
+  while (text.size() <= kMaxScenarioBytes && in) {
+    const size_t want =
+        std::min(sizeof buf, static_cast<size_t>(kMaxScenarioBytes + 1 - text.size()));
+    in.read(buf, static_cast<std::streamsize>(want));
+    text.append(buf, static_cast<size_t>(in.gcount()));
+  }
+  if (in.bad()) {
+    errors->push_back({{}, "cannot read the file"});
+    return false;
+  }
+  return load_scenario(text, out, errors);
 }
 
 std::string format_diagnostic(const std::string& file, const Diagnostic& d) {

@@ -8,9 +8,21 @@
 // (memory.min/low/high/max, memory.swap.high/max, memory.oom.group) are checked with the
 // library's own parsers; the runner checks the others through the file interface before the run.
 //
+// Limits: a scenario must run in bounded time and memory whatever it says, so these are
+// refused up front like any other malformed input (validate and run agree):
+//   - a file (or text) larger than kMaxScenarioBytes; a file is read no further than that, so a
+//     device or pipe that never ends (/dev/zero) is refused, not read for ever;
+//   - more than kMaxGroups groups;
+//   - ticks that add up to more than kMaxVirtualNs of virtual time;
+//   - a `charge` or `grow` step of more than kMaxStepUnits units (`max` included): each unit is
+//     a charge of its own;
+//   - `print` steps that print more than kMaxPrintedFiles group files in all (a `print` of
+//     `all` counts every group online at that step).
+//
 // Depends on memcg's parsers only (no controller), so that it can be fuzzed alone.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +30,23 @@
 #include "scenario.hpp"
 
 namespace memcgctl {
+
+// The largest scenario: 1 MiB. Examples are a few KiB; the YAML parser takes about 150 bytes
+// of memory per byte of input, so this bounds the parse at ~150 MiB.
+inline constexpr uint64_t kMaxScenarioBytes = uint64_t{1} << 20;
+// Groups a scenario may declare: 65 534, which with the root are the 65 535 memory cgroups the
+// kernel's 16-bit ID space allows. Each costs the library a few KiB and the report a few more.
+inline constexpr size_t kMaxGroups = 65534;
+// Virtual time the ticks of a scenario may add up to: 100 years of 365 days. Far below where
+// the library's clock stops (memcg::Clock::kMaxNs, ~292 years), which leaves room for the
+// throttling sleeps that also move virtual time.
+inline constexpr uint64_t kMaxVirtualNs = uint64_t{100} * 365 * 86400 * 1'000'000'000;
+// Units one `charge` or `grow` step may ask for: 2^24 (64G at the default 4K unit), about two
+// seconds of unit-by-unit charging.
+inline constexpr uint64_t kMaxStepUnits = uint64_t{1} << 24;
+// Group files all `print` steps together may print: each is kept for the report (memory.stat
+// alone is a dozen lines).
+inline constexpr uint64_t kMaxPrintedFiles = 65536;
 
 struct Diagnostic {
   Mark mark;  // line 0 when the problem is not at a place in the file (unreadable file)

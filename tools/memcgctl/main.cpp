@@ -41,6 +41,7 @@ int run(const std::string& file, bool json, const std::string& plot) {
   const auto start = Clock::now();
   auto next = start + std::chrono::seconds(1);
   memcgctl::RunOptions opts;
+  opts.sample = !plot.empty();  // the samples serve the plot only
   opts.on_step = [&](size_t i, size_t n, uint64_t now_ns) {
     const auto t = Clock::now();
     if (t < next) return;

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <memory>
@@ -89,6 +90,9 @@ class Runner {
     for (const GroupSpec& g : s_.groups) r_.groups.push_back(g.path);
     if (!preflight()) return std::move(r_);
     if (!create_groups()) return std::move(r_);
+    // Enough rows of samples for kMaxPlotValues, and never fewer than the first, one in the
+    // middle and the last.
+    max_sample_rows_ = std::max<size_t>(3, kMaxPlotValues / std::max<size_t>(1, r_.groups.size()));
     sample(0);
     for (size_t i = 0; i < s_.steps.size(); ++i) {
       StepResult res;
@@ -103,7 +107,7 @@ class Runner {
       if (res.checked) (res.passed ? r_.passed : r_.failed)++;
       if (res.failed) r_.failed++;
       r_.steps.push_back(std::move(res));
-      sample(i + 1);
+      if ((i + 1) % sample_stride_ == 0 || i + 1 == s_.steps.size()) sample(i + 1);
       if (opts_.on_step) opts_.on_step(i + 1, s_.steps.size(), clock_.now_ns());
     }
     collect_final();
@@ -180,6 +184,8 @@ class Runner {
 
   // ---- sampling ---------------------------------------------------------------------------------
   void sample(size_t step) {
+    if (!opts_.sample) return;
+    if (r_.samples.size() >= max_sample_rows_) thin_samples();
     Sample smp;
     smp.step = step;
     smp.time_ns = clock_.now_ns();
@@ -196,6 +202,21 @@ class Runner {
       smp.groups.push_back(gs);
     }
     r_.samples.push_back(std::move(smp));
+  }
+
+  // Halves the samples kept (those of every 2 x stride-th step stay) and the sampling rate from
+  // now on, so that memory stays within kMaxPlotValues however many steps there are. Event
+  // counters only grow, so a marker still shows at the next sample kept.
+  void thin_samples() {
+    sample_stride_ *= 2;
+    std::vector<Sample>& v = r_.samples;
+    size_t kept = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i].step % sample_stride_ != 0) continue;
+      if (kept != i) v[kept] = std::move(v[i]);  // never onto itself: that would empty it
+      ++kept;
+    }
+    v.resize(kept);
   }
 
   // The final files show the end state exactly: statistics still pending in per-CPU counters
@@ -546,6 +567,8 @@ class Runner {
   std::map<std::string, std::unique_ptr<MemberState>> members_;
   std::set<std::string> reported_kills_;
   RunResult r_;
+  size_t max_sample_rows_ = 3;  // samples kept at most (kMaxPlotValues over the groups)
+  size_t sample_stride_ = 1;    // steps sampled: every sample_stride_-th, and the last
 };
 
 }  // namespace

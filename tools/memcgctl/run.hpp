@@ -3,9 +3,11 @@
 // The runner creates a memcg::Controller on a ManualClock with the scenario's options (the
 // library's own reclaim driver and OOM killer act as its policies), creates the groups and writes
 // their knobs through the file interface, then performs the steps in order. `cache` objects are
-// memcg::LruCache, `member` objects memcg::Member. After every step it samples each group's usage,
-// limits and event counters (for the plot). Nothing is faked: a file the library does not have
-// reads as ENOENT, and that is reported as a failure.
+// memcg::LruCache, `member` objects memcg::Member. For the plot, it samples each group's usage,
+// limits and event counters after every step (RunOptions::sample), keeping at most
+// kMaxPlotValues group samples: past that, every other sample is dropped and only every 2nd (4th,
+// ...) step is sampled from then on; the first and the last step are always kept. Nothing is
+// faked: a file the library does not have reads as ENOENT, and that is reported as a failure.
 //
 // Determinism: one thread, pinned to one CPU for the run (so per-CPU stock shards are chosen the
 // same way every time), virtual time only; the same scenario gives the same result.
@@ -22,6 +24,10 @@
 #include "values.hpp"
 
 namespace memcgctl {
+
+// Group samples a run keeps for the plot (about 80 bytes each): a plot is ~650 pixels wide, so
+// even a few hundred samples per group are more than it can show.
+inline constexpr size_t kMaxPlotValues = size_t{1} << 18;
 
 // The events sampled for plot markers, in memory.events order.
 inline constexpr std::array<const char*, 6> kEventNames = {"low", "high",     "max",
@@ -74,14 +80,16 @@ struct RunResult {
   std::vector<StepResult> steps;
   int passed = 0;
   int failed = 0;
-  std::vector<std::string> groups;  // every declared group, in declaration order
-  std::vector<Sample> samples;
+  std::vector<std::string> groups;       // every declared group, in declaration order
+  std::vector<Sample> samples;           // empty unless RunOptions::sample
   std::vector<FinalGroup> final_groups;  // the root and every online group at the end
 };
 
 struct RunOptions {
   // Called after each step (index, total, virtual time), e.g. to show progress.
   std::function<void(size_t, size_t, uint64_t)> on_step;
+  // Sample the groups for the plot (RunResult::samples); only svg_plot() needs them.
+  bool sample = true;
 };
 
 RunResult run_scenario(const Scenario& scenario, const RunOptions& options = {});
