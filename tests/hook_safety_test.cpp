@@ -98,7 +98,10 @@ TEST(HookSafety, StatReadFromAttachedThreadDuringFirstFlush) {
     for (GroupRef& c : children) c->stat_add(StatRegistry::kAnon, 4096, 1);
     KindScope scope(kind);
     ScopedAttach attach(*g);
+    // The read's periodic fold is the first flush (the monotonic clock is past its 2 s period);
+    // flush_stats() would be otherwise.
     err = read_file(*g, "memory.stat", &text);
+    ctl.flush_stats();
   });
   EXPECT_EQ(err, 0);
   EXPECT_NE(text.find("anon "), std::string::npos);
@@ -192,9 +195,9 @@ TEST(HookSafety, ReadsFromAttachedThreadAtMax) {
   GroupRef g;
   ASSERT_EQ(ctl.create("g", &g), 0);
   ASSERT_EQ(ctl.create("g/a"), 0);
-  int stat_err = -1, events_err = -1, lookups = 0;
+  int stat_err = -1, events_err = -1, pressure_err = -1, lookups = 0;
   size_t metrics = 0, names = 0;
-  std::string stat, events;
+  std::string stat, events, pressure;
   stat.reserve(8192);
   events.reserve(8192);
   within(30, "reads at memory.max", [&] {
@@ -204,6 +207,7 @@ TEST(HookSafety, ReadsFromAttachedThreadAtMax) {
     for (int i = 0; i < 50; ++i) lookups += static_cast<bool>(ctl.lookup("/g/a/")) ? 1 : 0;
     stat_err = read_file(*g, "memory.stat", &stat);
     events_err = read_file(*g, "memory.events", &events);
+    pressure_err = read_file(*g, "memory.pressure", &pressure);
     metrics = render_prometheus(ctl).size();
     names = file_names(*g).size();
     ctl.walk(ctl.root(), [](Group&) {});
@@ -211,6 +215,8 @@ TEST(HookSafety, ReadsFromAttachedThreadAtMax) {
   EXPECT_EQ(lookups, 50);
   EXPECT_EQ(stat_err, 0);
   EXPECT_EQ(events_err, 0);
+  EXPECT_EQ(pressure_err, 0);
+  EXPECT_NE(pressure.find("some "), std::string::npos);
   EXPECT_GT(metrics, 0u);
   EXPECT_GT(names, 0u);
   EXPECT_EQ(g->events().get(Event::kOom), 0u);
