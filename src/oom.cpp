@@ -191,8 +191,9 @@ Member::~Member() {
 }
 
 ChargeStatus Member::charge(int64_t units, uint32_t flags) noexcept {
+  // The charge path's range rule (charge.hpp): 0 succeeds with nothing charged, negative fails.
   if (units <= 0) [[unlikely]]
-    return ChargeStatus::kOk;
+    return units == 0 ? ChargeStatus::kOk : ChargeStatus::kNoMem;
   MemberCharge in_progress{this, internal::tl_charging_member_killed, tl_member_charge, {}};
   tl_member_charge = &in_progress;
   internal::tl_charging_member_killed = &killed_;
