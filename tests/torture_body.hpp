@@ -32,7 +32,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <condition_variable>
+#include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -100,12 +103,22 @@ inline constexpr int kMaxThreads = 64;
 struct Progress {
   std::array<std::atomic<const char*>, kMaxThreads> op{};
   std::array<std::atomic<const char*>, kMaxThreads> role{};
-  std::atomic<int> next{0};
+  // A free entry for a new thread (the last one is shared when all are taken).
   int slot(const char* role_name) {
-    const int i = next.fetch_add(1, std::memory_order_relaxed) % kMaxThreads;
-    role[i].store(role_name, std::memory_order_relaxed);
-    op[i].store("start", std::memory_order_relaxed);
-    return i;
+    for (int i = 0; i < kMaxThreads - 1; ++i) {
+      const char* expect = nullptr;
+      if (role[i].compare_exchange_strong(expect, role_name)) {
+        op[i].store("start", std::memory_order_relaxed);
+        return i;
+      }
+    }
+    role[kMaxThreads - 1].store(role_name, std::memory_order_relaxed);
+    return kMaxThreads - 1;
+  }
+  // A short-lived thread gives its entry back when it ends.
+  void release(int i) {
+    op[i].store(nullptr, std::memory_order_relaxed);
+    role[i].store(nullptr, std::memory_order_release);
   }
 };
 
@@ -113,8 +126,8 @@ struct Progress {
 // time plus the grace: a deadlock or a hang becomes a failure instead of a stuck CI job.
 class Watchdog {
  public:
-  Watchdog(const Config& cfg, Progress& progress)
-      : cfg_(cfg), progress_(progress), thread_([this] { run(); }) {}
+  Watchdog(const Config& cfg, Progress& progress, std::function<void()> report)
+      : cfg_(cfg), progress_(progress), report_(std::move(report)), thread_([this] { run(); }) {}
   ~Watchdog() {
     {
       std::lock_guard lock(mu_);
@@ -135,8 +148,8 @@ class Watchdog {
                  "seed=%llu (rerun with MEMCG_TORTURE_SEED=%llu)\n",
                  cfg_.seconds, cfg_.grace, static_cast<unsigned long long>(cfg_.seed),
                  static_cast<unsigned long long>(cfg_.seed));
-    const int n = std::min(progress_.next.load(), kMaxThreads);
-    for (int i = 0; i < n; ++i) {
+    if (report_) report_();
+    for (int i = 0; i < kMaxThreads; ++i) {
       const char* op = progress_.op[i].load();
       if (op == nullptr) continue;
       std::fprintf(stderr, "torture:   thread %2d %-10s last op: %s\n", i,
@@ -148,6 +161,7 @@ class Watchdog {
 
   const Config& cfg_;
   Progress& progress_;
+  std::function<void()> report_;  // prints the operation counts
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -182,12 +196,33 @@ struct Shared {
       listeners{0}, notifications{0}, queries{0}, attaches{0};
 
   bool running() const { return Clock::now() < end; }
+  void print_counts() const;
+
+  // Failures seen on threads that may be attached to a group. Recorded without allocating:
+  // under the hook a gtest message built there would be charged to the group (and refused when
+  // it is full), and would outlive the controller. run() reports them from the main thread.
+  void fail(int line, const char* fmt, ...) __attribute__((format(printf, 3, 4))) {
+    char buf[sizeof(FailureText)];
+    const int n = std::snprintf(buf, sizeof(buf), "torture_body.hpp:%d: ", line);
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf + n, sizeof(buf) - static_cast<size_t>(n), fmt, ap);
+    va_end(ap);
+    std::lock_guard lock(failures_mu);
+    if (nr_failures < failures.size()) std::memcpy(failures[nr_failures].data(), buf, sizeof(buf));
+    ++nr_failures;
+  }
+  using FailureText = std::array<char, 256>;
+  std::mutex failures_mu;
+  std::array<FailureText, 32> failures{};
+  size_t nr_failures = 0;  // guarded by failures_mu
   GroupRef lookup(std::mt19937_64& rng) const {
     return ctl.lookup(kPaths[rng() % kPaths.size()]);
   }
 };
 
 inline thread_local bool tl_is_worker = false;
+
 
 inline int64_t pick(std::mt19937_64& rng, int64_t lo, int64_t hi) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
@@ -215,7 +250,8 @@ inline int random_kind(std::mt19937_64& rng, const Shared& sh) {
 // throws, calls back into the library, blocks briefly, or unregisters itself or another one.
 class Evil final : public Reclaimer {
  public:
-  Evil(Shared& sh, Group& g, uint64_t seed) : sh_(sh), group_(&g), rng_(seed) {}
+  Evil(Shared& sh, Group& g, uint64_t seed)
+      : sh_(sh), group_(&g), rng_(seed), chronic_liar_(rng_() % 5 == 0) {}
   ~Evil() override { release(held_.exchange(0)); }
 
   // Charges `n` more units (the owner's thread).
@@ -245,6 +281,7 @@ class Evil final : public Reclaimer {
   GroupRef group_;
   std::atomic<int64_t> held_{0};
   std::mt19937_64 rng_;  // reclaim() only (never concurrent with itself)
+  const bool chronic_liar_;  // every call claims what it was asked and frees nothing
 };
 
 struct Box {
@@ -273,6 +310,10 @@ inline ReclaimResult Evil::reclaim(int64_t nr, int priority) {
   } in_flight(inflight);
   sh_.reclaims.fetch_add(1, std::memory_order_relaxed);
   const Config& cfg = sh_.cfg;
+  if (chronic_liar_ && cfg.on("lie")) {
+    sh_.lies.fetch_add(1, std::memory_order_relaxed);
+    return {nr, nr};
+  }
   switch (rng_() % 12) {
     case 0:
       if (cfg.on("lie")) {  // claims exactly what it was asked, frees nothing
@@ -305,7 +346,8 @@ inline ReclaimResult Evil::reclaim(int64_t nr, int priority) {
     case 5:
       if (cfg.on("callback")) {  // reads files and charges from inside reclaim (forced)
         std::string s;
-        EXPECT_EQ(read_file(*group_, "memory.stat", &s), 0);
+        if (const int rc = read_file(*group_, "memory.stat", &s); rc != 0)
+          sh_.fail(__LINE__, "memory.stat read from inside reclaim(): rc=%d", rc);
         (void)read_file(*group_, "memory.current", &s);
         if (charged(try_charge(*group_, 1, kDefaultCharge, StatRegistry::kKernel)))
           uncharge(*group_, 1, StatRegistry::kKernel);
@@ -387,8 +429,8 @@ inline void query_worker(Shared& sh, std::weak_ptr<Query> wq, GroupRef g, uint64
     op = "oneshot charge";
     const int64_t n = pick(rng, 1, 256);
     if (charged(try_charge(*g, n, 0))) uncharge(*g, n);
-    op = "oneshot exit";
     q.reset();
+    sh.progress.release(me);
     return;
   }
   try {
@@ -428,8 +470,8 @@ inline void query_worker(Shared& sh, std::weak_ptr<Query> wq, GroupRef g, uint64
   } catch (const std::exception&) {
     // The group went offline before the member joined it.
   }
-  op = "query exit";
   q.reset();
+  sh.progress.release(me);
 }
 
 // ---- the charger ---------------------------------------------------------------------------------
@@ -518,7 +560,14 @@ inline void charger(Shared& sh, int id) {
   };
 
   while (sh.running()) {
-    GroupRef g = sh.lookup(rng);
+    GroupRef g;
+    try {
+      op = "lookup";
+      g = sh.lookup(rng);
+    } catch (const std::bad_alloc&) {
+      // Under the hook: lookup returns nothing allocated, so nothing of it may be charged.
+      sh.fail(__LINE__, "Controller::lookup threw std::bad_alloc on a thread attached to a full group");
+    }
     if (!g) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
@@ -797,11 +846,11 @@ inline void charger(Shared& sh, int id) {
         op = "huge charge";
         // An accepted one is reverted at once, so that the final accounting still means something.
         if (charged(try_charge(*g, INT64_MAX, kNoFail))) {
-          ADD_FAILURE() << "try_charge(INT64_MAX, kNoFail) was accepted; seed=" << cfg.seed;
+          sh.fail(__LINE__, "try_charge(INT64_MAX, kNoFail) was accepted");
           uncharge_direct(*g, INT64_MAX);
         }
         if (charged(try_charge_bytes(*g, UINT64_MAX, kNoFail))) {
-          ADD_FAILURE() << "try_charge_bytes(UINT64_MAX, kNoFail) was accepted; seed=" << cfg.seed;
+          sh.fail(__LINE__, "try_charge_bytes(UINT64_MAX, kNoFail) was accepted");
           uncharge_direct(*g, ctl.to_units_ceil(UINT64_MAX));
         }
         break;
@@ -824,20 +873,24 @@ inline void charger(Shared& sh, int id) {
         break;
       case 17:  // hook: library calls from an attached (possibly full) thread
         if (!cfg.hook || !cfg.on("hookcalls")) break;
-        try {
+        try {  // what these return is the caller's memory: a refusal is a fair answer
           std::string s;
           op = "hook read memory.stat";
           (void)read_file(*g, "memory.stat", &s);
+          op = "hook prometheus";
+          if (chance(rng, 10)) (void)render_prometheus(ctl);
+        } catch (const std::bad_alloc&) {
+          sh.refused.fetch_add(1, std::memory_order_relaxed);
+        }
+        try {  // these return nothing allocated: none of their memory may be refused
           op = "hook lookup";
           (void)ctl.lookup(kPaths[rng() % kPaths.size()]);
           op = "hook create";
           (void)ctl.create(kPaths[rng() % kPaths.size()]);
           op = "hook remove";
           (void)ctl.remove(kPaths[rng() % kPaths.size()]);
-          op = "hook prometheus";
-          if (chance(rng, 10)) (void)render_prometheus(ctl);
         } catch (const std::bad_alloc&) {
-          sh.refused.fetch_add(1, std::memory_order_relaxed);
+          sh.fail(__LINE__, "%s threw std::bad_alloc on an attached thread", op.load());
         }
         break;
       default: {  // releases, so that the population stays bounded
@@ -891,7 +944,7 @@ inline void tree_mutator(Shared& sh) {
         op = "create";
         GroupRef g;
         const int rc = ctl.create(path, &g);
-        EXPECT_TRUE(rc == 0 || rc == EEXIST || rc == ENOENT) << path << " rc=" << rc;
+        if (rc != 0 && rc != EEXIST && rc != ENOENT) sh.fail(__LINE__, "create(%s): rc=%d", path, rc);
         if (rc == 0) {
           sh.creates.fetch_add(1, std::memory_order_relaxed);
           g->set_oom_group(chance(rng, 30));
@@ -899,22 +952,23 @@ inline void tree_mutator(Shared& sh) {
       } else if (chance(rng, 70)) {
         op = "remove(path)";
         const int rc = ctl.remove(path);
-        EXPECT_TRUE(rc == 0 || rc == EBUSY || rc == ENOENT) << path << " rc=" << rc;
+        if (rc != 0 && rc != EBUSY && rc != ENOENT) sh.fail(__LINE__, "remove(%s): rc=%d", path, rc);
         if (rc == 0) sh.removes.fetch_add(1, std::memory_order_relaxed);
       } else if (GroupRef g = ctl.lookup(path)) {
         op = "remove(group)";
         const int rc = ctl.remove(*g);
-        EXPECT_TRUE(rc == 0 || rc == EBUSY || rc == ENOENT) << path << " rc=" << rc;
+        if (rc != 0 && rc != EBUSY && rc != ENOENT) sh.fail(__LINE__, "remove(%s): rc=%d", path, rc);
         if (rc == 0) sh.removes.fetch_add(1, std::memory_order_relaxed);
       } else {
         op = "invalid paths";
         for (const char* bad : {"", "/", "t0//a", "../x", "bad name", "t0/./a", "t0/a b"})
-          EXPECT_NE(ctl.create(bad), 0) << "create(\"" << bad << "\") accepted";
-        EXPECT_EQ(ctl.remove(ctl.root()), EINVAL);
-        EXPECT_EQ(ctl.remove("/"), EINVAL);
+          if (ctl.create(bad) == 0) sh.fail(__LINE__, "create(\"%s\") accepted", bad);
+        if (const int rc = ctl.remove(ctl.root()); rc != EINVAL)
+          sh.fail(__LINE__, "remove(root): rc=%d", rc);
+        if (const int rc = ctl.remove("/"); rc != EINVAL) sh.fail(__LINE__, "remove(\"/\"): rc=%d", rc);
       }
     } catch (const std::bad_alloc&) {
-      // Hook: the attached group is full.
+      sh.fail(__LINE__, "%s threw std::bad_alloc on an attached thread", op.load());
     }
     attach.reset();
     std::this_thread::sleep_for(std::chrono::microseconds(pick(rng, 20, 400)));
@@ -1275,34 +1329,8 @@ inline void expect_empty(Controller& ctl, Group& g, const Config& cfg) {
   }
 }
 
-inline void run(const Config& cfg) {
-  std::printf("torture: seed=%llu seconds=%.1f chargers=%d grace=%.0f hook=%d skip=%s\n",
-              static_cast<unsigned long long>(cfg.seed), cfg.seconds, cfg.chargers, cfg.grace,
-              cfg.hook ? 1 : 0, cfg.skip.c_str());
-  std::fflush(stdout);
-  SCOPED_TRACE("rerun with MEMCG_TORTURE_SEED=" + std::to_string(cfg.seed));
-  Options options;
-  options.stat_kinds = {"torture_kind"};
-  Controller ctl(options);
-  Shared sh(cfg, ctl);
-  sh.app_kind = ctl.stat_index("torture_kind");
-  ASSERT_GE(sh.app_kind, 0);
-  Watchdog watchdog(cfg, sh.progress);
-  for (const char* p : kPaths) ASSERT_EQ(ctl.create(p), 0) << p;
-
-  {
-    std::vector<std::thread> threads;
-    for (int i = 0; i < cfg.chargers; ++i) threads.emplace_back(charger, std::ref(sh), i);
-    threads.emplace_back(tree_mutator, std::ref(sh));
-    threads.emplace_back(knob_writer, std::ref(sh));
-    threads.emplace_back(reader, std::ref(sh));
-    threads.emplace_back(listener_churn, std::ref(sh));
-    for (auto& t : threads) t.join();
-  }
-  {
-    std::lock_guard lock(sh.boxes_mu);
-    for (auto& b : sh.boxes) b.reset();
-  }
+inline void Shared::print_counts() const {
+  const Shared& sh = *this;
   std::printf(
       "torture: charges=%llu refused=%llu kills=%llu reclaimer-calls=%llu lies=%llu throws=%llu "
       "unregisters=%llu creates=%llu removes=%llu knob-writes=%llu refused-writes=%llu "
@@ -1315,7 +1343,11 @@ inline void run(const Config& cfg) {
       (unsigned long long)sh.reads, (unsigned long long)sh.listeners,
       (unsigned long long)sh.notifications, (unsigned long long)sh.queries,
       (unsigned long long)sh.attaches);
+  std::fflush(stdout);
+}
 
+// Everything was released: checks that the books balance.
+inline void finish_run(const Config& cfg, Controller& ctl) {
   // Everything was released: after a drain every counter and statistic is exactly 0.
   drain(ctl);
   std::vector<GroupRef> all;
@@ -1348,6 +1380,43 @@ inline void run(const Config& cfg) {
     std::printf("torture: FAILED with seed=%llu (MEMCG_TORTURE_SEED=%llu)\n",
                 static_cast<unsigned long long>(cfg.seed),
                 static_cast<unsigned long long>(cfg.seed));
+}
+
+
+inline void run(const Config& cfg) {
+  std::printf("torture: seed=%llu seconds=%.1f chargers=%d grace=%.0f hook=%d skip=%s\n",
+              static_cast<unsigned long long>(cfg.seed), cfg.seconds, cfg.chargers, cfg.grace,
+              cfg.hook ? 1 : 0, cfg.skip.c_str());
+  std::fflush(stdout);
+  SCOPED_TRACE("rerun with MEMCG_TORTURE_SEED=" + std::to_string(cfg.seed));
+  Options options;
+  options.stat_kinds = {"torture_kind"};
+  Controller ctl(options);
+  Shared sh(cfg, ctl);
+  sh.app_kind = ctl.stat_index("torture_kind");
+  ASSERT_GE(sh.app_kind, 0);
+  Watchdog watchdog(cfg, sh.progress, [&sh] { sh.print_counts(); });
+  for (const char* p : kPaths) ASSERT_EQ(ctl.create(p), 0) << p;
+
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < cfg.chargers; ++i) threads.emplace_back(charger, std::ref(sh), i);
+    threads.emplace_back(tree_mutator, std::ref(sh));
+    threads.emplace_back(knob_writer, std::ref(sh));
+    threads.emplace_back(reader, std::ref(sh));
+    threads.emplace_back(listener_churn, std::ref(sh));
+    for (auto& t : threads) t.join();
+  }
+  for (size_t i = 0; i < std::min(sh.nr_failures, sh.failures.size()); ++i)
+    ADD_FAILURE() << sh.failures[i].data();
+  if (sh.nr_failures > sh.failures.size())
+    ADD_FAILURE() << "... and " << sh.nr_failures - sh.failures.size() << " more such failures";
+  {
+    std::lock_guard lock(sh.boxes_mu);
+    for (auto& b : sh.boxes) b.reset();
+  }
+  sh.print_counts();
+  finish_run(cfg, ctl);  // under the watchdog too: drains and removals may hang
 }
 
 }  // namespace memcg::torture
