@@ -763,7 +763,8 @@ inline void charger(Shared& sh, int id) {
           LruCache& c = *caches[rng() % caches.size()];
           if (chance(rng, 60)) {
             op = "LruCache::grow";
-            c.grow(pick(rng, 1, 64), random_flags(rng));
+            // One charge per unit, each may be throttled above memory.high: keep it short.
+            c.grow(pick(rng, 1, 16), random_flags(rng));
           } else if (chance(rng, 70)) {
             op = "LruCache::shrink";
             c.shrink(pick(rng, 1, 64));
@@ -1075,6 +1076,17 @@ inline void knob_writer(Shared& sh) {
         break;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(pick(rng, 50, 1000)));
+  }
+  // The last limits written stay: lift them, so that the chargers' last operations are not
+  // throttled for seconds after the run (the watchdog would take that for a hang).
+  op = "lift limits";
+  std::vector<GroupRef> all;  // dying groups too: members and handles may still charge them
+  sh.ctl.walk(sh.ctl.root(), [&](Group& g) {
+    if (GroupRef r = GroupRef::try_acquire(&g); r && !g.is_root()) all.push_back(std::move(r));
+  });
+  for (GroupRef& g : all) {
+    g->set_high(kUnlimited);
+    g->set_max(kUnlimited);
   }
   op = "done";
 }
