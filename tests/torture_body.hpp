@@ -19,8 +19,9 @@
 //                          and aborts (default 60)
 //   MEMCG_TORTURE_SKIP     comma-separated features to leave out, for exploring one failure at a
 //                          time: lie, bigreport, throw, block, callback, unregister, killthrow,
-//                          killdestroy, killjoin, query, huge, members, lru, evil, attach,
-//                          listeners, knobs, tree, reads, reclaimfile, hookalloc, hookcalls
+//                          killdestroy, killjoin, query, huge, badkind, members, lru, evil,
+//                          attach, listeners, knobs, tree, reads, reclaimfile, hookalloc,
+//                          hookcalls
 #pragma once
 
 #include <gtest/gtest.h>
@@ -32,6 +33,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <functional>
 #include <condition_variable>
@@ -577,7 +579,7 @@ inline void charger(Shared& sh, int id) {
     // Under the hook any allocation of an attached thread may be refused; bookkeeping is
     // reserved, so a refusal never loses track of a charge.
     try {
-    switch (rng() % 20) {
+    switch (rng() % 21) {
       case 0:
       case 1:  // units
         if (units.size() < kCap) {
@@ -853,6 +855,24 @@ inline void charger(Shared& sh, int id) {
         if (charged(try_charge_bytes(*g, UINT64_MAX, kNoFail))) {
           sh.fail(__LINE__, "try_charge_bytes(UINT64_MAX, kNoFail) was accepted");
           uncharge_direct(*g, ctl.to_units_ceil(UINT64_MAX));
+        }
+        break;
+      case 18:  // stat kinds out of range: refused, or charged and uncharged symmetrically
+        if (!cfg.on("badkind")) break;
+        {
+          const int bad_kinds[] = {-2, static_cast<int>(ctl.stats().size()), ObjStock::kMaxKinds,
+                                   10000, INT32_MAX, INT32_MIN};
+          const int bad = bad_kinds[rng() % std::size(bad_kinds)];
+          op = "bad kind: try_charge";
+          if (charged(try_charge(*g, 1, flags, bad))) uncharge(*g, 1, bad);
+          op = "bad kind: object";
+          if (charged(try_charge_object(*g, 100, flags, bad))) uncharge_object(*g, 100, bad);
+          op = "bad kind: bytes";
+          if (charged(try_charge_bytes(*g, 5000, flags, bad))) uncharge_bytes(*g, 5000, bad);
+          op = "bad kind: pmr";
+          MemoryResource mr(*g, MemoryResourceOptions{bad, flags});
+          std::pmr::vector<char> v(&mr);
+          v.resize(static_cast<size_t>(pick(rng, 1, 9000)));
         }
         break;
       case 16:  // hook: plain allocations while attached
