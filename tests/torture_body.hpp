@@ -154,8 +154,8 @@ class Watchdog {
     for (int i = 0; i < kMaxThreads; ++i) {
       const char* op = progress_.op[i].load();
       if (op == nullptr) continue;
-      std::fprintf(stderr, "torture:   thread %2d %-10s last op: %s\n", i,
-                   progress_.role[i].load(), op);
+      const char* role = progress_.role[i].load();
+      std::fprintf(stderr, "torture:   thread %2d %-10s last op: %s\n", i, role ? role : "?", op);
     }
     std::fflush(stderr);
     std::abort();
