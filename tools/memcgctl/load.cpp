@@ -234,7 +234,8 @@ class Loader {
     return true;
   }
 
-  // "64G": the shortest exact spelling with a binary suffix (values.hpp's human_size).
+  // "64G": the shortest exact spelling with a binary suffix, as values.hpp's human_size (not
+  // called: this file links alone into the scenario fuzzer).
   static std::string size_text(uint64_t bytes) {
     static constexpr char kSuffix[] = "KMGTPE";
     int i = -1;
