@@ -164,24 +164,15 @@ Member::~Member() {
       auto& v = g.members_;
       v.erase(std::remove(v.begin(), v.end(), this), v.end());
     }
-    // Kills in progress forget this member; one whose callback for it runs on another thread is
-    // waited for (the callback may use its Member& until it returns). On this thread the
-    // callback is further up the stack: no wait, the killer just no longer touches the member.
-    const std::thread::id me = std::this_thread::get_id();
-    for (;;) {
-      bool busy = false;
-      for (KillBatch* b = state.batches; b; b = b->next) {
-        if (b->waiting_for == this) b->waiting_for = nullptr;
-        for (KillEntry& e : b->entries) {
-          if (e.member != this) continue;
-          if (e.running && b->owner != me)
-            busy = true;
-          else
-            e.member = nullptr;
-        }
-      }
-      if (!busy) break;
-      state.cv.wait(oom);
+    // Kills in progress forget this member, also one whose callback for it is running: the
+    // callback was moved out of the member, and the killer touches nothing of the member after
+    // the callback returns. No wait here: a callback that cancels the member's query and joins
+    // the worker that destroys the member is the usual way to kill one (and would deadlock
+    // against a wait). The callback must not use its Member& once it let the member go.
+    for (KillBatch* b = state.batches; b; b = b->next) {
+      if (b->waiting_for == this) b->waiting_for = nullptr;
+      for (KillEntry& e : b->entries)
+        if (e.member == this) e.member = nullptr;
     }
     // Under the OOM lock, so that a killer sees the member and its memory go together.
     uncharge_direct(g, charged_.exchange(0, std::memory_order_relaxed));
@@ -439,7 +430,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         }
       }
       lock.unlock();
-      state.cv.notify_all();  // a ~Member may wait for this callback
+      state.cv.notify_all();  // killers waiting for this victim look again
       if (ok) e.group->raise(Event::kOomKill);
       if (i == 0 && group_killed) group_killed->raise(Event::kOomGroupKill);
       lock.lock();

@@ -228,33 +228,33 @@ TEST(OomCallbacks, NoFailChargeOfAMemberDestroyedWithItsGroup) {
   EXPECT_EQ(s.usage(parent), 0);
 }
 
-// ~Member waits while its callback runs on another thread: the callback may use its Member&.
-TEST(OomCallbacks, DestructionWaitsForTheCallbackRunningOnAnotherThread) {
-  Watchdog dog("member destruction during its callback");
+// The usual kill: the callback cancels the victim's query and joins its worker, whose teardown
+// destroys the victim's own Member while the callback still runs on the charging thread. Nothing
+// may wait for the callback there (a deadlock), and the killer must not touch the destroyed
+// member afterwards (ASan).
+TEST(OomCallbacks, MayJoinAWorkerThatDestroysTheVictim) {
+  Watchdog dog("kill callback joining the worker that destroys the victim");
   Sim s;
-  GroupRef d = s.make("d");
+  GroupRef d = s.make("d"), q = s.make("d/q");
   d->set_max(uint64_t{2} << 20);
-  std::atomic<bool> in_callback{false}, callback_done{false}, destroyed{false};
-  auto victim = std::make_unique<Member>(*d, "victim", [&](Member& m) {
-    in_callback.store(true);
-    std::this_thread::sleep_for(100ms);
-    EXPECT_FALSE(destroyed.load());
-    EXPECT_EQ(m.name(), "victim");
-    release_all(m);
-    callback_done.store(true);
+  std::atomic<bool> cancel{false};
+  std::unique_ptr<Member> victim;
+  std::thread worker;
+  victim = std::make_unique<Member>(*q, "victim", [&](Member&) {
+    cancel.store(true);
+    worker.join();  // the worker destroys the member this callback was called for
   });
   ASSERT_TRUE(charge_units(*victim, kMiB + kMiB / 2));
-  std::thread destroyer([&] {
-    while (!in_callback.load()) std::this_thread::sleep_for(1ms);
-    victim.reset();
-    EXPECT_TRUE(callback_done.load());
-    destroyed.store(true);
+  worker = std::thread([&] {
+    while (!cancel.load()) std::this_thread::sleep_for(1ms);
+    victim.reset();  // the query's teardown: its memory goes back with its member
   });
   Member charger(*d, "charger", release_all, Member::kImmune);
   EXPECT_TRUE(charge_units(charger, kMiB));
-  destroyer.join();
-  EXPECT_TRUE(destroyed.load());
+  EXPECT_TRUE(victim == nullptr);
+  EXPECT_EQ(q->events_local().get(Event::kOomKill), 1u);
   EXPECT_EQ(s.usage(d), kMiB);
+  EXPECT_EQ(OomKiller::last_report(s.ctl).victim, "victim");
 }
 
 // An oom_kill listener may wait for a thread that uses the OOM killer (here: its report). It

@@ -870,9 +870,14 @@ inline void charger(Shared& sh, int id) {
           op = "bad kind: bytes";
           if (charged(try_charge_bytes(*g, 5000, flags, bad))) uncharge_bytes(*g, 5000, bad);
           op = "bad kind: pmr";
-          MemoryResource mr(*g, MemoryResourceOptions{bad, flags});
-          std::pmr::vector<char> v(&mr);
-          v.resize(static_cast<size_t>(pick(rng, 1, 9000)));
+          // A resource is configured once: a kind the controller does not have is refused there.
+          bool refused_kind = false;
+          try {
+            MemoryResource mr(*g, MemoryResourceOptions{bad, flags});
+          } catch (const std::invalid_argument&) {
+            refused_kind = true;
+          }
+          if (!refused_kind) sh.fail(__LINE__, "MemoryResource accepted stat kind %d", bad);
         }
         break;
       case 16:  // hook: plain allocations while attached
