@@ -26,10 +26,10 @@
 // Kill callbacks run without any library lock held, on the thread that ran the OOM killer (the
 // charging thread, or the writer of memory.max), at most once per kill. A callback may charge,
 // uncharge, read files, and destroy its own member or any other (a member of the same oom.group
-// destroyed before its turn is skipped). ~Member waits while the member's callback runs on
-// another thread, so a callback may use its Member& until it returns; consequently a callback
-// must not wait for another thread that destroys the member being killed (destroy it on the
-// callback's own thread, or return and let the release finish asynchronously). A callback that
+// destroyed before its turn is skipped), also by waiting for another thread that destroys it
+// (cancel the victim's query and join its worker): ~Member never waits for a callback, and the
+// killer touches nothing of a member destroyed meanwhile. Once the member is gone the callback
+// must not use the Member& it was given. A callback that
 // throws makes that kill fail: the member is not marked killed, no oom_kill event is raised, the
 // failure is listed in the OomReport and the next candidate is chosen. What a callback allocates
 // is not charged by the global operator new hook (hook.hpp); what it charges explicitly is.
