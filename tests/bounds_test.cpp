@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "watchdog.hpp"
 #include "memcg/charge.hpp"
 #include "memcg/clock.hpp"
 #include "memcg/controller.hpp"
@@ -29,38 +30,13 @@
 namespace memcg {
 namespace {
 
+using testing::Watchdog;
+
 constexpr uint64_t kSec = 1'000'000'000;
 constexpr uint64_t kFull = 100 * internal::PsiAverages::kFixed1;  // 100.00 %
 constexpr uint64_t kEndOfTime = INT64_MAX;                        // Clock::kMaxNs
 constexpr uint64_t kMaxObjectBytes = uint64_t{1} << 60;           // ObjStock::kMaxBytes
 
-// Aborts the test binary when the scope is not left within `limit`: a hang becomes a failure.
-class Watchdog {
- public:
-  Watchdog(std::chrono::seconds limit, const char* what)
-      : thread_([this, limit, what] {
-          std::unique_lock lock(mu_);
-          if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "watchdog: %s did not finish within %lld s\n", what,
-                         static_cast<long long>(limit.count()));
-            std::abort();
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 struct Tree : testing::ManualController {
   Tree() : ManualController(0) {
@@ -283,7 +259,7 @@ TEST(Bounds, ManualClockSaturatesInsteadOfWrapping) {
 // A stall in progress while the clock jumps by ~2^63 ns: the old code folded the 4.6e9 periods
 // one at a time.
 TEST(Bounds, PsiCatchesUpOverAHugeJumpWhileStalled) {
-  Watchdog dog(std::chrono::seconds(60), "a PSI read after a 2^63 ns jump");
+  Watchdog dog("a PSI read after a 2^63 ns jump", std::chrono::seconds(60));
   Tree t;
   Group& a = *t.a;
   t.clock.advance(kSec);
@@ -317,7 +293,7 @@ class SetClock final : public Clock {
 // An idle group and a clock at its very end: the old code wrapped the averaging grid there and
 // never left its loop (with a ManualClock advanced to UINT64_MAX, or any clock that reads it).
 TEST(Bounds, PsiReadAtTheEndOfTimeReturns) {
-  Watchdog dog(std::chrono::seconds(60), "a PSI read at the end of time");
+  Watchdog dog("a PSI read at the end of time", std::chrono::seconds(60));
   Tree t;
   Group& a = *t.a;
   {
@@ -350,7 +326,7 @@ TEST(Bounds, PsiReadAtTheEndOfTimeReturns) {
 // The skip over converged periods gives exactly what period-by-period folding gives: one
 // controller is read at every grid point, the other once at the end, with the same stall.
 TEST(Bounds, PsiSkipMatchesPeriodByPeriod) {
-  Watchdog dog(std::chrono::seconds(120), "PSI period-by-period comparison");
+  Watchdog dog("PSI period-by-period comparison", std::chrono::seconds(120));
   Tree stepped, jumped;
   constexpr uint64_t kPeriods = 3000;  // past the ~1800 the 300 s average needs to converge
   std::mutex mu;

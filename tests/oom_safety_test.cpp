@@ -2,6 +2,7 @@
 // locks (they may destroy members, join threads, use the library), a killer waits for a victim
 // that releases asynchronously, a throwing callback fails only its kill, and badness follows the
 // kernel's formula (events_oom.md). Every scenario that could hang runs under a watchdog.
+#include "watchdog.hpp"
 #include "memcg/oom.hpp"
 
 #include <gtest/gtest.h>
@@ -27,39 +28,12 @@
 namespace memcg {
 namespace {
 
+using testing::Watchdog;
+
 using namespace std::chrono_literals;
 
 constexpr int64_t kMiB = 256;  // units of 4 KiB per MiB
 
-// Aborts the test binary if the scope does not end within `limit`: a deadlock becomes a failure.
-class Watchdog {
- public:
-  explicit Watchdog(const char* what, std::chrono::seconds limit = 30s)
-      : thread_([this, what, limit] {
-          std::unique_lock lock(mu_);
-          if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "watchdog: %s did not finish within %llds (deadlock)\n", what,
-                         static_cast<long long>(limit.count()));
-            std::abort();
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 struct Sim {
   explicit Sim(Clock* clock = nullptr) : ctl(options(clock)) {}
