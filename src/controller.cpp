@@ -35,12 +35,13 @@ Controller::Controller(Options options)
   ro.batch = options_.batch;
   rstat_ = std::make_unique<Rstat>(registry_.size(), ro);
   root_ = new Group(*this, nullptr, "", 0);
-  // The stocks cache only this controller's kinds (charge.hpp: any other counts as none).
-  const int nr_kinds = static_cast<int>(registry_.size());
-  stock_ =
-      std::make_unique<Stock>(options_.nr_shards, options_.batch, Stock::Mode::kAuto, nr_kinds);
+  // A kind that is not this controller's counts in no item (charge.hpp): the unit stock passes
+  // kinds on as they are (the statistics ignore unknown items); the object layer maps them to
+  // none before a reserve can be tagged with one.
+  stock_ = std::make_unique<Stock>(options_.nr_shards, options_.batch);
   obj_stock_ = std::make_unique<ObjStock>(options_.nr_shards, options_.unit_shift,
-                                          ObjStock::Mode::kAuto, nr_kinds);
+                                          ObjStock::Mode::kAuto,
+                                          static_cast<int>(registry_.size()));
   oom_ = std::make_unique<internal::OomState>();
   serial_ = internal::register_controller();
 }

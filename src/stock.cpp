@@ -23,9 +23,8 @@
 
 namespace memcg {
 
-Stock::Stock(int nr_shards, int64_t batch, Mode mode, int nr_kinds)
+Stock::Stock(int nr_shards, int64_t batch, Mode mode)
     : nr_shards_(nr_shards > 0 ? nr_shards : internal::nr_cpu_ids()),
-      nr_cached_kinds_(static_cast<unsigned>(std::clamp(nr_kinds, 0, kAllKinds))),
       batch_(std::clamp<int64_t>(batch, 1, kMaxBatch)),
       rseq_(MEMCG_RSEQ_CS && mode == Mode::kAuto && internal::rseq_mode() &&
             nr_shards_ >= internal::nr_cpu_ids()) {

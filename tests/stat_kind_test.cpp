@@ -110,7 +110,8 @@ TEST(StatKind, InvalidKindsConcurrentlyOnEveryShard) {
   expect_only_anon(ctl, *g, 0);
 }
 
-// A stock caches only the kinds it was told about; others go to the owner at once.
+// A stock slot caches any kind its tag byte can name and passes the others on at once; the
+// owner decides what a kind means (a Group ignores one it does not have).
 struct RecordingOwner final : StockOwner {
   std::vector<std::pair<int, int64_t>> stats;
   int64_t uncharged = 0;
@@ -122,29 +123,30 @@ struct RecordingOwner final : StockOwner {
   bool stock_is_within(const StockOwner* root) const noexcept override { return root == this; }
 };
 
-TEST(StatKind, StockNeverCachesAKindPastItsCount) {
-  {
-    // One shard on the try-lock path: every call of this thread lands on it.
-    Stock stock(1, 16, Stock::Mode::kFallback, /*nr_kinds=*/4);
-    RecordingOwner o;
-    stock.refill(&o, 2, 3);  // cached: nothing passed on
-    EXPECT_TRUE(o.stats.empty());
-    stock.drain_all(nullptr);
-    ASSERT_EQ(o.stats.size(), 1u);
-    EXPECT_EQ(o.stats[0], std::make_pair(3, int64_t{-2}));
-    o.stats.clear();
-    // Kind 4 is past the count: passed on at the refill, and on each hit, never cached.
-    stock.refill(&o, 4, 4);
-    ASSERT_EQ(o.stats.size(), 1u);
-    EXPECT_EQ(o.stats[0], std::make_pair(4, int64_t{-4}));
-    EXPECT_TRUE(stock.consume(&o, 1, 4));
-    ASSERT_EQ(o.stats.size(), 2u);
-    EXPECT_EQ(o.stats[1], std::make_pair(4, int64_t{1}));
-    stock.fold_stats();
-    EXPECT_EQ(o.stats.size(), 2u);  // nothing was cached
-    stock.drain_all(nullptr);
-    EXPECT_EQ(o.refs, 0);
-  }
+TEST(StatKind, StockCachesOnlyKindsATagCanName) {
+  // One shard on the try-lock path: every call of this thread lands on it.
+  Stock stock(1, 16, Stock::Mode::kFallback);
+  RecordingOwner o;
+  stock.refill(&o, 2, Stock::kMaxCachedKind);  // the largest a tag names: cached
+  EXPECT_TRUE(o.stats.empty());
+  stock.drain_all(nullptr);
+  ASSERT_EQ(o.stats.size(), 1u);
+  EXPECT_EQ(o.stats[0], std::make_pair(Stock::kMaxCachedKind, int64_t{-2}));
+  o.stats.clear();
+  // Past a byte: passed on at the refill and at each hit, as it is, never cached.
+  stock.refill(&o, 4, Stock::kMaxCachedKind + 1);
+  ASSERT_EQ(o.stats.size(), 1u);
+  EXPECT_EQ(o.stats[0], std::make_pair(Stock::kMaxCachedKind + 1, int64_t{-4}));
+  EXPECT_TRUE(stock.consume(&o, 1, INT32_MAX));
+  ASSERT_EQ(o.stats.size(), 2u);
+  EXPECT_EQ(o.stats[1], std::make_pair(INT32_MAX, int64_t{1}));
+  EXPECT_TRUE(stock.consume(&o, 1, INT32_MIN));
+  ASSERT_EQ(o.stats.size(), 3u);
+  EXPECT_EQ(o.stats[2], std::make_pair(INT32_MIN, int64_t{1}));
+  stock.fold_stats();
+  EXPECT_EQ(o.stats.size(), 3u);  // nothing was cached
+  stock.drain_all(nullptr);
+  EXPECT_EQ(o.refs, 0);
 }
 
 TEST(StatKind, MemoryResourceRefusesAKindNotOfItsController) {

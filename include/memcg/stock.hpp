@@ -86,8 +86,6 @@ class Stock {
   // Kinds a slot can cache (its tag is a byte, 0 meaning none); larger kinds are passed on to
   // the owner at every hit.
   static constexpr int kMaxCachedKind = 253;
-  // Default number of kinds: every kind a tag can name.
-  static constexpr int kAllKinds = kMaxCachedKind + 1;
 
   enum class Mode {
     kAuto,      // restartable sequences when internal::rseq_mode() allows, else the try-lock
@@ -97,11 +95,10 @@ class Stock {
   // nr_shards: shards to create; 0 means internal::nr_cpu_ids(). The shard of a call is its CPU
   // modulo nr_shards. Rseq mode needs one shard per possible CPU and is not used with fewer.
   // batch: the most units a slot holds and the largest request the stock serves.
-  // nr_kinds: kinds 0 .. nr_kinds - 1 are the owners' statistics (a controller passes its
-  // registry's size). Only those are ever cached in a slot; any other kind (kNoKind aside) is
-  // passed on to the owner at once, which decides what it means (a Group ignores it).
-  // REQUIRES: nr_shards >= 0; 1 <= batch <= kMaxBatch; nr_kinds >= 0.
-  Stock(int nr_shards, int64_t batch, Mode mode = Mode::kAuto, int nr_kinds = kAllKinds);
+  // Kinds are the owners' business: a slot caches any kind a tag can name and passes it on
+  // as it is, so an owner must accept (and may ignore) a kind it does not have (a Group does).
+  // REQUIRES: nr_shards >= 0; 1 <= batch <= kMaxBatch.
+  Stock(int nr_shards, int64_t batch, Mode mode = Mode::kAuto);
   // Drains every shard. REQUIRES: no concurrent call on this stock.
   ~Stock();
 
@@ -187,11 +184,14 @@ class Stock {
              (static_cast<uint64_t>(count) << 16);
     }
   };
-  // The tag that caches `kind`, or 0 when the kind is not cacheable (kNoKind, kinds past the
-  // owners' statistics and past a byte included): one unsigned compare, as before against a
-  // constant, so an invalid kind can never be cached in a slot.
-  unsigned tag_of(int kind) const noexcept {
-    return static_cast<unsigned>(kind) < nr_cached_kinds_ ? static_cast<unsigned>(kind) + 1 : 0;
+  // The tag that caches `kind`, or 0 when the kind is not cacheable (kNoKind and kinds past a
+  // byte included). Against a constant, so that a hit with a constant kind folds it away: a kind
+  // past the owner's statistics may be cached, and is ignored by the owner when passed on
+  // (Rstat::update range-checks every item).
+  static unsigned tag_of(int kind) noexcept {
+    return static_cast<unsigned>(kind) <= static_cast<unsigned>(kMaxCachedKind)
+               ? static_cast<unsigned>(kind) + 1
+               : 0;
   }
   static int kind_of(unsigned tag) noexcept { return static_cast<int>(tag) - 1; }
 
@@ -202,7 +202,7 @@ class Stock {
     uint64_t add, mask, expect;
     bool direct;  // the kind is not cached: pass its units to the owner after the commit
   };
-  Plan plan(uint64_t w, int64_t du, int kind) const noexcept {
+  static Plan plan(uint64_t w, int64_t du, int kind) noexcept {
     const uint64_t tag = Word::tag(w);
     const uint64_t ktag = tag_of(kind);
     const uint64_t stat = static_cast<uint64_t>(-du) << 16;  // charged under the kind: +
@@ -278,7 +278,6 @@ class Stock {
 
   std::unique_ptr<Shard[]> shards_;
   int nr_shards_;
-  unsigned nr_cached_kinds_;  // kinds 0 .. this - 1 are cached: min(nr_kinds, kAllKinds)
   int64_t batch_;
   bool rseq_;
 };
