@@ -75,8 +75,9 @@ inline bool charged(ChargeStatus s) noexcept {
 // Controller::stat_index()). The same kind must be given to the uncharge.
 // A kind that is neither kNoStatKind nor one of the controller's (0 <= kind <
 // Controller::stats().size()) counts as kNoStatKind: the units are charged and uncharged as
-// asked, and no memory.stat item changes. The stocks never cache such a kind (stock.hpp), and
-// the statistics engine ignores it (rstat.hpp), so the hot path pays no extra check.
+// asked, and no memory.stat item changes. A stock slot may cache it like any kind (stock.hpp);
+// the statistics engine ignores it wherever it arrives (rstat.hpp), so the hot path pays no
+// extra check.
 inline constexpr int kDefaultKind = StatRegistry::kAnon;
 // A kind that counts in memory.current but in no memory.stat item: for units whose bytes are
 // accounted elsewhere (the object layer counts its kinds in exact bytes, obj_stock.hpp).
