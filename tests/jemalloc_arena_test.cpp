@@ -609,3 +609,43 @@ TEST(JemallocArena, PmrResourceAllocatesInTheArenaWithoutBinding) {
 
 }  // namespace
 }  // namespace memcg::jemalloc
+
+namespace memcg::jemalloc {
+namespace {
+
+// A thread bound to a full arena can still use the library: what the library allocates under
+// its own locks is charged forced, without reclaim (which would take those locks again).
+TEST(JemallocArena, LibraryCallsFromAFullTenantNeitherFailNorDeadlock) {
+  Controller ctl;
+  GroupRef g;
+  ASSERT_EQ(ctl.create("t", &g), 0);
+  auto a = make_arena(*g);
+  g->set_max(a->charged_bytes() + kMiB);
+  // The library's structures that a bound thread allocates live in its arena, and keep it from
+  // being destroyed while they do (arena.hpp): grow the parent's child list beforehand, from here,
+  // so that only the groups themselves (freed at their removal) are allocated in the arena.
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(ctl.create(*g, "c" + std::to_string(i)), 0);
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(ctl.remove("t/c" + std::to_string(i)), 0);
+  std::vector<void*> fill;
+  fill.reserve(64);
+  int created = 0;
+  {
+    ScopedArenaAttach in(*a);
+    for (int i = 0; i < 64; ++i) {
+      void* p = std::malloc(64 * 1024);
+      if (p == nullptr) break;
+      touch(p, 64 * 1024);
+      fill.push_back(p);
+    }
+    for (int i = 0; i < 300; ++i) created += ctl.create(*g, "c" + std::to_string(i)) == 0;
+  }
+  EXPECT_LT(fill.size(), 64u);  // the tenant did reach its limit
+  EXPECT_EQ(created, 300);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(ctl.remove("t/c" + std::to_string(i)), 0);
+  EXPECT_EQ(g->current(), a->stats().mapped);
+  for (void* p : fill) std::free(p);
+  release(a);
+}
+
+}  // namespace
+}  // namespace memcg::jemalloc

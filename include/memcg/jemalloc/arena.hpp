@@ -68,6 +68,16 @@
 // allocation). Allocations made inside the hooks (by the charge path) are served by jemalloc's
 // arena 0 and charged to nobody.
 //
+// What a bound thread allocates is in its arena, the library's own structures included (a group
+// it creates, a string a file read returns): they count in the tenant's pages like any block, and
+// an arena cannot be destroyed while one of them lives. Create and remove groups from threads
+// that are not bound where that matters.
+//
+// Compilers: GCC treats malloc as a function that reads no program state, so thread-local state
+// set around a bare malloc call (a NoFailScope, for one) may be moved past it or dropped; the
+// state set by ScopedArenaAttach goes through calls into jemalloc and is not affected. Open a
+// NoFailScope around operator new (or an opaque call) rather than around a bare malloc.
+//
 // REQUIRES: the controller's unit is at most jemalloc's page (4 KiB with Debian's build), so that
 // every hook range is a whole number of units. Every thread's ScopedArenaAttach ends before the
 // Arena is destroyed, and no mallocx() with its flags runs after that. The controller outlives
