@@ -52,7 +52,8 @@
 // binds it to the arena (jemalloc's thread.arena), flushing the thread's cache on each change so
 // that no cached block of the previous arena is handed out under the new group. A plain
 // ScopedAttach changes the group that explicit charges go to but not the thread's arena.
-// Direct use without binding: ArenaResource (a std::pmr::memory_resource), or mallocx()/
+// Do not link memcg::hook into the same program: the attachment would make it charge each block's
+// bytes on top of its pages. Direct use without binding: ArenaResource (a std::pmr::memory_resource), or mallocx()/
 // dallocx() with Arena::mallocx_flags(). A block goes back to its own arena whoever frees it.
 //
 // Lifetime: an Arena holds a reference to its group. Destroying the Arena unregisters its
