@@ -6,7 +6,9 @@
 //    tenant costs before any accounting);
 //  - MemcgArena: the thread bound with ScopedArenaAttach to a memcg::jemalloc arena of a group
 //    (pages charged by the hooks); with threads:2 both threads share the tenant's arena;
-//  - MemcgArenaPerThread (threads:2): each thread in a tenant of its own, each with its arena.
+//  - MemcgArenaPerThread (threads:2): each thread in a tenant of its own, each with its arena;
+//  - MemcgSpread: one tenant with two arenas (ArenaOptions::nr_arenas = 2): its bound threads
+//    take them in turn.
 // MapOfStrings builds and destroys a std::map of 1000 string pairs (3000 allocations of 24..112
 // bytes); with threads:2 both threads do it at once (in the same group). NewDelete: pairs of
 // new/delete of 16..256 bytes (32 per iteration).
@@ -36,11 +38,18 @@ struct Setup {
   std::unique_ptr<memcg::jemalloc::Arena> arena;
   memcg::GroupRef other;  // a second tenant, for threads:2 with one tenant per thread
   std::unique_ptr<memcg::jemalloc::Arena> other_arena;
+  memcg::GroupRef spread;  // a tenant with two arenas (ArenaOptions::nr_arenas)
+  std::unique_ptr<memcg::jemalloc::Arena> spread_arena;
   unsigned plain_arena = 0;  // a jemalloc arena with the default hooks
   Setup() {
     if (ctl->create("bench", &group) != 0 ||
         memcg::jemalloc::Arena::create(*group, &arena) != 0 || ctl->create("other", &other) != 0 ||
         memcg::jemalloc::Arena::create(*other, &other_arena) != 0)
+      std::abort();
+    memcg::jemalloc::ArenaOptions two;
+    two.nr_arenas = 2;
+    if (ctl->create("spread", &spread) != 0 ||
+        memcg::jemalloc::Arena::create(*spread, &spread_arena, two) != 0)
       std::abort();
     size_t sz = sizeof plain_arena;
     if (mallctl("arenas.create", &plain_arena, &sz, nullptr, 0) != 0) std::abort();
@@ -52,7 +61,7 @@ Setup& setup() {
   return *s;
 }
 
-enum class Variant { kJemalloc, kJemallocArena, kMemcgArena, kMemcgArenaPerThread };
+enum class Variant { kJemalloc, kJemallocArena, kMemcgArena, kMemcgArenaPerThread, kMemcgSpread };
 
 // Binds the calling thread for the benchmark's duration.
 class Bind {
@@ -61,6 +70,8 @@ class Bind {
     Setup& s = setup();
     if (v == Variant::kMemcgArena || (v == Variant::kMemcgArenaPerThread && thread == 0)) {
       attach_ = std::make_unique<memcg::jemalloc::ScopedArenaAttach>(*s.arena);
+    } else if (v == Variant::kMemcgSpread) {
+      attach_ = std::make_unique<memcg::jemalloc::ScopedArenaAttach>(*s.spread_arena);
     } else if (v == Variant::kMemcgArenaPerThread) {
       attach_ = std::make_unique<memcg::jemalloc::ScopedArenaAttach>(*s.other_arena);
     } else if (v == Variant::kJemallocArena) {
@@ -114,6 +125,12 @@ void BM_MapOfStrings_MemcgArena(benchmark::State& s) {
 }
 void BM_MapOfStrings_MemcgArenaPerThread(benchmark::State& s) {
   map_of_strings(s, Variant::kMemcgArenaPerThread);
+}
+void BM_MapOfStrings_MemcgSpread(benchmark::State& s) {
+  map_of_strings(s, Variant::kMemcgSpread);
+}
+void BM_NewDelete_MemcgSpread(benchmark::State& s) {
+  new_delete(s, Variant::kMemcgSpread);
 }
 void BM_NewDelete_MemcgArenaPerThread(benchmark::State& s) {
   new_delete(s, Variant::kMemcgArenaPerThread);
@@ -192,10 +209,12 @@ BENCHMARK(BM_MapOfStrings_Jemalloc)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_JemallocArena)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgArena)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgArenaPerThread)->Threads(2);
+BENCHMARK(BM_MapOfStrings_MemcgSpread)->Threads(1)->Threads(2);
 BENCHMARK(BM_NewDelete_Jemalloc)->Threads(1)->Threads(2);
 BENCHMARK(BM_NewDelete_JemallocArena)->Threads(1)->Threads(2);
 BENCHMARK(BM_NewDelete_MemcgArena)->Threads(1)->Threads(2);
 BENCHMARK(BM_NewDelete_MemcgArenaPerThread)->Threads(2);
+BENCHMARK(BM_NewDelete_MemcgSpread)->Threads(1)->Threads(2);
 BENCHMARK(BM_Footprint_MemcgArena)->Iterations(1);
 
 }  // namespace

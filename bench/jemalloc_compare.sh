@@ -35,7 +35,8 @@ for f in sorted(glob.glob(work + "/hook.*.json") + glob.glob(work + "/je.*.json"
 names = [("glibc malloc", "Malloc"), ("memcg::hook (attached)", "HookAttached"),
          ("plain jemalloc", "Jemalloc"), ("jemalloc, own arena, no hooks", "JemallocArena"),
          ("memcg::jemalloc (ScopedArenaAttach)", "MemcgArena"),
-         ("memcg::jemalloc, one tenant per thread", "MemcgArenaPerThread")]
+         ("memcg::jemalloc, one tenant per thread", "MemcgArenaPerThread"),
+         ("memcg::jemalloc, one tenant, nr_arenas = 2", "MemcgSpread")]
 for work_name, unit in (("MapOfStrings", "µs per map, CPU time per thread"),
                         ("NewDelete", "ns per 32 pairs, CPU time per thread")):
     print(f"\n{work_name} ({unit}; median of all runs; ratio to plain jemalloc)\n")

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +67,11 @@ TEST(JemallocArena, CreateRefusesBadArgumentsAndChangesNothing) {
   EXPECT_EQ(Arena::create(*g, &a, bad_kind), EINVAL);
   bad_kind.kind = -1;
   EXPECT_EQ(Arena::create(*g, &a, bad_kind), EINVAL);
+  ArenaOptions bad_count;
+  bad_count.nr_arenas = 0;
+  EXPECT_EQ(Arena::create(*g, &a, bad_count), EINVAL);
+  bad_count.nr_arenas = ArenaOptions::kMaxArenas + 1;
+  EXPECT_EQ(Arena::create(*g, &a, bad_count), EINVAL);
   ArenaOptions bad_decay;
   bad_decay.dirty_decay_ms = -5;
   EXPECT_EQ(Arena::create(*g, &a, bad_decay), EINVAL);
@@ -645,6 +651,72 @@ TEST(JemallocArena, LibraryCallsFromAFullTenantNeitherFailNorDeadlock) {
   EXPECT_EQ(g->current(), a->stats().mapped);
   for (void* p : fill) std::free(p);
   release(a);
+}
+
+}  // namespace
+}  // namespace memcg::jemalloc
+
+namespace memcg::jemalloc {
+namespace {
+
+// One group, several arenas: bound threads are spread over them, and the group is charged for
+// the pages of all of them.
+TEST(JemallocArena, SeveralArenasPerGroupSpreadThreadsAndAddUp) {
+  Controller ctl;
+  GroupRef g;
+  ASSERT_EQ(ctl.create("t", &g), 0);
+  ArenaOptions o;
+  o.nr_arenas = 3;
+  auto a = make_arena(*g, o);
+  ASSERT_EQ(a->nr_arenas(), 3);
+  EXPECT_EQ(a->index(0), a->index());
+  EXPECT_NE(a->index(0), a->index(1));
+  EXPECT_NE(a->index(1), a->index(2));
+  EXPECT_EQ(a->index(3), UINT32_MAX);
+  EXPECT_EQ(a->index(-1), UINT32_MAX);
+  EXPECT_TRUE(a->owns(a->index(2)));
+  EXPECT_FALSE(a->owns(0));
+  std::vector<void*> blocks[3];
+  unsigned bound_to[3] = {};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    blocks[t].reserve(5000);
+    threads.emplace_back([&, t] {
+      ScopedArenaAttach in(*a);
+      bound_to[t] = current_thread_arena();
+      for (int i = 0; i < 5000; ++i) {
+        void* p = std::malloc(32 + (i * 13) % 3000);
+        if (p != nullptr) touch(p, 32);
+        blocks[t].push_back(p);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::set<unsigned> distinct(std::begin(bound_to), std::end(bound_to));
+  EXPECT_EQ(distinct.size(), 3u);  // one arena each, in turn
+  for (int t = 0; t < 3; ++t) {
+    EXPECT_TRUE(a->owns(bound_to[t]));
+    for (void* p : blocks[t]) {
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(arena_of(p), bound_to[t]);
+    }
+  }
+  const ArenaStats s = a->stats();
+  EXPECT_EQ(g->current(), s.mapped);
+  EXPECT_EQ(s.charged, s.mapped);
+  for (auto& v : blocks)
+    for (void* p : v) std::free(p);
+  flush_thread_cache();
+  const ArenaStats freed = a->stats();
+  EXPECT_EQ(freed.active, 0u);
+  EXPECT_GT(freed.dirty, 0u);
+  // The group's reclaimer purges every arena of the group (memory.reclaim's path).
+  const int64_t units = static_cast<int64_t>(freed.dirty / ctl.unit_size());
+  EXPECT_GT(memcg::reclaim(*g, units, ReclaimReason::kProactive), 0);
+  EXPECT_EQ(a->stats().dirty, 0u);
+  EXPECT_EQ(g->current(), a->stats().mapped);
+  release(a);
+  EXPECT_EQ(g->current(), 0u);
 }
 
 }  // namespace

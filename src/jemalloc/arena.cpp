@@ -18,6 +18,8 @@
 
 namespace memcg::jemalloc {
 
+constexpr int kMaxArenasPerGroup = ArenaOptions::kMaxArenas;
+
 struct Arena::State {
   // First member: jemalloc hands this pointer back to every hook.
   extent_hooks_t hooks;
@@ -225,33 +227,104 @@ void delete_state(State* st) noexcept {
   delete st;
 }
 
+// Every jemalloc arena of one Arena (ArenaOptions::nr_arenas), fixed after creation.
+struct StateSet {
+  State* items[kMaxArenasPerGroup] = {};
+  unsigned size = 0;
+};
+
 class ArenaReclaimer final : public Reclaimer {
  public:
-  explicit ArenaReclaimer(State* st) : st_(st) {}
+  explicit ArenaReclaimer(const StateSet* set) : set_(set) {}
   int64_t reclaimable() const noexcept override {
     // An upper bound: the dirty pages are part of what is charged (reading jemalloc's exact
     // figure would refresh its statistics epoch on every reclaim sizing).
-    return st_->charged.load(std::memory_order_relaxed) >> st_->unit_shift;
+    int64_t bytes = 0;
+    for (unsigned i = 0; i < set_->size; ++i)
+      bytes += set_->items[i]->charged.load(std::memory_order_relaxed);
+    return bytes >> set_->items[0]->unit_shift;
   }
   ReclaimResult reclaim(int64_t nr_to_scan, int /*priority*/) override {
-    const int64_t before = st_->charged.load(std::memory_order_relaxed);
-    purge_arena(st_->index);
-    const int64_t freed = before - st_->charged.load(std::memory_order_relaxed);
+    int64_t freed = 0;
+    for (unsigned i = 0; i < set_->size; ++i) {
+      State* st = set_->items[i];
+      const int64_t before = st->charged.load(std::memory_order_relaxed);
+      purge_arena(st->index);
+      freed += before - st->charged.load(std::memory_order_relaxed);
+    }
     ReclaimResult r;
     r.scanned = nr_to_scan;
-    r.reclaimed = freed > 0 ? freed >> st_->unit_shift : 0;
+    r.reclaimed = freed > 0 ? freed >> set_->items[0]->unit_shift : 0;
     if (r.reclaimed > r.scanned) r.scanned = r.reclaimed;
     return r;
   }
 
  private:
-  State* st_;
+  const StateSet* set_;
 };
+
+// Creates one jemalloc arena with the group's hooks; null when jemalloc refuses.
+State* create_state(Group& group, int kind, const ArenaOptions& options) noexcept {
+  State* st;
+  try {
+    st = new State();
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+  st->hooks.alloc = hook_alloc;
+  st->hooks.dalloc = hook_dalloc;
+  st->hooks.destroy = hook_destroy;
+  st->hooks.commit = hook_commit;
+  st->hooks.decommit = hook_decommit;
+  st->hooks.purge_lazy = hook_refuse_purge;
+  st->hooks.purge_forced = hook_refuse_purge;
+  st->hooks.split = hook_split;
+  st->hooks.merge = hook_merge;
+  st->group = GroupRef(&group);
+  st->kind = kind;
+  st->flags = options.charge_flags;
+  st->unit_shift = group.controller().unit_shift();
+
+  // The hooks run during creation (metadata): everything they read is set above.
+  unsigned index = 0;
+  size_t sz = sizeof index;
+  extent_hooks_t* hooks = &st->hooks;
+  if (::mallctl("arenas.create", &index, &sz, &hooks, sizeof hooks) != 0) {
+    // jemalloc's own cleanup gives back what the failed creation took, through the hooks;
+    // anything it kept stays counted rather than being uncharged twice.
+    delete_state(st);
+    return nullptr;
+  }
+  st->index = index;
+  if (options.dirty_decay_ms != ArenaOptions::kKeepDefault) {
+    ssize_t ms = static_cast<ssize_t>(options.dirty_decay_ms);
+    const std::string name = "arena." + std::to_string(index) + ".dirty_decay_ms";
+    ::mallctl(name.c_str(), nullptr, nullptr, &ms, sizeof ms);
+  }
+  return st;
+}
+
+// Destroys `st`'s jemalloc arena now if it holds no block, else queues it for
+// collect_released().
+void release_state(State* st) noexcept {
+  bool destroyed;
+  {
+    internal::HookBypass bypass;
+    std::lock_guard<std::mutex> lock(released_mutex());
+    destroyed = try_destroy(st);
+    if (!destroyed) {
+      st->next_released = g_released;
+      g_released = st;
+    }
+  }
+  if (destroyed) delete_state(st);  // no lock held: may drop the last group reference
+}
 
 }  // namespace
 
 struct Arena::Registration {
-  explicit Registration(State* st) : reclaimer(st), registration(*st->group, reclaimer) {}
+  Registration() : reclaimer(&set) {}
+  StateSet set;  // filled before the reclaimer is registered
   ArenaReclaimer reclaimer;
   ReclaimerRegistration registration;
 };
@@ -270,114 +343,111 @@ int Arena::create(Group& group, std::unique_ptr<Arena>* out, const ArenaOptions&
   }
   if (options.dirty_decay_ms != ArenaOptions::kKeepDefault && options.dirty_decay_ms < -1)
     return EINVAL;
+  if (options.nr_arenas < 1 || options.nr_arenas > kMaxArenasPerGroup) return EINVAL;
   if (!group.is_online()) return ENOENT;
   collect_released();
 
-  State* st;
+  std::unique_ptr<Arena> arena;
   try {
-    st = new State();
-  } catch (const std::bad_alloc&) {
-    return EAGAIN;
-  }
-  st->hooks.alloc = hook_alloc;
-  st->hooks.dalloc = hook_dalloc;
-  st->hooks.destroy = hook_destroy;
-  st->hooks.commit = hook_commit;
-  st->hooks.decommit = hook_decommit;
-  st->hooks.purge_lazy = hook_refuse_purge;
-  st->hooks.purge_forced = hook_refuse_purge;
-  st->hooks.split = hook_split;
-  st->hooks.merge = hook_merge;
-  st->group = GroupRef(&group);
-  st->kind = kind;
-  st->flags = options.charge_flags;
-  st->unit_shift = ctl.unit_shift();
-
-  // The hooks run during creation (metadata): everything they read is set above.
-  unsigned index = 0;
-  size_t sz = sizeof index;
-  extent_hooks_t* hooks = &st->hooks;
-  if (::mallctl("arenas.create", &index, &sz, &hooks, sizeof hooks) != 0) {
-    // Whatever the failed creation charged has been given back by jemalloc's cleanup, if any;
-    // what it could not give back stays counted rather than freed twice.
-    delete_state(st);
-    return EAGAIN;
-  }
-  st->index = index;
-  if (options.dirty_decay_ms != ArenaOptions::kKeepDefault) {
-    ssize_t ms = static_cast<ssize_t>(options.dirty_decay_ms);
-    const std::string name = "arena." + std::to_string(index) + ".dirty_decay_ms";
-    ::mallctl(name.c_str(), nullptr, nullptr, &ms, sizeof ms);
-  }
-  std::unique_ptr<Arena> arena(new Arena(st));
-  try {
-    arena->reclaim_ = std::make_unique<Registration>(st);
+    arena.reset(new Arena());
+    arena->states_ = std::make_unique<Registration>();
   } catch (...) {
-    return EAGAIN;  // ~Arena releases the jemalloc arena
+    return EAGAIN;
+  }
+  StateSet& set = arena->states_->set;
+  for (int i = 0; i < options.nr_arenas; ++i) {
+    State* st = create_state(group, kind, options);
+    if (st == nullptr) {
+      for (unsigned j = 0; j < set.size; ++j) release_state(set.items[j]);
+      set.size = 0;
+      return EAGAIN;
+    }
+    set.items[set.size++] = st;
+  }
+  try {
+    arena->states_->registration = ReclaimerRegistration(group, arena->states_->reclaimer);
+  } catch (...) {
+    for (unsigned j = 0; j < set.size; ++j) release_state(set.items[j]);
+    set.size = 0;
+    return EAGAIN;
   }
   *out = std::move(arena);
   return 0;
 }
 
-Arena::Arena(State* state) : state_(state) {}
-
 Arena::~Arena() {
-  reclaim_.reset();  // waits for a reclaim in flight
-  State* st = state_;
-  bool destroyed;
-  {
-    internal::HookBypass bypass;
-    std::lock_guard<std::mutex> lock(released_mutex());
-    destroyed = try_destroy(st);
-    if (!destroyed) {
-      st->next_released = g_released;
-      g_released = st;
-    }
-  }
-  if (destroyed) delete_state(st);
+  if (!states_) return;
+  states_->registration.reset();  // waits for a reclaim in flight
+  StateSet& set = states_->set;
+  for (unsigned i = 0; i < set.size; ++i) release_state(set.items[i]);
+  set.size = 0;
   collect_released();
 }
 
 Group& Arena::group() const noexcept {
-  return *state_->group;
+  return *states_->set.items[0]->group;
 }
 unsigned Arena::index() const noexcept {
-  return state_->index;
+  return states_->set.items[0]->index;
+}
+int Arena::nr_arenas() const noexcept {
+  return static_cast<int>(states_->set.size);
+}
+unsigned Arena::index(int i) const noexcept {
+  const StateSet& set = states_->set;
+  return i >= 0 && static_cast<unsigned>(i) < set.size ? set.items[i]->index : UINT32_MAX;
+}
+bool Arena::owns(unsigned index) const noexcept {
+  const StateSet& set = states_->set;
+  for (unsigned i = 0; i < set.size; ++i)
+    if (set.items[i]->index == index) return true;
+  return false;
+}
+unsigned Arena::next_index() noexcept {
+  const StateSet& set = states_->set;
+  return set.items[next_.fetch_add(1, std::memory_order_relaxed) % set.size]->index;
 }
 int Arena::kind() const noexcept {
-  return state_->kind;
+  return states_->set.items[0]->kind;
 }
 int Arena::mallocx_flags() const noexcept {
-  return static_cast<int>(MALLOCX_ARENA(state_->index)) | MALLOCX_TCACHE_NONE;
+  return static_cast<int>(MALLOCX_ARENA(index())) | MALLOCX_TCACHE_NONE;
 }
 uint64_t Arena::charged_bytes() const noexcept {
-  const int64_t c = state_->charged.load(std::memory_order_relaxed);
+  int64_t c = 0;
+  const StateSet& set = states_->set;
+  for (unsigned i = 0; i < set.size; ++i) c += set.items[i]->charged.load(std::memory_order_relaxed);
   return c > 0 ? static_cast<uint64_t>(c) : 0;
 }
 
 uint64_t Arena::purge() noexcept {
-  const int64_t before = state_->charged.load(std::memory_order_relaxed);
-  purge_arena(state_->index);
-  const int64_t after = state_->charged.load(std::memory_order_relaxed);
-  return before > after ? static_cast<uint64_t>(before - after) : 0;
+  const uint64_t before = charged_bytes();
+  const StateSet& set = states_->set;
+  for (unsigned i = 0; i < set.size; ++i) purge_arena(set.items[i]->index);
+  const uint64_t after = charged_bytes();
+  return before > after ? before - after : 0;
 }
 
 ArenaStats Arena::stats() const noexcept {
   ArenaStats s;
   refresh_epoch();
   const size_t page = page_size();
-  const std::string prefix = "stats.arenas." + std::to_string(state_->index) + ".";
+  const StateSet& set = states_->set;
+  for (unsigned i = 0; i < set.size; ++i) {
+    const State* st = set.items[i];
+    const std::string prefix = "stats.arenas." + std::to_string(st->index) + ".";
+    s.active += read_ctl<size_t>(prefix + "pactive") * page;
+    s.dirty += read_ctl<size_t>(prefix + "pdirty") * page;
+    s.muzzy += read_ctl<size_t>(prefix + "pmuzzy") * page;
+    s.mapped += read_ctl<size_t>(prefix + "mapped");
+    s.retained += read_ctl<size_t>(prefix + "retained");
+    s.metadata += read_ctl<size_t>(prefix + "base");
+    s.resident += read_ctl<size_t>(prefix + "resident");
+    s.commits += st->commits.load(std::memory_order_relaxed);
+    s.decommits += st->decommits.load(std::memory_order_relaxed);
+    s.failed_charges += st->failed.load(std::memory_order_relaxed);
+  }
   s.charged = charged_bytes();
-  s.active = read_ctl<size_t>(prefix + "pactive") * page;
-  s.dirty = read_ctl<size_t>(prefix + "pdirty") * page;
-  s.muzzy = read_ctl<size_t>(prefix + "pmuzzy") * page;
-  s.mapped = read_ctl<size_t>(prefix + "mapped");
-  s.retained = read_ctl<size_t>(prefix + "retained");
-  s.metadata = read_ctl<size_t>(prefix + "base");
-  s.resident = read_ctl<size_t>(prefix + "resident");
-  s.commits = state_->commits.load(std::memory_order_relaxed);
-  s.decommits = state_->decommits.load(std::memory_order_relaxed);
-  s.failed_charges = state_->failed.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -460,7 +530,7 @@ bool bind_thread(unsigned index) noexcept {
 ScopedArenaAttach::ScopedArenaAttach(Arena& arena) noexcept : attach_(arena.group()) {
   if (!attach_.ok()) return;
   previous_arena_ = current_thread_arena();
-  bound_ = bind_thread(arena.index());
+  bound_ = bind_thread(arena.next_index());
 }
 
 ScopedArenaAttach::~ScopedArenaAttach() {

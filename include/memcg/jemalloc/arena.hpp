@@ -87,6 +87,7 @@
 // All functions are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -116,10 +117,16 @@ struct ArenaOptions {
   // at once; kKeepDefault keeps jemalloc's setting (opt.dirty_decay_ms).
   static constexpr int64_t kKeepDefault = INT64_MIN;
   int64_t dirty_decay_ms = kKeepDefault;
+  // jemalloc arenas for this group, 1..kMaxArenas, all charging it. Threads bound with
+  // ScopedArenaAttach are spread over them in turn: several busy threads of one tenant then do
+  // not contend on one arena's locks (docs/BENCHMARKS-alloc.md: +25 % for two threads sharing
+  // one arena on the map workload). Each arena costs its own metadata block.
+  static constexpr int kMaxArenas = 64;
+  int nr_arenas = 1;
 };
 
-// jemalloc's own figures for one arena (mallctl stats.arenas.<i>.*, refreshed by the read), in
-// bytes, next to what the hooks charged.
+// jemalloc's own figures for a group's arenas (mallctl stats.arenas.<i>.*, refreshed by the read,
+// summed over the arenas), in bytes, next to what the hooks charged.
 struct ArenaStats {
   uint64_t charged = 0;   // committed bytes the hooks charged and have not uncharged
   uint64_t active = 0;    // pages of live blocks (pactive x page)
@@ -137,9 +144,9 @@ struct ArenaStats {
 class Arena {
  public:
   // Creates a jemalloc arena with the group's hooks and registers its reclaimer on the group.
-  // Errors, changing nothing: EINVAL for the root group, a kind that is not the controller's, or
-  // a controller unit larger than jemalloc's page; ENOENT for an offline group; EAGAIN when
-  // jemalloc refuses a new arena (its limit of arenas, or no memory).
+  // Errors, changing nothing: EINVAL for the root group, a kind that is not the controller's, a
+  // controller unit larger than jemalloc's page, or an option out of range; ENOENT for an offline
+  // group; EAGAIN when jemalloc refuses a new arena (its limit of arenas, or no memory).
   static int create(Group& group, std::unique_ptr<Arena>* out, const ArenaOptions& options = {});
 
   // Unregisters the reclaimer and releases the jemalloc arena (see Lifetime above).
@@ -148,15 +155,22 @@ class Arena {
   Arena& operator=(const Arena&) = delete;
 
   Group& group() const noexcept;
-  // jemalloc's index of the arena (for mallctl arena.<i>.*, stats.arenas.<i>.*).
+  // jemalloc's index of the (first) arena (for mallctl arena.<i>.*, stats.arenas.<i>.*).
   unsigned index() const noexcept;
+  // The arenas of this group (ArenaOptions::nr_arenas): their number, the i-th's index
+  // (UINT32_MAX out of range), and whether jemalloc's arena `index` is one of them.
+  int nr_arenas() const noexcept;
+  unsigned index(int i) const noexcept;
+  bool owns(unsigned index) const noexcept;
+  // The arena the next bound thread gets (round robin over the group's arenas).
+  unsigned next_index() noexcept;
   int kind() const noexcept;
-  // MALLOCX_ARENA(index) | MALLOCX_TCACHE_NONE: "allocate this in the group's arena" with
+  // MALLOCX_ARENA(index()) | MALLOCX_TCACHE_NONE: "allocate this in the group's arena" with
   // mallocx(size, flags); free with free() or dallocx().
   int mallocx_flags() const noexcept;
   // Bytes the hooks charged and have not uncharged (no mallctl: one load).
   uint64_t charged_bytes() const noexcept;
-  // Returns the arena's dirty pages to the system now (arena.<i>.purge); returns the bytes
+  // Returns the arenas' dirty pages to the system now (arena.<i>.purge); returns the bytes
   // uncharged. What the built-in reclaimer does.
   uint64_t purge() noexcept;
   // jemalloc's per-arena statistics (refreshes jemalloc's statistics epoch: a few µs).
@@ -168,10 +182,10 @@ class Arena {
   struct State;  // shared with the hooks; outlives the Arena while jemalloc's arena has blocks
 
  private:
-  explicit Arena(State* state);
-  State* state_;
-  struct Registration;
-  std::unique_ptr<Registration> reclaim_;
+  Arena() = default;
+  struct Registration;  // the states and the reclaimer over them
+  std::unique_ptr<Registration> states_;
+  std::atomic<unsigned> next_{0};
 };
 
 // Destroys the jemalloc arenas of destroyed Arena handles that hold no block any more (after
