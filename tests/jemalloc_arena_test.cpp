@@ -721,3 +721,38 @@ TEST(JemallocArena, SeveralArenasPerGroupSpreadThreadsAndAddUp) {
 
 }  // namespace
 }  // namespace memcg::jemalloc
+
+namespace memcg::jemalloc {
+namespace {
+
+// Creating an arena charges its first metadata while jemalloc holds its control lock: at the
+// group's limit that charge must not reclaim (a reclaimer's purge would take the lock again).
+TEST(JemallocArena, CreatingAnArenaAtTheLimitDoesNotReclaimUnderJemallocsLock) {
+  Controller ctl;
+  GroupRef g;
+  ASSERT_EQ(ctl.create("t", &g), 0);
+  ArenaOptions o;
+  o.dirty_decay_ms = -1;
+  auto first = make_arena(*g, o);
+  std::vector<void*> small;
+  small.reserve(4000);
+  {
+    ScopedArenaAttach in(*first);
+    for (int i = 0; i < 4000; ++i) small.push_back(std::malloc(512));
+  }
+  for (void* p : small) std::free(p);
+  flush_thread_cache();
+  ASSERT_GT(first->stats().dirty, 0u);  // something the first arena's reclaimer could purge
+  g->set_max(g->current());
+  auto second = make_arena(*g);
+  ASSERT_NE(second, nullptr);
+  EXPECT_GT(g->current(), g->max());  // the metadata block, forced
+  EXPECT_GT(first->stats().dirty, 0u);  // nothing was reclaimed for it
+  EXPECT_EQ(g->current(), first->stats().mapped + second->stats().mapped);
+  release(second);
+  release(first);
+  EXPECT_EQ(g->current(), 0u);
+}
+
+}  // namespace
+}  // namespace memcg::jemalloc

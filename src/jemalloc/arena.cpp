@@ -54,12 +54,18 @@ State* state_of(extent_hooks_t* hooks) noexcept {
   return reinterpret_cast<State*>(hooks);  // hooks is State's first member
 }
 
+// Set while this thread creates an arena: jemalloc holds its control lock then, which a
+// reclaimer's purge (a mallctl) would take again on this thread.
+thread_local int tl_creating = 0;
+
 // Charges `bytes` (whole pages, so whole units) for the arena; false when refused.
 bool charge_pages(State* st, size_t bytes) noexcept {
   const int64_t units = static_cast<int64_t>(bytes >> st->unit_shift);
   // Under a library lock the charge must not reclaim (the reclaim path takes library locks) and
-  // must not fail the library's own allocation: forced, as the object layer forces its own.
-  const uint32_t flags = internal::tl_hook_bypass != 0 ? kNoFail : (st->flags | kNoSpin);
+  // must not fail the library's own allocation: forced, as the object layer forces its own. The
+  // arena's first metadata, asked for while jemalloc holds its control lock, likewise.
+  const uint32_t flags =
+      internal::tl_hook_bypass != 0 || tl_creating != 0 ? kNoFail : (st->flags | kNoSpin);
   if (!charged(try_charge(*st->group, units, flags, st->kind))) {
     st->failed.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -119,7 +125,8 @@ void* hook_alloc(extent_hooks_t* hooks, void* new_addr, size_t size, size_t alig
   }
   if (p == nullptr) return nullptr;
   if (*commit) {
-    // jemalloc needs it committed (its metadata): charge it all now.
+    // jemalloc needs it committed (its metadata, or a fallback after the arena's growth
+    // failed): charge it all now.
     if (!charge_pages(st, size)) {
       ::munmap(p, size);
       return nullptr;
@@ -289,7 +296,10 @@ State* create_state(Group& group, int kind, const ArenaOptions& options) noexcep
   unsigned index = 0;
   size_t sz = sizeof index;
   extent_hooks_t* hooks = &st->hooks;
-  if (::mallctl("arenas.create", &index, &sz, &hooks, sizeof hooks) != 0) {
+  ++tl_creating;
+  const int rc = ::mallctl("arenas.create", &index, &sz, &hooks, sizeof hooks);
+  --tl_creating;
+  if (rc != 0) {
     // jemalloc's own cleanup gives back what the failed creation took, through the hooks;
     // anything it kept stays counted rather than being uncharged twice.
     delete_state(st);

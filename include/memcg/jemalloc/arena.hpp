@@ -18,8 +18,11 @@
 //   alloc       maps fresh anonymous memory. When jemalloc lets the hook choose (*commit false
 //               on entry, the growth of the arena), the region is reported uncommitted and
 //               nothing is charged: only the part jemalloc commits is. When jemalloc requires it
-//               committed (metadata), the whole region is charged; a refused charge unmaps it
-//               and fails the allocation.
+//               committed (its metadata; a fallback after the arena's growth failed), the whole
+//               region is charged; a refused charge unmaps it and fails the allocation. The
+//               arena's first metadata block, asked for while jemalloc holds its control lock
+//               during Arena::create, is charged forced and without reclaim (a reclaimer's purge
+//               would take that lock again): it can pass memory.max by that block.
 //   commit      charges `length` bytes. A refused charge returns failure: jemalloc fails the
 //               allocation, malloc returns null and operator new throws std::bad_alloc.
 //   decommit    madvise(MADV_DONTNEED) on the range (the pages go back to the system and read
