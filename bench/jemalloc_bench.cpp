@@ -94,12 +94,35 @@ class Bind {
   bool rebind_ = false;
 };
 
+// The memcg arena a variant uses, for its hook counters (null: none).
+memcg::jemalloc::Arena* arena_of_variant(Variant v) {
+  Setup& s = setup();
+  switch (v) {
+    case Variant::kMemcgArena:
+      return s.arena.get();
+    case Variant::kMemcgSpread:
+      return s.spread_arena.get();
+    default:
+      return nullptr;
+  }
+}
+
 void map_of_strings(benchmark::State& state, Variant v) {
   Bind bind(v, state.thread_index());
+  memcg::jemalloc::Arena* arena = state.thread_index() == 0 ? arena_of_variant(v) : nullptr;
+  const memcg::jemalloc::ArenaStats before = arena ? arena->stats() : memcg::jemalloc::ArenaStats{};
   for (auto _ : state)
     benchmark::DoNotOptimize(memcg::bench::map_of_strings<memcg::bench::NewAllocator>(1000, 7));
   state.counters["allocs_per_s"] =
       benchmark::Counter(3000, benchmark::Counter::kIsIterationInvariantRate);
+  if (arena != nullptr) {
+    // Page charges and uncharges per map (all threads of the run): how often the hooks ran.
+    const memcg::jemalloc::ArenaStats after = arena->stats();
+    const double maps = static_cast<double>(state.iterations()) * state.threads();
+    state.counters["commits_per_map"] = static_cast<double>(after.commits - before.commits) / maps;
+    state.counters["decommits_per_map"] =
+        static_cast<double>(after.decommits - before.decommits) / maps;
+  }
 }
 
 void new_delete(benchmark::State& state, Variant v) {

@@ -122,8 +122,8 @@ struct ArenaOptions {
   int64_t dirty_decay_ms = kKeepDefault;
   // jemalloc arenas for this group, 1..kMaxArenas, all charging it. Threads bound with
   // ScopedArenaAttach are spread over them in turn: several busy threads of one tenant then do
-  // not contend on one arena's locks (docs/BENCHMARKS-alloc.md: +25 % for two threads sharing
-  // one arena on the map workload). Each arena costs its own metadata block.
+  // not contend on one arena's locks (docs/BENCHMARKS-alloc.md: up to +25 % for two threads
+  // sharing one arena on the map workload). Each arena costs its own metadata block.
   static constexpr int kMaxArenas = 64;
   int nr_arenas = 1;
 };
