@@ -229,7 +229,7 @@ bool try_destroy(State* st) noexcept {
   return true;
 }
 
-// Forms an owned group reference from `st` (deleted with no library lock held).
+// Deletes `st` and with it its group reference, which may be the last: call with no lock held.
 void delete_state(State* st) noexcept {
   delete st;
 }
@@ -246,12 +246,14 @@ class ArenaReclaimer final : public Reclaimer {
   int64_t reclaimable() const noexcept override {
     // An upper bound: the dirty pages are part of what is charged (reading jemalloc's exact
     // figure would refresh its statistics epoch on every reclaim sizing).
+    if (set_->size == 0) return 0;
     int64_t bytes = 0;
     for (unsigned i = 0; i < set_->size; ++i)
       bytes += set_->items[i]->charged.load(std::memory_order_relaxed);
-    return bytes >> set_->items[0]->unit_shift;
+    return bytes > 0 ? bytes >> set_->items[0]->unit_shift : 0;
   }
   ReclaimResult reclaim(int64_t nr_to_scan, int /*priority*/) override {
+    if (set_->size == 0) return {};
     int64_t freed = 0;
     for (unsigned i = 0; i < set_->size; ++i) {
       State* st = set_->items[i];
@@ -259,10 +261,12 @@ class ArenaReclaimer final : public Reclaimer {
       purge_arena(st->index);
       freed += before - st->charged.load(std::memory_order_relaxed);
     }
+    // A purge returns every dirty page, possibly more than asked: the report stays within what
+    // was asked (the driver distrusts more; the counters show the rest freed anyway).
     ReclaimResult r;
-    r.scanned = nr_to_scan;
-    r.reclaimed = freed > 0 ? freed >> set_->items[0]->unit_shift : 0;
-    if (r.reclaimed > r.scanned) r.scanned = r.reclaimed;
+    r.scanned = nr_to_scan > 0 ? nr_to_scan : 0;
+    const int64_t units = freed > 0 ? freed >> set_->items[0]->unit_shift : 0;
+    r.reclaimed = units < r.scanned ? units : r.scanned;
     return r;
   }
 
