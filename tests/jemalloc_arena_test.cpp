@@ -26,6 +26,7 @@
 #include "memcg/files.hpp"
 #include "memcg/jemalloc/arena.hpp"
 #include "memcg/nofail.hpp"
+#include "memcg/oom.hpp"
 #include "memcg/reclaim.hpp"
 
 namespace memcg::jemalloc {
@@ -752,6 +753,48 @@ TEST(JemallocArena, CreatingAnArenaAtTheLimitDoesNotReclaimUnderJemallocsLock) {
   release(second);
   release(first);
   EXPECT_EQ(g->current(), 0u);
+}
+
+}  // namespace
+}  // namespace memcg::jemalloc
+
+namespace memcg::jemalloc {
+namespace {
+
+// A small page request (a slab of a few pages) that finds nothing to reclaim goes to the OOM
+// killer, whose victim's release lets the allocation succeed; a large one (more than 8 pages,
+// the kernel's costly order) fails instead, as in the kernel.
+TEST(JemallocArena, SmallPageRequestsAtMaxRunTheOomKiller) {
+  Controller ctl;
+  GroupRef g;
+  ASSERT_EQ(ctl.create("t", &g), 0);
+  auto a = make_arena(*g);
+  const int64_t unit = static_cast<int64_t>(ctl.unit_size());
+  g->set_max(a->charged_bytes() + 4 * kMiB);
+  std::atomic<int> kills{0};
+  Member query(*g, "query", [&](Member& m) {
+    kills.fetch_add(1);
+    m.uncharge(m.charged());
+  });
+  // The member holds all the room but a few pages.
+  ASSERT_EQ(query.charge(static_cast<int64_t>(4 * kMiB) / unit - 2), ChargeStatus::kOk);
+  void* large = nullptr;
+  std::vector<void*> small;
+  small.reserve(20000);
+  {
+    ScopedArenaAttach in(*a);
+    large = std::malloc(kMiB);  // costly: fails, nobody is killed
+    EXPECT_EQ(kills.load(), 0);
+    for (int i = 0; i < 20000 && kills.load() == 0; ++i) small.push_back(std::malloc(64));
+  }
+  EXPECT_EQ(large, nullptr);
+  EXPECT_EQ(kills.load(), 1);
+  EXPECT_EQ(g->events().get(Event::kOomKill), 1u);
+  for (void* p : small) EXPECT_NE(p, nullptr);
+  EXPECT_EQ(query.charged(), 0);
+  EXPECT_EQ(g->current(), a->stats().mapped);
+  for (void* p : small) std::free(p);
+  release(a);
 }
 
 }  // namespace
