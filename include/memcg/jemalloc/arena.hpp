@@ -23,8 +23,10 @@
 //               arena's first metadata block, asked for while jemalloc holds its control lock
 //               during Arena::create, is charged forced and without reclaim (a reclaimer's purge
 //               would take that lock again): it can pass memory.max by that block.
-//   commit      charges `length` bytes. A refused charge returns failure: jemalloc fails the
-//               allocation, malloc returns null and operator new throws std::bad_alloc.
+//   commit      charges `length` bytes through the charge path's ladder (reclaim, drain,
+//               retries; the OOM killer only for requests of at most 8 pages, the kernel's costly
+//               order). A refused charge returns failure: jemalloc fails the allocation, malloc
+//               returns null and operator new throws std::bad_alloc.
 //   decommit    madvise(MADV_DONTNEED) on the range (the pages go back to the system and read
 //               as zeros later), then uncharges `length` bytes (uncharge_direct: the counters
 //               drop at once, as reclaim expects).
