@@ -799,3 +799,33 @@ TEST(JemallocArena, SmallPageRequestsAtMaxRunTheOomKiller) {
 
 }  // namespace
 }  // namespace memcg::jemalloc
+
+namespace memcg::jemalloc {
+namespace {
+
+TEST(JemallocArena, AttachingToARemovedGroupsArenaChangesNothing) {
+  Controller ctl;
+  GroupRef g;
+  ASSERT_EQ(ctl.create("t", &g), 0);
+  auto a = make_arena(*g);
+  ASSERT_EQ(ctl.remove(*g), 0);  // the Arena's reference does not keep the group online
+  const unsigned home = current_thread_arena();
+  {
+    ScopedArenaAttach in(*a);
+    EXPECT_FALSE(in.ok());
+    EXPECT_EQ(current_thread_arena(), home);
+    EXPECT_EQ(attached_group(), nullptr);
+  }
+  EXPECT_EQ(current_thread_arena(), home);
+  // Direct use still works: the dying group is charged, as for any charge to a dying group.
+  ArenaResource mr(*a);
+  void* p = mr.allocate(100000);
+  EXPECT_EQ(arena_of(p), a->index());
+  EXPECT_EQ(g->current(), a->stats().mapped);
+  mr.deallocate(p, 100000);
+  release(a);
+  EXPECT_EQ(g->current(), 0u);
+}
+
+}  // namespace
+}  // namespace memcg::jemalloc
