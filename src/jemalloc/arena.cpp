@@ -28,8 +28,14 @@ struct Arena::State {
   uint32_t flags = kDefaultCharge;
   unsigned unit_shift = 12;
   unsigned index = 0;
-  std::atomic<int64_t> charged{0};  // bytes
+  // Bytes charged and not uncharged. Relaxed: a mirror of what the group's counters hold for this
+  // arena, read for statistics and reclaim sizing; a reader that races with a hook sees the
+  // count just before or after that hook's charge, which the group's counter decides anyway.
+  std::atomic<int64_t> charged{0};
+  // Set (release) just before arena.<i>.destroy, which runs the dalloc calls on this thread:
+  // dalloc then unmaps instead of keeping the range. Read (acquire) by dalloc.
   std::atomic<bool> destroying{false};
+  // Hook counters for statistics only (relaxed).
   std::atomic<uint64_t> commits{0};
   std::atomic<uint64_t> decommits{0};
   std::atomic<uint64_t> failed{0};
@@ -430,7 +436,8 @@ int Arena::mallocx_flags() const noexcept {
 uint64_t Arena::charged_bytes() const noexcept {
   int64_t c = 0;
   const StateSet& set = states_->set;
-  for (unsigned i = 0; i < set.size; ++i) c += set.items[i]->charged.load(std::memory_order_relaxed);
+  for (unsigned i = 0; i < set.size; ++i)
+    c += set.items[i]->charged.load(std::memory_order_relaxed);
   return c > 0 ? static_cast<uint64_t>(c) : 0;
 }
 

@@ -56,10 +56,11 @@
 // Binding a thread: ScopedArenaAttach attaches the thread to the arena's group (attach.hpp) and
 // binds it to the arena (jemalloc's thread.arena), flushing the thread's cache on each change so
 // that no cached block of the previous arena is handed out under the new group. A plain
-// ScopedAttach changes the group that explicit charges go to but not the thread's arena.
-// Do not link memcg::hook into the same program: the attachment would make it charge each block's
-// bytes on top of its pages. Direct use without binding: ArenaResource (a std::pmr::memory_resource), or mallocx()/
-// dallocx() with Arena::mallocx_flags(). A block goes back to its own arena whoever frees it.
+// ScopedAttach changes the group that explicit charges go to but not the thread's arena. Do not
+// link memcg::hook into the same program: the attachment would make it charge each block's bytes
+// on top of its pages. Direct use without binding: ArenaResource (a std::pmr::memory_resource),
+// or mallocx()/dallocx() with Arena::mallocx_flags(). A block goes back to its own arena whoever
+// frees it.
 //
 // Lifetime: an Arena holds a reference to its group. Destroying the Arena unregisters its
 // reclaimer; the jemalloc arena (and with it the group reference) is destroyed when it holds no
