@@ -165,6 +165,13 @@ TEST(HttpServerTest, MetricsServeTheExposition) {
   EXPECT_EQ(res->body, render_prometheus(t.ctl));
   EXPECT_NE(res->body.find("memcg_memory_max_bytes{group=\"c\"} 1048576\n"), std::string::npos);
 
+  // Compression is never applied, whatever the client accepts.
+  auto plain = live.client->Get("/metrics", {{"Accept-Encoding", "gzip, deflate, br"}});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 200);
+  EXPECT_FALSE(plain->has_header("Content-Encoding")) << plain->get_header_value("Content-Encoding");
+  EXPECT_EQ(plain->body, res->body);
+
   auto health = live.client->Get("/healthz");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);

@@ -21,7 +21,9 @@
 // numeric IPv4 or IPv6 address, never a name to resolve); a fixed number of worker threads with a
 // bounded queue of accepted connections (when it is full the acceptor waits, and further clients
 // wait in the kernel's backlog); a request body limit; read, write and keep-alive timeouts; writes
-// off. There is no TLS: put a proxy in front of it to expose it beyond the host.
+// off; responses are never compressed (compressing a large exposition costs far more CPU than
+// rendering it, and a client could ask for it on every request). There is no TLS: put a proxy in
+// front of it to expose it beyond the host.
 //
 // Charging: the server's threads are never attached to a group (attach.hpp), so with the global
 // hook (hook.hpp) linked nothing they allocate is charged to a tenant; start() and stop() make
