@@ -6,6 +6,9 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -93,6 +96,53 @@ TEST(HttpConcurrencyTest, ScrapesWhileThreadsCharge) {
   EXPECT_EQ(scrapes.load(), 200);
   ctl.stock().drain_all(&ctl.root());
   for (const GroupRef& g : tenants) EXPECT_EQ(g->current(), 0u) << g->path();
+}
+
+}  // namespace
+}  // namespace memcg::http
+
+namespace memcg::http {
+namespace {
+
+// One worker and a queue of one: more clients than that are served in turn (the acceptor waits
+// for room), none is dropped; stop() then returns although clients keep idle connections open.
+TEST(HttpConcurrencyTest, OneWorkerServesManyClientsInTurn) {
+  Controller ctl;
+  ASSERT_EQ(ctl.create("a"), 0);
+  ServerOptions so;
+  so.threads = 1;
+  so.max_queued = 1;
+  so.keep_alive_timeout = std::chrono::seconds(1);  // an idle kept-alive client holds the worker
+  Server server(ctl, so);
+  std::string error;
+  ASSERT_EQ(server.start(&error), 0) << error;
+  std::atomic<int> ok{0};
+  std::vector<std::unique_ptr<httplib::Client>> clients;
+  for (int c = 0; c < 6; ++c) {
+    clients.push_back(std::make_unique<httplib::Client>("127.0.0.1", server.port()));
+    clients.back()->set_read_timeout(30, 0);
+    clients.back()->set_keep_alive(c % 2 == 0);  // some hold their connection between requests
+  }
+  std::vector<std::thread> threads;
+  for (int c = 0; c < 6; ++c) {
+    threads.emplace_back([&, c] {
+      for (int i = 0; i < 5; ++i) {
+        auto res = clients[c]->Get(i % 2 ? "/v1/groups/a/memory.current" : "/healthz");
+        if (res && res->status == 200) ok.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 30);
+  const auto t0 = std::chrono::steady_clock::now();
+  server.stop();  // the kept-alive connections are idle: stop must not wait for their clients
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_FALSE(server.running());
+  // At most the keep-alive timeout of the one connection being served, with a wide margin.
+  EXPECT_LT(took, std::chrono::seconds(10));
+  std::printf("stop took %lld ms\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
 }
 
 }  // namespace

@@ -52,8 +52,9 @@ struct ServerOptions {
   std::string address = "127.0.0.1";
   // TCP port; 0 picks a free one (see Server::port()). 0..65535.
   int port = 0;
-  // Worker threads serving connections. 1..64.
-  size_t threads = 2;
+  // Worker threads serving connections. 1..64. A connection holds its worker for as long as it
+  // is kept alive, idle time included (see keep_alive_timeout).
+  size_t threads = 4;
   // Accepted connections waiting for a worker before the acceptor stops accepting. 1..4096.
   size_t max_queued = 64;
   // Largest request body accepted; larger ones get 413. 1..1 MiB. Knob writes are a few bytes.
@@ -61,8 +62,10 @@ struct ServerOptions {
   // How long a worker waits for a request's bytes, and for the client to take the response.
   std::chrono::milliseconds read_timeout{5000};
   std::chrono::milliseconds write_timeout{5000};
-  // An idle keep-alive connection is closed after this long. 1..300 s.
-  std::chrono::seconds keep_alive_timeout{5};
+  // An idle keep-alive connection is closed after this long. 1..300 s. Short by default: an
+  // idle connection keeps a worker from serving others, and scrapers come back every few
+  // seconds at most (memcgctl top's default interval is 1 s).
+  std::chrono::seconds keep_alive_timeout{1};
   // POST /v1/groups/<path>/<file> is served only when true, and then `token` (non-empty, at
   // most 4096 bytes, printable ASCII without spaces) must be given as a bearer token.
   bool allow_writes = false;
