@@ -12,6 +12,7 @@ cmake -S "$src/tests/consumer" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$w
 cmake --build "$work/build" >/dev/null
 "$work/build/consumer"
 if [[ -x "$work/build/consumer_http" ]]; then "$work/build/consumer_http"; fi
+if [[ -x "$work/build/consumer_prometheus_cpp" ]]; then "$work/build/consumer_prometheus_cpp"; fi
 libdir=$(find "$work/prefix" -name memcg.pc -printf '%h\n' | head -n1)
 PKG_CONFIG_PATH="$libdir" g++ -o "$work/consumer_pc" "$src/tests/consumer/main.cpp" \
   $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs memcg)
