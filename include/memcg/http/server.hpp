@@ -86,6 +86,8 @@ class Server {
   // accepted, else an errno with `error` (if given) saying what failed: EALREADY when running,
   // EINVAL for an address that is not numeric, EADDRINUSE (or the bind's own errno) when the
   // port cannot be bound. A failed start leaves the server stopped and may be retried.
+  // Throws only what the system throws when out of resources (std::bad_alloc, std::system_error
+  // when a thread cannot be created).
   int start(std::string* error = nullptr);
   // Stops accepting, lets the requests being served finish (bounded by the timeouts), joins the
   // threads. Does nothing when stopped. After it returns, no handler runs.
