@@ -10,9 +10,12 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -385,6 +388,60 @@ TEST(HttpServerTest, StartAndStopReportErrors) {
   // And restarted.
   ASSERT_EQ(first.start(&error), 0) << error;
   first.stop();
+}
+
+// A client that connects and sends nothing is disconnected after the keep-alive timeout (1 s),
+// one that stops in the middle of its request after the read timeout; either way the worker it
+// held serves others again.
+TEST(HttpServerTest, SilentClientsAreDisconnectedAfterTheTimeouts) {
+  Tree t;
+  ServerOptions o;
+  o.threads = 1;
+  o.read_timeout = std::chrono::milliseconds(200);
+  Live live(t.ctl, o);
+  for (const char* sent : {"", "GET /metrics HTTP/1.1\r\nHost: x\r\n"}) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    timeval tv{10, 0};  // the test's own bound: far above the server's 200 ms
+    ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(static_cast<uint16_t>(live.server.port()));
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&sin), sizeof sin), 0);
+    ASSERT_EQ(::send(fd, sent, std::strlen(sent), MSG_NOSIGNAL), static_cast<ssize_t>(std::strlen(sent)));
+    const auto t0 = std::chrono::steady_clock::now();
+    char buf[256];
+    ssize_t n;
+    do {
+      n = ::recv(fd, buf, sizeof buf, 0);  // an error response (if any), then the close
+    } while (n > 0);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    ::close(fd);
+    EXPECT_EQ(n, 0) << "not closed by the server: " << std::strerror(errno);
+    EXPECT_LT(waited, std::chrono::seconds(5));
+    // The one worker is free again.
+    auto res = live.client->Get("/healthz");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200);
+  }
+}
+
+TEST(HttpServerTest, ServesOnIpv6LoopbackWhenAsked) {
+  Tree t;
+  ServerOptions o;
+  o.address = "::1";
+  Server server(t.ctl, o);
+  std::string error;
+  const int err = server.start(&error);
+  if (err == EADDRNOTAVAIL || err == EAFNOSUPPORT) GTEST_SKIP() << "no IPv6 loopback: " << error;
+  ASSERT_EQ(err, 0) << error;
+  httplib::Client client("::1", server.port());
+  client.set_read_timeout(10, 0);
+  auto res = client.Get("/v1/groups/a/b/memory.min");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->body, "4096\n");
 }
 
 TEST(HttpServerTest, OptionsAreChecked) {
