@@ -204,8 +204,9 @@ struct Server::Impl {
 
 void Server::Impl::route(httplib::Server& s) {
   // Responses are never compressed. httplib compresses text whenever the client accepts it, and
-  // picks brotli at its highest quality when offered: seconds of CPU for the 20 MB exposition of
-  // 10 000 groups, on request of any client. The Request is httplib's own non-const object, seen
+  // picks brotli at its highest quality when offered: with curl --compressed, the 10 KB
+  // exposition of five groups took 13-15 ms against under 1 ms uncompressed, a cost any client
+  // could ask for on every request, growing with the body (20 MB at 10 000 groups). The Request is httplib's own non-const object, seen
   // here through a const reference, so dropping the header before the handlers run is defined.
   s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
     const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
