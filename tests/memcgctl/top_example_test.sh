@@ -45,11 +45,18 @@ read -r -a f <<<"$tenants"
 [[ ${f[5]} -gt 0 ]] || { echo "no max events on tenants: $tenants"; exit 1; }
 
 # The same process answers the other endpoints.
+# (Into files first: grep -q closing the pipe early would fail curl under pipefail.)
 if command -v curl >/dev/null 2>&1; then
-  curl -sf "$url/metrics" | grep -q '^memcg_memory_current_bytes{group="tenants/alpha"} '
-  curl -sf "$url/v1/groups/tenants/alpha/memory.max" | grep -qx 3145728
+  curl -sf "$url/metrics" >"$work/metrics"
+  grep -q '^memcg_memory_current_bytes{group="tenants/alpha"} ' "$work/metrics" ||
+    { echo "no alpha in /metrics"; exit 1; }
+  curl -sf "$url/v1/groups/tenants/alpha/memory.max" >"$work/max"
+  grep -qx 3145728 "$work/max" || { echo "alpha's memory.max: $(cat "$work/max")"; exit 1; }
 fi
+# Interrupted, the example stops serving, checks what it demonstrates and exits 0.
 kill -INT "$pid"
-wait "$pid"
+status=0
+wait "$pid" || status=$?
 pid=
+[[ $status -eq 0 ]] || { echo "the example exited $status:"; cat "$work/out"; exit 1; }
 echo "top_example: ok"
