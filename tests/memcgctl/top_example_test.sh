@@ -14,7 +14,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$example" --serve 0 --seconds 60 >"$work/out" 2>&1 &
+: >"$work/out"  # exists before the background shell opens it
+"$example" --serve 0 --seconds 60 >>"$work/out" 2>&1 &
 pid=$!
 url=
 for _ in $(seq 1 100); do
