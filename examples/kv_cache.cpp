@@ -9,16 +9,26 @@
 //
 // The workload is synthetic and bounded (fixed seed, fixed number of operations). At the end the
 // program prints, per tenant, the memory it uses, its entries and evictions, and its events.
+//
+// `kv_cache --serve PORT [--seconds N]` also serves the controller over HTTP on 127.0.0.1:PORT
+// (memcg::http; PORT 0 picks a free one, printed on the first line) and keeps the workload going
+// until interrupted or for N seconds, so it can be scraped with curl or watched with
+// `memcgctl top --url http://127.0.0.1:PORT`.
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <list>
 #include <memory>
 #include <memory_resource>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -28,6 +38,9 @@
 #include "memcg/pmr.hpp"
 #include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
+#ifdef MEMCG_EXAMPLE_HTTP
+#include "memcg/http/server.hpp"
+#endif
 
 namespace {
 
@@ -166,9 +179,45 @@ struct Tenant {
   uint64_t hits = 0, misses = 0;
 };
 
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void on_signal(int) { g_interrupted = 1; }
+
+// Command line: nothing (the bounded run), or --serve PORT [--seconds N].
+struct Args {
+  int serve_port = -1;  // -1: no server
+  int seconds = 0;      // 0: until interrupted
+};
+
+bool parse_number(const char* text, int lo, int hi, int* out) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool parse_args(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--serve") == 0 && i + 1 < argc) {
+      if (!parse_number(argv[++i], 0, 65535, &a->serve_port)) return false;
+    } else if (std::strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+      if (!parse_number(argv[++i], 1, 86400, &a->seconds)) return false;
+    } else {
+      return false;
+    }
+  }
+  return a->seconds == 0 || a->serve_port >= 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  Args args;
+  if (!parse_args(argc, argv, &args)) {
+    std::fprintf(stderr, "usage: kv_cache [--serve PORT [--seconds N]]\n");
+    return 2;
+  }
   constexpr uint64_t kMiB = 1 << 20;
   memcg::Controller ctl;
   memcg::GroupRef tenants;
@@ -187,12 +236,45 @@ int main() {
     t.cache = std::make_unique<TenantCache>(*t.group);
   }
 
+#ifdef MEMCG_EXAMPLE_HTTP
+  // The endpoint: loopback only, read-only (the defaults), on its own threads.
+  std::unique_ptr<memcg::http::Server> server;
+  if (args.serve_port >= 0) {
+    memcg::http::ServerOptions so;
+    so.port = args.serve_port;
+    server = std::make_unique<memcg::http::Server>(ctl, so);
+    std::string error;
+    if (server->start(&error) != 0) {
+      std::fprintf(stderr, "kv_cache: %s\n", error.c_str());
+      for (Tenant& t : ts) t.cache.reset();
+      return 3;
+    }
+    std::printf("serving on http://127.0.0.1:%d\n", server->port());
+    std::fflush(stdout);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+  }
+#else
+  if (args.serve_port >= 0) {
+    std::fprintf(stderr, "kv_cache: built without memcg::http (cpp-httplib); --serve unavailable\n");
+    for (Tenant& t : ts) t.cache.reset();
+    return 2;
+  }
+#endif
+
   // Bounded synthetic workload: 90 000 operations, 70 % gets, keys drawn with a skew per tenant,
-  // values of 64 .. 2048 bytes; a miss is followed by a put (read-through).
+  // values of 64 .. 2048 bytes; a miss is followed by a put (read-through). When serving, the
+  // same workload continues in rounds until interrupted or --seconds pass.
   std::mt19937_64 rng(20240601);
   constexpr int kOps = 90000;
   constexpr int kKeySpace = 20000;
-  for (int op = 0; op < kOps; ++op) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(args.seconds);
+  for (int64_t op = 0;; ++op) {
+    if (op >= kOps) {
+      if (args.serve_port < 0 || g_interrupted) break;
+      if (args.seconds > 0 && std::chrono::steady_clock::now() >= deadline) break;
+      if (op % 2000 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     Tenant& t = ts[rng() % 3];
     const double u = std::uniform_real_distribution<double>(0, 1)(rng);
     const int key_id = static_cast<int>(kKeySpace * std::pow(u, 1.0 + t.zipf_skew));
@@ -207,6 +289,9 @@ int main() {
     t.cache->put(key, 64 + rng() % 1985);
   }
 
+#ifdef MEMCG_EXAMPLE_HTTP
+  if (server) server->stop();
+#endif
   ctl.obj_stock().drain_all(nullptr);
   ctl.stock().drain_all(nullptr);
   ctl.flush_stats();

@@ -16,6 +16,8 @@ if [[ -x "$work/build/consumer_jemalloc" ]]; then
   "$work/build/consumer_jemalloc"
   echo "install_consumer: memcg::jemalloc consumer ran"
 fi
+if [[ -x "$work/build/consumer_http" ]]; then "$work/build/consumer_http"; fi
+if [[ -x "$work/build/consumer_prometheus_cpp" ]]; then "$work/build/consumer_prometheus_cpp"; fi
 libdir=$(find "$work/prefix" -name memcg.pc -printf '%h\n' | head -n1)
 PKG_CONFIG_PATH="$libdir" g++ -o "$work/consumer_pc" "$src/tests/consumer/main.cpp" \
   $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs memcg)

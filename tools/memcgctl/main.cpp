@@ -2,6 +2,9 @@
 //
 //   memcgctl run FILE [--json] [--plot FILE.svg]
 //   memcgctl validate FILE
+//   memcgctl top [--url URL] [--interval 1s] [--sort current|peak|pressure|events] [--once]
+//
+// `top` watches a running process that serves memcg::http (built when cpp-httplib is found).
 //
 // Exit status: 0 every check passed (or the file is valid), 1 a check failed, 2 the scenario is
 // malformed (messages `FILE:LINE:COL: what is wrong` on stderr), 3 an output file could not be
@@ -15,6 +18,9 @@
 #include "load.hpp"
 #include "report.hpp"
 #include "run.hpp"
+#ifdef MEMCGCTL_HAVE_TOP
+#include "top.hpp"
+#endif
 
 #ifndef MEMCGCTL_VERSION
 #define MEMCGCTL_VERSION "unknown"
@@ -87,6 +93,20 @@ int main(int argc, char** argv) {
   CLI::App* validate_cmd = app.add_subcommand("validate", "check a scenario without running it");
   validate_cmd->add_option("FILE", vfile, "scenario file (YAML)")->required();
 
+#ifdef MEMCGCTL_HAVE_TOP
+  memcgctl::TopOptions top;
+  std::string interval = "1s", sort = "current";
+  CLI::App* top_cmd =
+      app.add_subcommand("top", "watch the groups of a process serving memcg::http");
+  top_cmd->add_option("--url", top.url, "the endpoint, http://HOST:PORT")
+      ->capture_default_str();
+  top_cmd->add_option("--interval", interval, "refresh period: 1s, 500ms, 2.5 (seconds)")
+      ->capture_default_str();
+  top_cmd->add_option("--sort", sort, "current, peak, pressure (some avg10) or events")
+      ->capture_default_str();
+  top_cmd->add_flag("--once", top.once, "print one snapshot and exit");
+#endif
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -94,6 +114,20 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitMalformed;
   }
   if (*run_cmd) return run(file, json, plot);
+#ifdef MEMCGCTL_HAVE_TOP
+  if (*top_cmd) {
+    if (!memcgctl::parse_interval_ms(interval, &top.interval_ms)) {
+      std::cerr << "memcgctl top: --interval '" << interval
+                << "' is not a duration between 100ms and 3600s\n";
+      return kExitMalformed;
+    }
+    if (!memcgctl::parse_top_sort(sort, &top.sort)) {
+      std::cerr << "memcgctl top: --sort must be current, peak, pressure or events\n";
+      return kExitMalformed;
+    }
+    return memcgctl::run_top(top);
+  }
+#endif
   memcgctl::Scenario s;
   return load(vfile, &s) ? 0 : kExitMalformed;
 }
