@@ -14,6 +14,8 @@
 #include "memcg/reclaim.hpp"
 #include "memcg/stock.hpp"
 
+#include "memcg/internal/charge_wait_hooks.hpp"
+
 #include "controller_registry.hpp"
 
 namespace memcg {
@@ -234,6 +236,11 @@ void internal::uncharge_slow(Group& group, int64_t units, int kind) noexcept {
     refuse_uncharge(group);
     return;
   }
+  // A charge waits (charge_wait.hpp): the units go to the counters, where a waiter can use them.
+  if (internal::any_charge_waiters()) [[unlikely]] {
+    uncharge_direct(group, units, kind);
+    return;
+  }
   group.charge_stock()->refill(&group, units, kind);
 }
 
@@ -246,6 +253,7 @@ void uncharge_direct(Group& group, int64_t units, int kind) noexcept {
   }
   account_kind(group, kind, -units);
   group.memory().uncharge(units);
+  internal::wake_charge_waiters(group);
 }
 
 namespace {

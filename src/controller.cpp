@@ -1,4 +1,5 @@
 #include "memcg/controller.hpp"
+#include "memcg/internal/charge_wait_hooks.hpp"
 #include "memcg/internal/lock.hpp"
 
 #include "controller_registry.hpp"
@@ -47,6 +48,8 @@ Controller::Controller(Options options)
 }
 
 Controller::~Controller() {
+  // Waiting charges (charge_wait.hpp) are woken and have left before anything is freed.
+  internal::charge_wait_controller_gone(*this);
   // First: thread-local records naming our groups (memory.high pending) must not touch them.
   internal::unregister_controller(serial_);
   internal::HookTeardown teardown;  // memcg_hook: frees below must not reach the groups
@@ -186,6 +189,7 @@ int Controller::remove(Group& group) {
   // An offline group protects nothing (the kernel resets min and low of a dying cgroup).
   group.set_min(0);
   group.set_low(0);
+  internal::charge_wait_group_removed(group);  // its waiting charges return kRemoved
   group.put();  // the tree's reference
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "memcg/limits.hpp"
 
 #include "memcg/controller.hpp"
+#include "memcg/internal/charge_wait_hooks.hpp"
 #include "memcg/internal/int128.hpp"
 #include "memcg/obj_stock.hpp"
 #include "memcg/stock.hpp"
@@ -36,6 +37,7 @@ void write_high(Group& group, uint64_t bytes, bool nonblocking) {
 
 void write_max(Group& group, uint64_t bytes, bool nonblocking) {
   group.set_max(bytes);
+  internal::wake_charge_waiters(group);  // a raised limit may serve waiting charges
   if (nonblocking || reclaim_down_to(group, &PageCounter::max)) return;
   // Reclaim gave up: kill, one unit's worth at a time, until usage fits or no victim is left.
   Controller& ctl = group.controller();

@@ -103,6 +103,10 @@ void uncharge_bytes(Group& group, uint64_t bytes, int kind = kDefaultKind) noexc
 void charge_or_throw(Group& group, uint64_t bytes, uint32_t flags = kDefaultCharge,
                      int kind = kDefaultKind);
 
+namespace internal {
+struct ChargeHandleAccess;  // charge_wait.cpp: fills a handle granted after waiting
+}
+
 // A charge that remembers its group and holds a reference to it, so that it is uncharged from
 // the right group after the thread moved and even after the group was removed. Costs two atomic
 // reference-count updates over a bare try_charge/uncharge pair.
@@ -122,6 +126,7 @@ class ChargeHandle {
   void release() noexcept;
 
  private:
+  friend struct internal::ChargeHandleAccess;
   Group* group_ = nullptr;  // holds a reference while non-null
   uint64_t bytes_ = 0;
   int kind_ = kDefaultKind;
