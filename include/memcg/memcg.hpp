@@ -9,6 +9,7 @@
 #include "memcg/page_counter.hpp"
 // Allocator integration (the global operator new hook, hook.hpp, is a separate library).
 #include "memcg/allocator.hpp"
+#include "memcg/charge_wait.hpp"
 #include "memcg/nofail.hpp"
 #include "memcg/obj_stock.hpp"
 #include "memcg/pmr.hpp"

@@ -1,0 +1,94 @@
+// Admission control for a query engine: queries of estimated sizes share a pool with a limit.
+// Charging the estimate up front either fails (the query is rejected) or, with try_charge_wait,
+// waits until earlier queries finish and give their memory back.
+//
+// Run 1 charges without waiting: all 16 queries ask at once for 12 MiB each against a 64 MiB
+// pool, so only 5 fit and 11 are rejected. Run 2 charges the same queries with a 10 s deadline:
+// every query runs, at most 5 at a time, and nothing is rejected or OOM-killed. The example
+// checks both and exits non-zero otherwise.
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "memcg/memcg.hpp"
+
+namespace {
+
+constexpr int kQueries = 16;
+constexpr uint64_t kMiB = 1 << 20;
+constexpr uint64_t kPool = 64 * kMiB;
+constexpr uint64_t kEstimate = 12 * kMiB;
+
+struct Outcome {
+  int ran = 0;
+  int rejected = 0;
+  int peak_running = 0;
+};
+
+Outcome run(memcg::Controller& ctl, memcg::Group& pool, bool wait) {
+  std::atomic<int> ran{0}, rejected{0}, running{0}, peak{0};
+  // Without waiting, every query tries while the others still hold their memory.
+  std::barrier all_tried(kQueries);
+  std::vector<std::jthread> queries;
+  for (int q = 0; q < kQueries; ++q) {
+    queries.emplace_back([&] {
+      memcg::ChargeHandle budget;
+      if (wait) {
+        const auto deadline = memcg::WaitClock::now() + std::chrono::seconds(10);
+        if (memcg::charge_wait(budget, pool, kEstimate, deadline) != memcg::WaitStatus::kOk)
+          ++rejected;
+      } else {
+        budget = memcg::ChargeHandle(pool, kEstimate);
+        if (!budget.ok()) ++rejected;
+      }
+      if (budget.ok()) {
+        const int now = ++running;
+        for (int p = peak.load(); now > p && !peak.compare_exchange_weak(p, now);) {
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the query's work
+        --running;
+        ++ran;
+      }
+      if (!wait) all_tried.arrive_and_wait();
+      budget.release();
+    });
+  }
+  queries.clear();
+  ctl.stock().drain_all(&ctl.root());
+  return {ran.load(), rejected.load(), peak.load()};
+}
+
+}  // namespace
+
+int main() {
+  memcg::Controller ctl;
+  memcg::GroupRef pool;
+  if (ctl.create("queries", &pool) != 0) return 1;
+  pool->set_max(kPool);
+
+  const Outcome reject = run(ctl, *pool, false);
+  std::printf("without waiting: %d ran, %d rejected\n", reject.ran, reject.rejected);
+  const Outcome admit = run(ctl, *pool, true);
+  const memcg::WaitStats ws = memcg::wait_stats(*pool);
+  std::printf("with waiting:    %d ran, %d rejected, at most %d at once; %llu waited, "
+              "%llu granted\n",
+              admit.ran, admit.rejected, admit.peak_running,
+              static_cast<unsigned long long>(ws.waits),
+              static_cast<unsigned long long>(ws.granted));
+  std::printf("oom events: %llu, oom kills: %llu, pool usage at the end: %llu\n",
+              static_cast<unsigned long long>(pool->events().get(memcg::Event::kOom)),
+              static_cast<unsigned long long>(pool->events().get(memcg::Event::kOomKill)),
+              static_cast<unsigned long long>(pool->current()));
+
+  const int fit = static_cast<int>(kPool / kEstimate);
+  bool ok = true;
+  ok &= reject.rejected == kQueries - fit && reject.ran == fit;
+  ok &= admit.ran == kQueries && admit.rejected == 0 && admit.peak_running <= fit;
+  ok &= ws.waits > 0 && ws.granted == ws.waits;
+  ok &= pool->events().get(memcg::Event::kOomKill) == 0 && pool->current() == 0;
+  std::puts(ok ? "admission: ok" : "admission: FAILED");
+  return ok ? 0 : 1;
+}
