@@ -1,0 +1,103 @@
+// Waiting charges (charge_wait.hpp).
+//  - WaitWake: a thread waits in try_charge_wait for 1 unit of a full group; the benchmark
+//    thread uncharges 1 unit and measures the time from just before the uncharge until the
+//    waiter has returned kOk (it stores a timestamp), i.e. the wake latency. Manual time.
+//  - WaitNoWaiterPair: try_charge(1) + uncharge(1) in a process with no waiter (the stock hit,
+//    for comparison with Pair/memcg of charge_bench, which this code must leave unchanged).
+//  - WaitUnchargeSlowWithWaiter: uncharge(65) + try_charge(65) (a stock miss each way, so the
+//    uncharge takes the slow path) while a waiter sits on another group of the controller: the
+//    cost that one waiter anywhere adds to an uncharge slow path (the queue lookup).
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "memcg/charge_wait.hpp"
+#include "memcg/controller.hpp"
+
+namespace memcg {
+namespace {
+
+using Clk = std::chrono::steady_clock;
+
+void BM_WaitWake(benchmark::State& state) {
+  Options o;
+  o.batch = 1;
+  Controller ctl(o);
+  GroupRef g;
+  ctl.create("g", &g);
+  g->set_max(4 * ctl.unit_size());
+  try_charge(*g, 4);
+  std::atomic<int64_t> returned_at{0};
+  std::atomic<int> round{0};
+  std::atomic<bool> stop{false};
+  std::thread waiter([&] {
+    int seen = 0;
+    while (!stop.load()) {
+      while (round.load() == seen && !stop.load()) std::this_thread::yield();
+      if (stop.load()) break;
+      seen = round.load();
+      const WaitStatus s = try_charge_wait(*g, 1, Clk::now() + std::chrono::seconds(10));
+      returned_at.store(Clk::now().time_since_epoch().count());
+      if (s != WaitStatus::kOk) std::abort();
+    }
+  });
+  for (auto _ : state) {
+    returned_at.store(0);
+    round.fetch_add(1);
+    // Wait until the waiter is queued (its memory stall has begun: it is in the queue).
+    while (wait_stats(*g).waiters == 0) std::this_thread::yield();
+    const auto t0 = Clk::now();
+    uncharge_direct(*g, 1);
+    int64_t t1;
+    while ((t1 = returned_at.load()) == 0) {
+    }
+    state.SetIterationTime(std::chrono::duration<double>(
+                               Clk::duration(t1) - t0.time_since_epoch())
+                               .count());
+  }
+  stop = true;
+  waiter.join();
+  uncharge_direct(*g, 4);
+}
+BENCHMARK(BM_WaitWake)->UseManualTime()->Iterations(2000);
+
+void BM_WaitNoWaiterPair(benchmark::State& state) {
+  Controller ctl;
+  GroupRef g;
+  ctl.create("g", &g);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(try_charge(*g, 1));
+    uncharge(*g, 1);
+  }
+}
+BENCHMARK(BM_WaitNoWaiterPair);
+
+void BM_WaitUnchargeSlowWithWaiter(benchmark::State& state) {
+  Controller ctl;
+  GroupRef g, full;
+  ctl.create("g", &g);
+  ctl.create("full", &full);
+  full->set_max(ctl.unit_size());
+  try_charge(*full, 1);
+  std::jthread waiter;
+  if (state.range(0) == 1) {
+    waiter = std::jthread([&](std::stop_token st) {
+      try_charge_wait(*full, 1, Clk::now() + std::chrono::hours(1), st);
+    });
+    while (wait_stats(*full).waiters == 0) std::this_thread::yield();
+  }
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(try_charge(*g, 65));
+    uncharge(*g, 65);
+  }
+  waiter = {};
+  uncharge_direct(*full, 1);
+}
+BENCHMARK(BM_WaitUnchargeSlowWithWaiter)->Arg(0)->Arg(1);
+
+}  // namespace
+}  // namespace memcg
+
+BENCHMARK_MAIN();
