@@ -178,6 +178,7 @@ WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point de
   Group* limiting = charge_or_limiting_group(group, units);
   if (limiting == nullptr) {
     account_kind(group, kind, units);
+    group.stat_add(StatRegistry::kPgfault, 1, 1);
     return WaitStatus::kOk;
   }
   if (stop.stop_requested()) return WaitStatus::kCancelled;
