@@ -186,16 +186,12 @@ TEST_F(Fixture, ControllerDestroyedWakesWaiters) {
   std::vector<std::unique_ptr<AsyncWait>> ws;
   for (int i = 0; i < 4; ++i) ws.push_back(std::make_unique<AsyncWait>(*g, 1, 30s));
   ASSERT_TRUE(eventually([&] { return wait_stats(*g).waiters == 4; }));
-  Group* raw = g.get();
-  (void)raw;
   g.reset();  // the waiters hold their own references
   const auto t0 = WaitClock::now();
   ctl.reset();  // returns only after every waiter has left
   EXPECT_LT(WaitClock::now() - t0, 5s);
-  for (auto& w : ws) {
-    EXPECT_TRUE(w->done());
-    EXPECT_EQ(w->status(), WaitStatus::kRemoved);
-  }
+  // Each waiter has left the library; its thread stores the status just after.
+  for (auto& w : ws) EXPECT_EQ(w->status(), WaitStatus::kRemoved);
 }
 
 TEST_F(Fixture, ChargeHandleForm) {
