@@ -363,5 +363,57 @@ TEST(ChargeWaitStress, RandomizedExactAccounting) {
   EXPECT_EQ(s.waits, s.granted + s.timed_out + s.cancelled + s.removed);
 }
 
+
+// A group removed while many threads wait on it and its siblings: its waiters return kRemoved,
+// the others go on; after a stop every thread returned a defined status, the granted units were
+// uncharged and nothing stays charged. (A teardown with waiters: ControllerDestroyedWakesWaiters.)
+TEST(ChargeWaitStress, RemovalAndTeardownUnderLoad) {
+  for (int round = 0; round < 3; ++round) {  // different interleavings
+    auto ctl = std::make_unique<Controller>(with_batch(4));
+    GroupRef pool;
+    ASSERT_EQ(ctl->create("pool", &pool), 0);
+    pool->set_max(16 * kUnit);
+    std::vector<GroupRef> kids(4);
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(ctl->create(*pool, "k" + std::to_string(i), &kids[i]), 0);
+    std::atomic<int> statuses[5] = {};
+    std::atomic<int64_t> held{0};
+    std::vector<std::jthread> ts;
+    for (int t = 0; t < 8; ++t) {
+      ts.emplace_back([&, t](std::stop_token st) {
+        std::mt19937 rng(round * 100 + t);
+        GroupRef g = kids[t % 4];  // our own reference: the group may be removed under us
+        while (!st.stop_requested()) {
+          const int64_t units = 1 + rng() % 8;
+          const WaitStatus s = try_charge_wait(*g, units, in(2s), st);
+          ++statuses[static_cast<int>(s)];
+          if (s == WaitStatus::kOk) {
+            held += units;
+            std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
+            uncharge_direct(*g, units);
+            held -= units;
+          } else if (s == WaitStatus::kRemoved) {
+            break;
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(30ms);
+    ASSERT_EQ(ctl->remove(*kids[0]), 0);  // kids[0]'s threads leave with kRemoved
+    std::this_thread::sleep_for(30ms);
+    for (auto& t : ts) t.request_stop();  // the waiters still queued return kCancelled
+    ts.clear();
+    ctl->stock().drain_all(&ctl->root());
+    EXPECT_EQ(pool->memory().usage(), 0);
+    EXPECT_EQ(wait_stats(*pool).waiters, 0u);
+    EXPECT_EQ(held.load(), 0);
+    EXPECT_GT(statuses[static_cast<int>(WaitStatus::kOk)].load(), 0);
+    EXPECT_GT(statuses[static_cast<int>(WaitStatus::kRemoved)].load(), 0);
+    EXPECT_EQ(statuses[static_cast<int>(WaitStatus::kInvalid)].load(), 0);
+    kids.clear();
+    pool.reset();
+    ctl.reset();
+  }
+}
+
 }  // namespace
 }  // namespace memcg
