@@ -170,7 +170,8 @@ TEST_P(Example, PlotIsWellFormedXml) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, Example,
-                         testing::Values("protection", "low", "high", "oom_group", "multi_tenant"));
+                         testing::Values("protection", "low", "high", "oom_group", "multi_tenant",
+                                         "signals"));
 
 TEST(Run, FileTheLibraryLacksIsAFailureNotAValue) {
   const Scenario s = load_or_die(R"(

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "memcg/errors.hpp"
+#include "memcg/parse.hpp"
 
 namespace memcgctl {
 namespace {
@@ -33,6 +34,7 @@ Json step_args(const Step& st) {
         } else if constexpr (std::is_same_v<T, ChargeStep>) {
           a["member"] = b.member;
           a["size"] = b.bytes;
+          if (b.bulk) a["bulk"] = true;
         } else if constexpr (std::is_same_v<T, ReleaseStep>) {
           a["member"] = b.member;
           if (!b.all) a["size"] = b.bytes;
@@ -46,11 +48,41 @@ Json step_args(const Step& st) {
         } else if constexpr (std::is_same_v<T, TickStep>) {
           a["ns"] = b.ns;
         } else if constexpr (std::is_same_v<T, ExpectStep>) {
-          a["group"] = b.group;
-          a["file"] = b.file;
+          static constexpr const char* kSource[] = {"file", "listener", "trigger", "peak",
+                                                    "watch"};
+          if (b.source != ExpectStep::Source::kFile) {
+            a[kSource[static_cast<int>(b.source)]] = b.handle;
+            if (b.level >= 0)
+              a["level"] = memcg::to_string(static_cast<memcg::PressureLevel>(b.level));
+          } else {
+            a["group"] = b.group;
+            a["file"] = b.file;
+          }
           if (!b.key.empty()) a["key"] = b.key;
-          a[op_name(b.op)] = b.value;
+          if (b.hundredths) {
+            a[op_name(b.op)] = b.value_text;  // a percentage, as written
+          } else {
+            a[op_name(b.op)] = b.value;
+          }
           if (b.op == ExpectStep::Op::kCloseTo) a["err"] = b.err;
+        } else if constexpr (std::is_same_v<T, ListenStep>) {
+          a["name"] = b.name;
+          a["group"] = b.group;
+          a["level"] = memcg::to_string(static_cast<memcg::PressureLevel>(b.level));
+          a["mode"] = memcg::to_string(static_cast<memcg::PressureMode>(b.mode));
+        } else if constexpr (std::is_same_v<T, TriggerStep>) {
+          a["name"] = b.name;
+          a["group"] = b.group;
+          a["spec"] = b.spec;
+        } else if constexpr (std::is_same_v<T, PeakStep>) {
+          a["name"] = b.name;
+          a["group"] = b.group;
+          if (b.op == PeakStep::Op::kReset) a["reset"] = true;
+          if (b.op == PeakStep::Op::kClose) a["close"] = true;
+        } else if constexpr (std::is_same_v<T, WatchStep>) {
+          a["name"] = b.name;
+          a["group"] = b.group;
+          a["file"] = b.local ? "memory.events.local" : "memory.events";
         } else if constexpr (std::is_same_v<T, PrintStep>) {
           a["group"] = b.group;
           if (!b.file.empty()) a["file"] = b.file;
