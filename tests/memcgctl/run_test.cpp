@@ -171,7 +171,8 @@ TEST_P(Example, PlotIsWellFormedXml) {
 
 INSTANTIATE_TEST_SUITE_P(Examples, Example,
                          testing::Values("protection", "low", "high", "oom_group", "multi_tenant",
-                                         "signals"));
+                                         "signals", "vmpressure_modes", "psi_throttle",
+                                         "cache_policy"));
 
 TEST(Run, FileTheLibraryLacksIsAFailureNotAValue) {
   const Scenario s = load_or_die(R"(

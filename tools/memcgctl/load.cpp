@@ -777,9 +777,32 @@ class Loader {
 
   bool load_listen(const YAML::Node& v, Step* step) {
     Entries e;
-    if (!entries_required_map(v, "listen", {"name", "group", "level", "mode"}, &e)) return false;
+    if (!entries_required_map(v, "listen", {"name", "group", "level", "mode", "shrink"}, &e))
+      return false;
     ListenStep l;
     bool ok = new_handle(v, e, "listen", &l.name);
+    if (const YAML::Node* sh = find(e, "shrink")) {
+      Entries se;
+      if (!entries_required_map(*sh, "listen shrink", {"cache", "size"}, &se)) {
+        ok = false;
+      } else {
+        if (required(*sh, se, "listen shrink", "cache", &l.shrink_cache)) {
+          if (!caches_.count(l.shrink_cache)) {
+            error(*find(se, "cache"), "listen shrink: no cache `" + l.shrink_cache +
+                                          "` (a `cache` step must create it first)");
+            ok = false;
+          }
+        } else {
+          ok = false;
+        }
+        if (const YAML::Node* n = find(se, "size")) {
+          ok = size(*n, "listen shrink size", &l.shrink_bytes) && ok;
+        } else {
+          error(*sh, "listen shrink: missing `size`");
+          ok = false;
+        }
+      }
+    }
     ok = handle_group(v, e, "listen " + l.name, &l.group) && ok;
     std::string level, mode = "default";
     if (required(v, e, "listen", "level", &level)) {

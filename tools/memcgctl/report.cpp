@@ -75,6 +75,8 @@ Json step_args(const Step& st) {
           a["group"] = b.group;
           a["level"] = memcg::to_string(static_cast<memcg::PressureLevel>(b.level));
           a["mode"] = memcg::to_string(static_cast<memcg::PressureMode>(b.mode));
+          if (!b.shrink_cache.empty())
+            a["shrink"] = {{"cache", b.shrink_cache}, {"size", b.shrink_bytes}};
         } else if constexpr (std::is_same_v<T, TriggerStep>) {
           a["name"] = b.name;
           a["group"] = b.group;

@@ -81,6 +81,7 @@ struct MemberState {
 struct ListenerState {
   memcg::PressureListener listener;
   std::array<uint64_t, 3> by_level{};  // notifications received, by memcg::PressureLevel
+  int64_t shrunk = 0;                   // units its `shrink` policy freed
 };
 struct TriggerState {
   memcg::PsiTrigger trigger;
@@ -684,9 +685,25 @@ class Runner {
     if (!g) return true;
     auto st = std::make_unique<ListenerState>();
     ListenerState* sp = st.get();
+    // The cache outlives the listener (the handles go first); the shrink runs in the
+    // notification, as an application's handler would: no library lock is held there.
+    memcg::LruCache* cache = nullptr;
+    if (!l.shrink_cache.empty()) {
+      auto it = caches_.find(l.shrink_cache);
+      if (it == caches_.end()) {  // its creation failed (reported there)
+        res->failed = true;
+        res->message = "listen " + l.name + ": no cache " + l.shrink_cache;
+        return true;
+      }
+      cache = it->second.get();
+    }
+    const int64_t shrink_units = units_of(l.shrink_bytes);
     const int err = st->listener.listen(
         *g, static_cast<memcg::PressureLevel>(l.level), static_cast<memcg::PressureMode>(l.mode),
-        [sp](memcg::PressureLevel lv) { sp->by_level[static_cast<size_t>(lv)]++; });
+        [sp, cache, shrink_units](memcg::PressureLevel lv) {
+          sp->by_level[static_cast<size_t>(lv)]++;
+          if (cache) sp->shrunk += cache->shrink(shrink_units);
+        });
     res->detail["result"] = memcg::errno_name(err);
     if (err) {
       res->failed = true;

@@ -132,6 +132,10 @@ struct ListenStep {
   std::string name, group;
   int level = 0;  // memcg::PressureLevel
   int mode = 0;   // memcg::PressureMode
+  // A policy: each notification shrinks this cache by `shrink_bytes`, at once, on the thread
+  // the library delivers it on (the application's handler). Empty = no action.
+  std::string shrink_cache;
+  uint64_t shrink_bytes = 0;
 };
 
 // A PSI trigger (psi.hpp) on a group's memory pressure, counting how often it fired.
