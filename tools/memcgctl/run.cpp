@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -29,6 +30,8 @@ namespace {
 
 std::string error_text(int err) {
   std::string s = memcg::errno_name(err);
+  // Errors outside the interface files' set (EMFILE from an eventfd, ...): the system's words.
+  if (s == "unknown") s = std::strerror(err);
   if (err == ENOENT) s += " (the library has no such file)";
   if (err == EACCES) s += " (the file is not writable)";
   return s;
@@ -502,6 +505,17 @@ class Runner {
 
   // The value an `expect` on a handle reads.
   bool handle_value(const ExpectStep& x, uint64_t* v, std::string* text, std::string* why) {
+    // A handle whose opening failed (an eventfd beyond the descriptor limit, ...) has no value;
+    // its own step reported why.
+    const bool open = x.source == ExpectStep::Source::kListener ? listeners_.count(x.handle) != 0
+                      : x.source == ExpectStep::Source::kTrigger ? triggers_.count(x.handle) != 0
+                      : x.source == ExpectStep::Source::kPeak    ? peaks_.count(x.handle) != 0
+                      : x.source == ExpectStep::Source::kWatch   ? watches_.count(x.handle) != 0
+                                                                 : false;
+    if (!open) {
+      *why = "the handle is not open: opening it failed";
+      return false;
+    }
     switch (x.source) {
       case ExpectStep::Source::kListener: {
         const ListenerState& l = *listeners_.at(x.handle);
