@@ -170,7 +170,9 @@ TEST_P(Example, PlotIsWellFormedXml) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Examples, Example,
-                         testing::Values("protection", "low", "high", "oom_group", "multi_tenant"));
+                         testing::Values("protection", "low", "high", "oom_group", "multi_tenant",
+                                         "signals", "vmpressure_modes", "psi_throttle",
+                                         "cache_policy"));
 
 TEST(Run, FileTheLibraryLacksIsAFailureNotAValue) {
   const Scenario s = load_or_die(R"(
@@ -282,6 +284,78 @@ TEST(Run, PlotSamplesStayWithinTheirBudget) {
   EXPECT_TRUE(q.samples.empty());
   EXPECT_EQ(text_report(q), text_report(r));
   EXPECT_EQ(json_report(s, q), json_report(s, r));
+}
+
+// memory.peak handles keep their own reset state, as open files do in the kernel: a reset handle
+// reads the peak since its reset, the others the group's peak since its creation.
+TEST(Run, PeakHandlesResetIndependently) {
+  const Scenario s = load_or_die(R"(
+groups:
+  A: {}
+steps:
+  - peak: { name: kept, group: A }
+  - peak: { name: reset, group: A }
+  - member: { name: m, group: A }
+  - charge: { member: m, size: 8M }
+  - release: { member: m, size: 6M }
+  - peak: { name: reset, reset: true }
+  - charge: { member: m, size: 1M }
+  - expect: { peak: kept, ge: 8M }
+  - expect: { peak: reset, ge: 3M }
+  - expect: { peak: reset, le: 4M }
+  - peak: { name: reset, close: true }
+  - peak: { name: reset, group: A }
+  - expect: { peak: reset, ge: 8M }
+)");
+  const RunResult r = run_scenario(s);
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  EXPECT_EQ(r.passed, 4);
+}
+
+// A bulk charge is one library call: memory.high is handled for the whole excess at its end
+// (throttling shows as stall), while unit-by-unit charges see memory.high on every unit.
+TEST(Run, BulkChargeIsOneCallAndHighBeforeMax) {
+  const Scenario s = load_or_die(R"(
+groups:
+  A: { memory.high: 30M, memory.max: 140M }
+steps:
+  - member: { name: m, group: A }
+  - charge: { member: m, size: 100M, bulk: true, expect: ok }
+  - expect: { group: A, file: memory.events, key: high, ge: 1 }
+  - expect: { group: A, file: memory.events, key: max, eq: 0 }
+  - expect: { group: A, file: memory.pressure, key: some.total, ge: 1 }
+  - charge: { member: m, size: 100M, bulk: true, expect: failed }
+  - expect: { group: A, file: memory.events, key: max, ge: 1 }
+)");
+  const RunResult r = run_scenario(s);
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  EXPECT_EQ(r.passed, 6);
+  // The failed bulk charge charged nothing.
+  EXPECT_EQ(r.steps[5].detail["charged"], 0);
+}
+
+// Handle counts: a failed check on a listener, trigger or watch says what it read.
+TEST(Run, HandleCheckSaysExpectedAndRead) {
+  const Scenario s = load_or_die(R"(
+groups:
+  A: {}
+steps:
+  - listen: { name: L, group: A, level: critical }
+  - trigger: { name: T, group: A, spec: "full 500000 1000000" }
+  - watch: { name: W, group: A, file: memory.events.local }
+  - expect: { listener: L, level: critical, ge: 1 }
+  - expect: { trigger: T, eq: 1 }
+  - expect: { watch: W, ge: 2 }
+  - expect: { group: A, file: memory.pressure, key: full.avg10, ge: 0.5 }
+)");
+  const RunResult r = run_scenario(s);
+  EXPECT_EQ(r.failed, 4);
+  const std::string text = text_report(r);
+  for (const char* line : {"line 8: FAIL expect listener L level critical ge 1: read 0",
+                           "line 9: FAIL expect trigger T eq 1: read 0",
+                           "line 10: FAIL expect watch W ge 2: read 0",
+                           "line 11: FAIL expect A memory.pressure.full.avg10 ge 0.5: read 0.00"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
 }
 
 }  // namespace

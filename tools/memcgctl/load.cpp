@@ -74,6 +74,23 @@ bool parse_uint(std::string_view s, uint64_t* v) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
+}  // namespace
+
+bool parse_hundredths(std::string_view s, uint64_t* v) {
+  const size_t dot = s.find('.');
+  uint64_t whole = 0, frac = 0;
+  if (!parse_uint(s.substr(0, dot), &whole) || whole > 100) return false;
+  if (dot != std::string_view::npos) {
+    const std::string_view f = s.substr(dot + 1);
+    if (f.empty() || f.size() > 2 || !parse_uint(f, &frac)) return false;
+    if (f.size() == 1) frac *= 10;
+  }
+  *v = whole * 100 + frac;
+  return *v <= 10000;
+}
+
+namespace {
+
 // Group paths relative to the root: segments of [A-Za-z0-9_.-], not "." or "..", joined by '/'.
 bool valid_group_path(std::string_view path) {
   if (path.empty()) return false;
@@ -429,9 +446,13 @@ class Loader {
     if (kind == "tick") return load_tick(v, step);
     if (kind == "expect") return load_expect(v, step);
     if (kind == "print") return load_print(v, step);
+    if (kind == "listen") return load_listen(v, step);
+    if (kind == "trigger") return load_trigger(v, step);
+    if (kind == "peak") return load_peak(v, step);
+    if (kind == "watch") return load_watch(v, step);
     error(key, "unknown step `" + kind +
                    "` (expected set, write, cache, member, charge, release, exit, reclaim, "
-                   "remove, tick, expect or print)");
+                   "remove, tick, expect, print, listen, trigger, peak or watch)");
     return false;
   }
 
@@ -607,9 +628,10 @@ class Loader {
 
   bool load_charge(const YAML::Node& v, Step* step) {
     Entries e;
-    if (!entries_required_map(v, "charge", {"member", "size", "expect"}, &e)) return false;
+    if (!entries_required_map(v, "charge", {"member", "size", "expect", "bulk"}, &e)) return false;
     ChargeStep c;
     bool ok = member_ref(v, e, "charge", &c.member);
+    if (const YAML::Node* b = find(e, "bulk")) ok = boolean(*b, "charge bulk", &c.bulk) && ok;
     if (const YAML::Node* n = find(e, "size")) {
       ok = step_size(*n, "charge size", &c.bytes) && ok;
     } else {
@@ -705,8 +727,204 @@ class Loader {
         return false;
       }
     }
+    for (const auto& [name, h] : handles_) {
+      if (h.second == r.group) {
+        error(g, "remove: `" + r.group + "` still has the " + h.first + " `" + name + "`" +
+                     (h.first == "peak" ? " (close it first)" : " (it stays open to the end)"));
+        return false;
+      }
+    }
     online_.erase(r.group);
     step->body = std::move(r);
+    return true;
+  }
+
+  // ---- handles: listen, trigger, peak, watch ----------------------------------------------------
+  // A new handle's name: not in use by an open handle of any kind.
+  bool new_handle(const YAML::Node& map, const Entries& e, const std::string& kind,
+                  std::string* name) {
+    if (!required(map, e, kind, "name", name)) return false;
+    if (name->empty()) {
+      error(*find(e, "name"), kind + ": the name is empty");
+      return false;
+    }
+    const auto it = handles_.find(*name);
+    if (it != handles_.end()) {
+      error(*find(e, "name"), kind + ": `" + *name + "` is already the name of the " +
+                                  it->second.first + " on `" + it->second.second + "`");
+      return false;
+    }
+    if (handles_.size() >= kMaxHandles) {
+      error(*find(e, "name"), kind + ": more than " + std::to_string(kMaxHandles) +
+                                  " handles open at once");
+      return false;
+    }
+    return true;
+  }
+
+  // A step's group for a new handle: an existing group below the root (the root has none of
+  // these files).
+  bool handle_group(const YAML::Node& map, const Entries& e, const std::string& what,
+                    std::string* group) {
+    if (!required(map, e, what, "group", group)) return false;
+    const YAML::Node& g = *find(e, "group");
+    if (*group == "/") {
+      error(g, what + ": the root group has no such file; name a group below it");
+      return false;
+    }
+    return group_ref(g, *group, what, /*allow_root=*/false);
+  }
+
+  bool load_listen(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "listen", {"name", "group", "level", "mode", "shrink"}, &e))
+      return false;
+    ListenStep l;
+    bool ok = new_handle(v, e, "listen", &l.name);
+    if (const YAML::Node* sh = find(e, "shrink")) {
+      Entries se;
+      if (!entries_required_map(*sh, "listen shrink", {"cache", "size"}, &se)) {
+        ok = false;
+      } else {
+        if (required(*sh, se, "listen shrink", "cache", &l.shrink_cache)) {
+          if (!caches_.count(l.shrink_cache)) {
+            error(*find(se, "cache"), "listen shrink: no cache `" + l.shrink_cache +
+                                          "` (a `cache` step must create it first)");
+            ok = false;
+          }
+        } else {
+          ok = false;
+        }
+        if (const YAML::Node* n = find(se, "size")) {
+          ok = size(*n, "listen shrink size", &l.shrink_bytes) && ok;
+        } else {
+          error(*sh, "listen shrink: missing `size`");
+          ok = false;
+        }
+      }
+    }
+    ok = handle_group(v, e, "listen " + l.name, &l.group) && ok;
+    std::string level, mode = "default";
+    if (required(v, e, "listen", "level", &level)) {
+      if (!find(e, "mode") || scalar(*find(e, "mode"), "listen mode", &mode)) {
+        memcg::PressureLevel lv{};
+        memcg::PressureMode md{};
+        if (memcg::parse_pressure_level(level + "," + mode, &lv, &md) != 0) {
+          const bool level_ok = memcg::parse_pressure_level(level, &lv, &md) == 0;
+          const YAML::Node& bad = level_ok ? *find(e, "mode") : *find(e, "level");
+          error(bad, level_ok ? "listen mode: expected default, hierarchy or local, not `" + mode +
+                                    "`"
+                              : "listen level: expected low, medium or critical, not `" + level +
+                                    "`");
+          ok = false;
+        }
+        l.level = static_cast<int>(lv);
+        l.mode = static_cast<int>(md);
+      } else {
+        ok = false;
+      }
+    } else {
+      ok = false;
+    }
+    if (ok) handles_[l.name] = {"listener", l.group};
+    step->body = std::move(l);
+    return ok;
+  }
+
+  bool load_trigger(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "trigger", {"name", "group", "spec"}, &e)) return false;
+    TriggerStep t;
+    bool ok = new_handle(v, e, "trigger", &t.name);
+    ok = handle_group(v, e, "trigger " + t.name, &t.group) && ok;
+    if (required(v, e, "trigger", "spec", &t.spec)) {
+      memcg::PsiTriggerSpec spec{};
+      if (const int err = memcg::parse_psi_trigger(t.spec, /*privileged=*/true, &spec)) {
+        error(*find(e, "spec"),
+              "trigger spec: `" + t.spec + "` is rejected by memory.pressure (" +
+                  memcg::errno_name(err) +
+                  "): expected `some|full STALL_US WINDOW_US`, a window from 500000 to "
+                  "10000000 us and a stall of at most the window");
+        ok = false;
+      }
+    } else {
+      ok = false;
+    }
+    if (ok) handles_[t.name] = {"trigger", t.group};
+    step->body = std::move(t);
+    return ok;
+  }
+
+  bool load_peak(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "peak", {"name", "group", "reset", "close"}, &e)) return false;
+    PeakStep p;
+    const YAML::Node* reset = find(e, "reset");
+    const YAML::Node* close = find(e, "close");
+    if (reset && close) {
+      error(*close, "peak: give at most one of `reset` and `close`");
+      return false;
+    }
+    if (!reset && !close) {  // open
+      p.op = PeakStep::Op::kOpen;
+      bool ok = new_handle(v, e, "peak", &p.name);
+      ok = handle_group(v, e, "peak " + p.name, &p.group) && ok;
+      if (ok) handles_[p.name] = {"peak", p.group};
+      step->body = std::move(p);
+      return ok;
+    }
+    const YAML::Node& flag = reset ? *reset : *close;
+    const std::string what = reset ? "peak reset" : "peak close";
+    p.op = reset ? PeakStep::Op::kReset : PeakStep::Op::kClose;
+    bool on = false;
+    bool ok = boolean(flag, what, &on);
+    if (ok && !on) {
+      error(flag, what + ": only `true` means something");
+      ok = false;
+    }
+    if (!required(v, e, "peak", "name", &p.name)) return false;
+    if (find(e, "group")) {
+      error(*find(e, "group"), what + ": the handle knows its group; `group` opens a new one");
+      ok = false;
+    }
+    ok = handle_ref(*find(e, "name"), p.name, "peak", what) && ok;
+    if (ok) p.group = handles_[p.name].second;
+    if (ok && p.op == PeakStep::Op::kClose) handles_.erase(p.name);
+    step->body = std::move(p);
+    return ok;
+  }
+
+  bool load_watch(const YAML::Node& v, Step* step) {
+    Entries e;
+    if (!entries_required_map(v, "watch", {"name", "group", "file"}, &e)) return false;
+    WatchStep w;
+    bool ok = new_handle(v, e, "watch", &w.name);
+    ok = handle_group(v, e, "watch " + w.name, &w.group) && ok;
+    if (const YAML::Node* f = find(e, "file")) {
+      std::string file;
+      if (!scalar(*f, "watch file", &file)) {
+        ok = false;
+      } else if (file == "memory.events.local") {
+        w.local = true;
+      } else if (file != "memory.events") {
+        error(*f, "watch file: expected memory.events or memory.events.local, not `" + file + "`");
+        ok = false;
+      }
+    }
+    if (ok) handles_[w.name] = {"watch", w.group};
+    step->body = std::move(w);
+    return ok;
+  }
+
+  // A reference to an open handle of `kind` ("listener", "trigger", "peak", "watch").
+  bool handle_ref(const YAML::Node& n, const std::string& name, const std::string& kind,
+                  const std::string& what) {
+    const auto it = handles_.find(name);
+    if (it == handles_.end() || it->second.first != kind) {
+      error(n, what + ": no open " + kind + " `" + name + "`" +
+                   (it != handles_.end() ? " (`" + name + "` is a " + it->second.first + ")" : ""));
+      return false;
+    }
     return true;
   }
 
@@ -734,16 +952,71 @@ class Loader {
   bool load_expect(const YAML::Node& v, Step* step) {
     Entries e;
     if (!entries_required_map(v, "expect",
-                              {"group", "file", "key", "eq", "le", "ge", "close_to", "err"}, &e))
+                              {"group", "file", "key", "eq", "le", "ge", "close_to", "err",
+                               "listener", "level", "trigger", "peak", "watch"},
+                              &e))
       return false;
     ExpectStep x;
-    bool ok = required(v, e, "expect", "group", &x.group) &&
-              group_ref(*find(e, "group"), x.group, "expect");
-    ok = required(v, e, "expect", "file", &x.file) && ok;
-    if (const YAML::Node* k = find(e, "key")) ok = scalar(*k, "expect key", &x.key) && ok;
-    if (ok && x.key.empty() && is_keyed_file(x.file)) {
-      error(*find(e, "file"), "expect: " + x.file + " has one value per key: give a `key`");
-      ok = false;
+    bool ok = true;
+    int sources = 0;
+    for (auto [name, src] : {std::pair{"listener", ExpectStep::Source::kListener},
+                             {"trigger", ExpectStep::Source::kTrigger},
+                             {"peak", ExpectStep::Source::kPeak},
+                             {"watch", ExpectStep::Source::kWatch}}) {
+      const YAML::Node* n = find(e, name);
+      if (!n) continue;
+      ++sources;
+      x.source = src;
+      if (!scalar(*n, std::string("expect ") + name, &x.handle) ||
+          !handle_ref(*n, x.handle, name == std::string("listener") ? "listener" : name,
+                      "expect")) {
+        ok = false;
+      } else {
+        x.group = handles_[x.handle].second;
+      }
+    }
+    if (sources > 1 || (sources == 1 && (find(e, "group") || find(e, "file") || find(e, "key")))) {
+      error(v, "expect: read either a group's `file` or one handle (`listener`, `trigger`, "
+               "`peak` or `watch`)");
+      step->body = std::move(x);
+      return false;
+    }
+    if (const YAML::Node* l = find(e, "level")) {
+      std::string level;
+      memcg::PressureLevel lv{};
+      memcg::PressureMode md{};
+      if (x.source != ExpectStep::Source::kListener) {
+        error(*l, "expect: `level` goes with `listener` only");
+        ok = false;
+      } else if (!scalar(*l, "expect level", &level) ||
+                 memcg::parse_pressure_level(level, &lv, &md) != 0 || level.find(',') != level.npos) {
+        error(*l, "expect level: expected low, medium or critical");
+        ok = false;
+      } else {
+        x.level = static_cast<int>(lv);
+      }
+    }
+    if (x.source == ExpectStep::Source::kFile) {
+      ok = required(v, e, "expect", "group", &x.group) &&
+           group_ref(*find(e, "group"), x.group, "expect");
+      ok = required(v, e, "expect", "file", &x.file) && ok;
+      if (const YAML::Node* k = find(e, "key")) ok = scalar(*k, "expect key", &x.key) && ok;
+      if (ok && x.key.empty() && is_keyed_file(x.file)) {
+        error(*find(e, "file"), "expect: " + x.file + " has one value per key: give a `key`");
+        ok = false;
+      }
+      if (ok && x.file == "memory.pressure") {
+        static const std::set<std::string> kKeys = {
+            "some.avg10", "some.avg60", "some.avg300", "some.total",
+            "full.avg10", "full.avg60", "full.avg300", "full.total"};
+        if (!kKeys.count(x.key)) {
+          error(find(e, "key") ? *find(e, "key") : *find(e, "file"),
+                "expect: memory.pressure needs a `key` of some|full.avg10|avg60|avg300|total, not `" +
+                    x.key + "`");
+          ok = false;
+        }
+        x.hundredths = x.key.find(".avg") != std::string::npos;
+      }
     }
     int ops = 0;
     const YAML::Node* value = nullptr;
@@ -763,7 +1036,23 @@ class Loader {
       return false;
     }
     std::string what = std::string("expect ") + op_name(x.op);
-    ok = size(*value, what, &x.value) && ok;
+    if (x.hundredths) {
+      std::string t;
+      if (!scalar(*value, what, &t) || !parse_hundredths(t, &x.value)) {
+        error(*value, what + ": `" + value->Scalar() +
+                          "` is not a percentage from 0 to 100 with at most two decimals");
+        ok = false;
+      }
+    } else if (x.source == ExpectStep::Source::kListener || x.source == ExpectStep::Source::kTrigger ||
+               x.source == ExpectStep::Source::kWatch) {
+      std::string t;
+      if (!scalar(*value, what, &t) || !parse_uint(t, &x.value)) {
+        error(*value, what + ": expected a whole number of notifications");
+        ok = false;
+      }
+    } else {
+      ok = size(*value, what, &x.value) && ok;
+    }
     x.value_text = value->IsScalar() ? value->Scalar() : "";
     const YAML::Node* err = find(e, "err");
     if (x.op == ExpectStep::Op::kCloseTo) {
@@ -840,6 +1129,8 @@ class Loader {
   std::map<std::string, std::string> caches_;   // name → group
   std::map<std::string, std::string> members_;  // live members: name → group
   std::set<std::string> exited_;
+  // Open handles: name → (kind, group).
+  std::map<std::string, std::pair<std::string, std::string>> handles_;
 };
 
 }  // namespace

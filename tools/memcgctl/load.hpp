@@ -16,6 +16,7 @@
 //   - ticks that add up to more than kMaxVirtualNs of virtual time;
 //   - a `charge` or `grow` step of more than kMaxStepUnits units (`max` included): each unit is
 //     a charge of its own;
+//   - more than kMaxHandles handles open at once;
 //   - `print` steps that print more than kMaxPrintedFiles group files in all (a `print` of
 //     `all` counts every group online at that step).
 //
@@ -47,6 +48,12 @@ inline constexpr uint64_t kMaxStepUnits = uint64_t{1} << 24;
 // Group files all `print` steps together may print: each is kept for the report (memory.stat
 // alone is a dozen lines).
 inline constexpr uint64_t kMaxPrintedFiles = 65536;
+// Handles (`listen`, `trigger`, `peak`, `watch`) open at once: each holds library state (a
+// registration, a peak watcher) for the rest of the run.
+inline constexpr size_t kMaxHandles = 4096;
+
+// "12", "12.5", "12.34" (0 to 100) in hundredths: memory.pressure's avgN values.
+bool parse_hundredths(std::string_view s, uint64_t* v);
 
 struct Diagnostic {
   Mark mark;  // line 0 when the problem is not at a place in the file (unreadable file)

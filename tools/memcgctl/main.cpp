@@ -10,6 +10,8 @@
 // malformed (messages `FILE:LINE:COL: what is wrong` on stderr), 3 an output file could not be
 // written.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -48,7 +50,10 @@ int run(const std::string& file, bool json, const std::string& plot) {
   auto next = start + std::chrono::seconds(1);
   memcgctl::RunOptions opts;
   opts.sample = !plot.empty();  // the samples serve the plot only
+  // Only for a person watching: never into a file or a pipe, where it would mix with logs.
+  const bool tty = isatty(STDERR_FILENO) == 1;
   opts.on_step = [&](size_t i, size_t n, uint64_t now_ns) {
+    if (!tty) return;
     const auto t = Clock::now();
     if (t < next) return;
     next = t + std::chrono::seconds(1);

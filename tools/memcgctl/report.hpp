@@ -12,11 +12,13 @@ namespace memcgctl {
 
 // One line per printed value (`GROUP FILE[.KEY] VALUE`), one per failed check or step
 // (`line L: FAIL …` saying what was expected and what was read), one per note
-// (`line L: note: …`), in step order; last line `N passed, M failed`.
+// (`line L: note: …`), in step order; then a blank line and a table of every group at the end
+// (sizes, memory.events counters, 10 s pressure averages), a blank line, and last the line
+// `N passed, M failed`.
 std::string text_report(const RunResult& result);
 
 // One JSON document: the scenario's name and config, every step with its arguments and result,
-// the counts, and every group's readable files at the end.
+// the counts, every group's readable files at the end, and the text report's table ("table").
 std::string json_report(const Scenario& scenario, const RunResult& result);
 
 // memory.current of every group over virtual time (or over steps when the clock never moved),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -16,8 +17,11 @@
 #include "memcg/files.hpp"
 #include "memcg/lru_cache.hpp"
 #include "memcg/oom.hpp"
+#include "memcg/notify.hpp"
 #include "memcg/parse.hpp"
+#include "memcg/psi.hpp"
 #include "memcg/reclaim.hpp"
+#include "memcg/vmpressure.hpp"
 #include "values.hpp"
 
 namespace memcgctl {
@@ -26,6 +30,8 @@ namespace {
 
 std::string error_text(int err) {
   std::string s = memcg::errno_name(err);
+  // Errors outside the interface files' set (EMFILE from an eventfd, ...): the system's words.
+  if (s == "unknown") s = std::strerror(err);
   if (err == ENOENT) s += " (the library has no such file)";
   if (err == EACCES) s += " (the file is not writable)";
   return s;
@@ -74,13 +80,32 @@ struct MemberState {
   bool killed = false;
 };
 
+// The handles of `listen`, `trigger`, `peak` and `watch` steps, with what they counted.
+struct ListenerState {
+  memcg::PressureListener listener;
+  std::array<uint64_t, 3> by_level{};  // notifications received, by memcg::PressureLevel
+  int64_t shrunk = 0;                   // units its `shrink` policy freed
+};
+struct TriggerState {
+  memcg::PsiTrigger trigger;
+  uint64_t fired = 0;
+};
+struct WatchState {
+  std::unique_ptr<memcg::EventListener> listener;
+  uint64_t notified = 0;
+};
+
 class Runner {
  public:
   Runner(const Scenario& s, const RunOptions& o)
       : s_(s), opts_(o), ctl_(controller_options(s.config, &clock_)), unit_(s.config.unit) {}
 
   ~Runner() {
-    // Members and caches hold charges and group references: gone before the controller.
+    // Members, caches and handles hold charges and group references: gone before the controller.
+    listeners_.clear();
+    triggers_.clear();
+    peaks_.clear();
+    watches_.clear();
     members_.clear();
     caches_.clear();
   }
@@ -365,7 +390,16 @@ class Runner {
     const int64_t units = units_of(c.bytes);
     int64_t done = 0;
     ChargeStep::Outcome outcome = ChargeStep::Outcome::kOk;
-    while (done < units) {
+    if (c.bulk && units > 0 && !st.killed) {
+      // One call for the whole size: the library's memory.high and memory.max handling sees
+      // one large charge.
+      if (memcg::charged(st.member->charge(units))) {
+        done = units;
+      } else {
+        outcome = st.killed ? ChargeStep::Outcome::kKilled : ChargeStep::Outcome::kFailed;
+      }
+    }
+    while (!c.bulk && done < units) {
       if (st.killed) {
         outcome = ChargeStep::Outcome::kKilled;
         break;
@@ -469,9 +503,97 @@ class Runner {
     return ENOENT;
   }
 
+  // The value an `expect` on a handle reads.
+  bool handle_value(const ExpectStep& x, uint64_t* v, std::string* text, std::string* why) {
+    // A handle whose opening failed (an eventfd beyond the descriptor limit, ...) has no value;
+    // its own step reported why.
+    const bool open = x.source == ExpectStep::Source::kListener ? listeners_.count(x.handle) != 0
+                      : x.source == ExpectStep::Source::kTrigger ? triggers_.count(x.handle) != 0
+                      : x.source == ExpectStep::Source::kPeak    ? peaks_.count(x.handle) != 0
+                      : x.source == ExpectStep::Source::kWatch   ? watches_.count(x.handle) != 0
+                                                                 : false;
+    if (!open) {
+      *why = "the handle is not open: opening it failed";
+      return false;
+    }
+    switch (x.source) {
+      case ExpectStep::Source::kListener: {
+        const ListenerState& l = *listeners_.at(x.handle);
+        *v = 0;
+        for (int lv = 0; lv < 3; ++lv)
+          if (x.level < 0 || x.level == lv) *v += l.by_level[static_cast<size_t>(lv)];
+        break;
+      }
+      case ExpectStep::Source::kTrigger:
+        *v = triggers_.at(x.handle)->fired;
+        break;
+      case ExpectStep::Source::kWatch:
+        *v = watches_.at(x.handle)->notified;
+        break;
+      case ExpectStep::Source::kPeak: {
+        const int err = peaks_.at(x.handle)->read(text);
+        if (err) {
+          *why = "cannot read: " + error_text(err);
+          return false;
+        }
+        *text = trim(*text);
+        if (!read_number(*text, v)) {
+          *why = "read `" + *text + "`, not a number";
+          return false;
+        }
+        return true;
+      }
+      case ExpectStep::Source::kFile:
+        break;
+    }
+    *text = std::to_string(*v);
+    return true;
+  }
+
+  static std::string source_text(const ExpectStep& x) {
+    switch (x.source) {
+      case ExpectStep::Source::kListener:
+        return "listener " + x.handle +
+               (x.level < 0 ? "" : std::string(" level ") +
+                                       memcg::to_string(static_cast<memcg::PressureLevel>(x.level)));
+      case ExpectStep::Source::kTrigger:
+        return "trigger " + x.handle;
+      case ExpectStep::Source::kPeak:
+        return "peak " + x.handle;
+      case ExpectStep::Source::kWatch:
+        return "watch " + x.handle;
+      case ExpectStep::Source::kFile:
+        break;
+    }
+    return x.group + " " + x.file + (x.key.empty() ? "" : "." + x.key);
+  }
+
+  // memory.pressure's KIND.FIELD ("some.avg10", "full.total"): the field of the KIND line.
+  static bool pressure_field(const std::string& content, const std::string& key,
+                             std::string* value) {
+    const size_t dot = key.find('.');
+    const std::string kind = key.substr(0, dot), field = key.substr(dot + 1) + "=";
+    size_t start = 0;
+    while (start < content.size()) {
+      size_t end = content.find('\n', start);
+      if (end == std::string::npos) end = content.size();
+      const std::string line = content.substr(start, end - start);
+      if (line.compare(0, kind.size() + 1, kind + " ") == 0) {
+        size_t p = line.find(" " + field);
+        if (p == std::string::npos) return false;
+        p += field.size() + 1;
+        const size_t q = line.find(' ', p);
+        *value = line.substr(p, q == std::string::npos ? std::string::npos : q - p);
+        return true;
+      }
+      start = end + 1;
+    }
+    return false;
+  }
+
   bool perform_body(const Step&, const ExpectStep& x, StepResult* res) {
     res->checked = true;
-    const std::string what = x.group + " " + x.file + (x.key.empty() ? "" : "." + x.key);
+    const std::string what = source_text(x);
     std::string expected = std::string(op_name(x.op)) + " " + x.value_text;
     if (x.op == ExpectStep::Op::kCloseTo) expected += " err " + std::to_string(x.err);
     res->detail["expected"] = expected;
@@ -484,8 +606,21 @@ class Runner {
     }
     std::string text, why;
     uint64_t v = 0;
-    if (read_value(*g, x.file, x.key, &text, &why) == 0 && !read_number(text, &v))
+    if (x.source != ExpectStep::Source::kFile) {
+      handle_value(x, &v, &text, &why);
+    } else if (x.file == "memory.pressure") {
+      std::string content;
+      const int err = memcg::read_file(*g, x.file, &content);
+      if (err) {
+        why = "cannot read: " + error_text(err);
+      } else if (!pressure_field(content, x.key, &text)) {
+        why = "no key `" + x.key + "` in memory.pressure";
+      } else if (!(x.hundredths ? parse_hundredths(text, &v) : read_number(text, &v))) {
+        why = "read `" + text + "`, not a number";
+      }
+    } else if (read_value(*g, x.file, x.key, &text, &why) == 0 && !read_number(text, &v)) {
       why = "read `" + text + "`, not a number";
+    }
     if (!why.empty()) {
       res->passed = false;
       res->detail["error"] = why;
@@ -509,7 +644,8 @@ class Runner {
     }
     if (!res->passed) {
       std::string read = text;
-      if (human_size(v) != text) read += " (" + human_size(v) + ")";
+      if (x.source == ExpectStep::Source::kFile && !x.hundredths && human_size(v) != text)
+        read += " (" + human_size(v) + ")";
       res->message = "expect " + what + " " + expected + ": read " + read;
     }
     return true;
@@ -558,6 +694,108 @@ class Runner {
     return true;
   }
 
+  bool perform_body(const Step&, const ListenStep& l, StepResult* res) {
+    memcg::GroupRef g = group(l.group, res);
+    if (!g) return true;
+    auto st = std::make_unique<ListenerState>();
+    ListenerState* sp = st.get();
+    // The cache outlives the listener (the handles go first); the shrink runs in the
+    // notification, as an application's handler would: no library lock is held there.
+    memcg::LruCache* cache = nullptr;
+    if (!l.shrink_cache.empty()) {
+      auto it = caches_.find(l.shrink_cache);
+      if (it == caches_.end()) {  // its creation failed (reported there)
+        res->failed = true;
+        res->message = "listen " + l.name + ": no cache " + l.shrink_cache;
+        return true;
+      }
+      cache = it->second.get();
+    }
+    const int64_t shrink_units = units_of(l.shrink_bytes);
+    const int err = st->listener.listen(
+        *g, static_cast<memcg::PressureLevel>(l.level), static_cast<memcg::PressureMode>(l.mode),
+        [sp, cache, shrink_units](memcg::PressureLevel lv) {
+          sp->by_level[static_cast<size_t>(lv)]++;
+          if (cache) sp->shrunk += cache->shrink(shrink_units);
+        });
+    res->detail["result"] = memcg::errno_name(err);
+    if (err) {
+      res->failed = true;
+      res->message = "listen " + l.name + " on " + l.group + ": " + error_text(err);
+      return true;
+    }
+    listeners_[l.name] = std::move(st);
+    return true;
+  }
+
+  bool perform_body(const Step&, const TriggerStep& t, StepResult* res) {
+    memcg::GroupRef g = group(t.group, res);
+    if (!g) return true;
+    auto st = std::make_unique<TriggerState>();
+    TriggerState* sp = st.get();
+    const int err = st->trigger.arm(*g, t.spec, [sp] { sp->fired++; });
+    res->detail["result"] = memcg::errno_name(err);
+    if (err) {
+      res->failed = true;
+      res->message = "trigger " + t.name + " on " + t.group + ": " + error_text(err);
+      return true;
+    }
+    triggers_[t.name] = std::move(st);
+    return true;
+  }
+
+  bool perform_body(const Step&, const PeakStep& p, StepResult* res) {
+    if (p.op == PeakStep::Op::kOpen) {
+      memcg::GroupRef g = group(p.group, res);
+      if (!g) return true;
+      std::unique_ptr<memcg::File> f;
+      const int err = memcg::open_file(*g, "memory.peak", &f);
+      res->detail["result"] = memcg::errno_name(err);
+      if (err) {
+        res->failed = true;
+        res->message = "peak " + p.name + " on " + p.group + ": " + error_text(err);
+        return true;
+      }
+      peaks_[p.name] = std::move(f);
+      return true;
+    }
+    auto it = peaks_.find(p.name);
+    if (it == peaks_.end()) {  // its open failed (reported there)
+      res->failed = true;
+      res->message = "peak " + p.name + ": not open";
+      return true;
+    }
+    if (p.op == PeakStep::Op::kClose) {
+      peaks_.erase(it);
+      return true;
+    }
+    const int err = it->second->write("reset");
+    res->detail["result"] = memcg::errno_name(err);
+    if (err) {
+      res->failed = true;
+      res->message = "peak " + p.name + " reset: " + error_text(err);
+    }
+    return true;
+  }
+
+  bool perform_body(const Step&, const WatchStep& w, StepResult* res) {
+    memcg::GroupRef g = group(w.group, res);
+    if (!g) return true;
+    auto st = std::make_unique<WatchState>();
+    WatchState* sp = st.get();
+    const int err = memcg::EventListener::open(
+        *g, w.local ? memcg::EventsFile::kEventsLocal : memcg::EventsFile::kEvents,
+        [sp](memcg::Group&, memcg::EventsFile) { sp->notified++; }, &st->listener);
+    res->detail["result"] = memcg::errno_name(err);
+    if (err) {
+      res->failed = true;
+      res->message = "watch " + w.name + " on " + w.group + ": " + error_text(err);
+      return true;
+    }
+    watches_[w.name] = std::move(st);
+    return true;
+  }
+
   const Scenario& s_;
   const RunOptions& opts_;
   memcg::ManualClock clock_;
@@ -565,6 +803,10 @@ class Runner {
   const uint64_t unit_;
   std::map<std::string, std::unique_ptr<memcg::LruCache>> caches_;
   std::map<std::string, std::unique_ptr<MemberState>> members_;
+  std::map<std::string, std::unique_ptr<ListenerState>> listeners_;
+  std::map<std::string, std::unique_ptr<TriggerState>> triggers_;
+  std::map<std::string, std::unique_ptr<memcg::File>> peaks_;
+  std::map<std::string, std::unique_ptr<WatchState>> watches_;
   std::set<std::string> reported_kills_;
   RunResult r_;
   size_t max_sample_rows_ = 3;  // samples kept at most (kMaxPlotValues over the groups)

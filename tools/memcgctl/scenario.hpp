@@ -74,6 +74,7 @@ struct ChargeStep {
   enum class Outcome { kOk, kKilled, kFailed };
   std::string member;
   uint64_t bytes = 0;
+  bool bulk = false;  // the whole size in one library call (else unit by unit)
   bool has_expect = false;
   Outcome expect = Outcome::kOk;
 };
@@ -105,7 +106,15 @@ struct TickStep {
 
 struct ExpectStep {
   enum class Op { kEq, kLe, kGe, kCloseTo };
+  // What is read: a group's file, or a handle opened by a step (by its name).
+  enum class Source { kFile, kListener, kTrigger, kPeak, kWatch };
+  Source source = Source::kFile;
+  std::string handle;            // the handle's name, for every source but kFile
+  int level = -1;                // kListener: count only notifications of this level (-1 = all)
   std::string group, file, key;  // key empty = the whole file is one value
+  // memory.pressure's avgN keys are percentages with two decimals: `value` and the value read
+  // are then compared in hundredths of a percent.
+  bool hundredths = false;
   Op op = Op::kEq;
   uint64_t value = 0;      // bytes or a plain integer; UINT64_MAX = `max`
   std::string value_text;  // as written, for messages
@@ -118,8 +127,40 @@ struct PrintStep {
   std::string key;
 };
 
+// A vmpressure listener (vmpressure.hpp) on a group, counting its notifications by level.
+struct ListenStep {
+  std::string name, group;
+  int level = 0;  // memcg::PressureLevel
+  int mode = 0;   // memcg::PressureMode
+  // A policy: each notification shrinks this cache by `shrink_bytes`, at once, on the thread
+  // the library delivers it on (the application's handler). Empty = no action.
+  std::string shrink_cache;
+  uint64_t shrink_bytes = 0;
+};
+
+// A PSI trigger (psi.hpp) on a group's memory pressure, counting how often it fired.
+struct TriggerStep {
+  std::string name, group;
+  std::string spec;  // `some|full STALL_US WINDOW_US`, as written to memory.pressure
+};
+
+// A memory.peak handle: opened on a group, reset (a write to it), or closed.
+struct PeakStep {
+  enum class Op { kOpen, kReset, kClose };
+  std::string name, group;
+  Op op = Op::kOpen;
+};
+
+// A change listener of memory.events (or memory.events.local) of a group (notify.hpp), counting
+// the notifications delivered (rate-limited by the library).
+struct WatchStep {
+  std::string name, group;
+  bool local = false;  // memory.events.local
+};
+
 using StepBody = std::variant<SetStep, WriteStep, CacheStep, MemberStep, ChargeStep, ReleaseStep,
-                              ExitStep, ReclaimStep, RemoveStep, TickStep, ExpectStep, PrintStep>;
+                              ExitStep, ReclaimStep, RemoveStep, TickStep, ExpectStep, PrintStep,
+                              ListenStep, TriggerStep, PeakStep, WatchStep>;
 
 struct Step {
   std::string kind;  // the step's key: "set", "cache", …
