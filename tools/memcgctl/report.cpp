@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "memcg/errors.hpp"
+#include "memcg/base/errors.hpp"
 
 namespace memcgctl {
 namespace {

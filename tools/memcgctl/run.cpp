@@ -9,15 +9,15 @@
 #include <memory>
 #include <set>
 
-#include "memcg/charge.hpp"
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/errors.hpp"
-#include "memcg/files.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/oom.hpp"
-#include "memcg/parse.hpp"
-#include "memcg/reclaim.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/base/errors.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/files/parse.hpp"
+#include "memcg/core/reclaim.hpp"
 #include "values.hpp"
 
 namespace memcgctl {
