@@ -17,10 +17,10 @@
 #include <memory_resource>
 
 #include "alloc_baselines.hpp"
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/pmr.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/alloc/pmr.hpp"
 
 namespace {
 

@@ -45,10 +45,10 @@
 #include <vector>
 
 #include "baselines.hpp"
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/page_counter.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/counter/page_counter.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg::bench {
 namespace {

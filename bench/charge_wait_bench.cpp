@@ -13,8 +13,8 @@
 #include <chrono>
 #include <thread>
 
-#include "memcg/charge_wait.hpp"
-#include "memcg/controller.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/controller.hpp"
 
 namespace memcg {
 namespace {

@@ -20,9 +20,9 @@
 #include <cstdlib>
 
 #include "alloc_baselines.hpp"
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/hook.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/hook/hook.hpp"
 
 namespace {
 

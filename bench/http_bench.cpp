@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/events.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/base/events.hpp"
 #include "memcg/http/json.hpp"
 #include "memcg/http/server.hpp"
-#include "memcg/prometheus.hpp"
+#include "memcg/files/prometheus.hpp"
 
 namespace memcg {
 namespace {

@@ -25,7 +25,7 @@
 #include <string>
 
 #include "alloc_baselines.hpp"
-#include "memcg/controller.hpp"
+#include "memcg/core/controller.hpp"
 #include "memcg/jemalloc/arena.hpp"
 
 namespace {

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "baselines.hpp"
-#include "memcg/page_counter.hpp"
+#include "memcg/counter/page_counter.hpp"
 
 namespace memcg::bench {
 namespace {

@@ -17,10 +17,10 @@
 #include <cstdint>
 #include <thread>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/psi.hpp"
-#include "memcg/vmpressure.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/core/vmpressure.hpp"
 
 namespace memcg {
 namespace {

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/oom.hpp"
-#include "memcg/reclaim.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/core/reclaim.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "memcg/rstat.hpp"
+#include "memcg/percpu/internal/rstat.hpp"
 
 namespace memcg {
 namespace {

@@ -15,8 +15,8 @@
 #include <atomic>
 #include <vector>
 
-#include "memcg/internal/cpu.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/base/internal/cpu.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace {
 

@@ -14,9 +14,9 @@
 #include <atomic>
 #include <cstdint>
 
-#include "memcg/controller.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/vmpressure.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/core/vmpressure.hpp"
 
 namespace memcg {
 namespace {

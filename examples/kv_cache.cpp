@@ -32,12 +32,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/pmr.hpp"
-#include "memcg/reclaim.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/alloc/pmr.hpp"
+#include "memcg/core/reclaim.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 #ifdef MEMCG_EXAMPLE_HTTP
 #include "memcg/http/server.hpp"
 #endif

@@ -8,10 +8,10 @@
 #include <atomic>
 #include <cstdio>
 
-#include "memcg/controller.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/psi.hpp"
-#include "memcg/vmpressure.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/core/vmpressure.hpp"
 
 int main() {
   using namespace memcg;

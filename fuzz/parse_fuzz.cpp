@@ -18,8 +18,8 @@
 #include <string>
 #include <string_view>
 
-#include "memcg/errors.hpp"
-#include "memcg/parse.hpp"
+#include "memcg/base/errors.hpp"
+#include "memcg/files/parse.hpp"
 
 namespace {
 

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "memcg/controller.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg::testing {
 

@@ -15,15 +15,15 @@
 #include <vector>
 
 #include "watchdog.hpp"
-#include "memcg/charge.hpp"
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/oom.hpp"
-#include "memcg/page_counter.hpp"
-#include "memcg/psi.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/counter/page_counter.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 #include "manual_controller.hpp"
 

@@ -31,12 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/group.hpp"
-#include "memcg/internal/cpu.hpp"
-#include "memcg/stat_registry.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/group.hpp"
+#include "memcg/base/internal/cpu.hpp"
+#include "memcg/percpu/stat_registry.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 #include "no_rseq_rerun.hpp"
 
 namespace memcg {

@@ -35,10 +35,10 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/group.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/group.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 #include "no_rseq_rerun.hpp"
 
 namespace memcg {

@@ -1,6 +1,6 @@
 // The charge path: stock behaviour seen through the counters, the failure ladder, forced
 // charges, thread attachment and charge handles (charge_path.md, "Test ideas").
-#include "memcg/charge.hpp"
+#include "memcg/core/charge.hpp"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -10,10 +10,10 @@
 #include <new>
 #include <thread>
 
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/limits.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/limits.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {
 namespace {

@@ -1,6 +1,6 @@
 // Waiting charges (charge_wait.hpp): every way out of a wait, the fairness cases by construction,
 // PSI, exact accounting, and a randomized stress with cancellations and limit changes.
-#include "memcg/charge_wait.hpp"
+#include "memcg/core/charge_wait.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/controller.hpp"
-#include "memcg/limits.hpp"
-#include "memcg/psi.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/limits.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {
 namespace {

@@ -1,14 +1,14 @@
 // The cgroup-v2 file interface: which files exist where, read formats, the write grammar through
 // the files, errors, and that a rejected write changes nothing (interface.md).
-#include "memcg/files.hpp"
+#include "memcg/files/files.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {
 namespace {

@@ -5,7 +5,7 @@
 // (internal/lock.hpp). Each scenario runs under a watchdog: a deadlock ends the program with a
 // message instead of hanging, an EDEADLK from a shared_mutex terminates it, and a charge
 // refused inside the library surfaces as std::bad_alloc.
-#include "memcg/hook.hpp"
+#include "memcg/hook/hook.hpp"
 
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -20,12 +20,12 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/prometheus.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/files/prometheus.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 #include "alloc_test_support.hpp"
 

@@ -3,7 +3,7 @@
 // exactly that from the same group whichever thread frees and after the allocating thread moved
 // or exited, unattached allocations are never charged nor uncharged, limits fail with
 // std::bad_alloc (null for nothrow), and charging that reclaims does not recurse.
-#include "memcg/hook.hpp"
+#include "memcg/hook/hook.hpp"
 
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -17,13 +17,13 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/nofail.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/pmr.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/base/nofail.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/alloc/pmr.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 #include "alloc_test_support.hpp"
 

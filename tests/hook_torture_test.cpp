@@ -2,7 +2,7 @@
 // (memcg::hook, default preset only): attached threads also allocate with plain new, strings and
 // vectors, and call into the library (read files, create and remove groups, look up) while their
 // group may be full.
-#include "memcg/hook.hpp"
+#include "memcg/hook/hook.hpp"
 
 #include "torture_body.hpp"
 

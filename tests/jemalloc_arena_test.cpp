@@ -19,15 +19,15 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/attach.hpp"
-#include "memcg/charge.hpp"
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
 #include "memcg/jemalloc/arena.hpp"
-#include "memcg/nofail.hpp"
-#include "memcg/oom.hpp"
-#include "memcg/reclaim.hpp"
+#include "memcg/base/nofail.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/core/reclaim.hpp"
 
 namespace memcg::jemalloc {
 namespace {

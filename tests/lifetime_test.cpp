@@ -5,9 +5,9 @@
 #include <memory>
 #include <thread>
 
-#include "memcg/charge.hpp"
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
 
 namespace memcg {
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
 
 namespace memcg::testing {
 

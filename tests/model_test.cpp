@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "memcg/controller.hpp"
-#include "memcg/group.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/group.hpp"
 
 namespace memcg {
 namespace {

@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/notify.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/notify.hpp"
 
 namespace memcg {
 namespace {

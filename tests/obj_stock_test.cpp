@@ -1,7 +1,7 @@
 // The object layer: byte-exact charges over unit charges, reserves, pools, drains, statistics,
 // limits, removal, NoFailScope, and exactness under random multi-threaded use (both the rseq and
 // the try-lock paths).
-#include "memcg/obj_stock.hpp"
+#include "memcg/core/obj_stock.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,11 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/nofail.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/base/nofail.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 #include "alloc_test_support.hpp"
 

@@ -3,7 +3,7 @@
 // that releases asynchronously, a throwing callback fails only its kill, and badness follows the
 // kernel's formula (events_oom.md). Every scenario that could hang runs under a watchdog.
 #include "watchdog.hpp"
-#include "memcg/oom.hpp"
+#include "memcg/core/oom.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,11 +19,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/notify.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/core/notify.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {
 namespace {

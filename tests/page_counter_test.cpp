@@ -2,7 +2,7 @@
 // underflow clamping, watermarks, set_max_checked and its race with try_charge, protected-usage
 // propagation and the skip of unchanged values.
 
-#include "memcg/page_counter.hpp"
+#include "memcg/counter/page_counter.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Tests of the interface-file and scenario grammars (memcg/parse.hpp) and of the error names.
 
-#include "memcg/parse.hpp"
+#include "memcg/files/parse.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "memcg/errors.hpp"
+#include "memcg/base/errors.hpp"
 
 namespace memcg {
 namespace {

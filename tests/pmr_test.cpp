@@ -1,6 +1,6 @@
 // MemoryResource (pmr.hpp) and Allocator<T> (allocator.hpp): exact charges, limits with and
 // without a reclaimer, per-thread groups with cross-thread frees and thread exit, equality.
-#include "memcg/pmr.hpp"
+#include "memcg/alloc/pmr.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,13 +13,13 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/allocator.hpp"
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/nofail.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/alloc/allocator.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/base/nofail.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 #include "alloc_test_support.hpp"
 

@@ -1,6 +1,6 @@
 // The Prometheus exposition, checked with a parser of the text format written here (and with
 // promtool where it is installed).
-#include "memcg/prometheus.hpp"
+#include "memcg/files/prometheus.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
 
 namespace memcg {
 namespace {

@@ -1,5 +1,5 @@
 // PSI: stall accounting, averages on virtual time, triggers, memory.pressure (psi.md).
-#include "memcg/psi.hpp"
+#include "memcg/core/psi.hpp"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/attach.hpp"
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/limits.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/core/limits.hpp"
 
 #include "manual_controller.hpp"
 

@@ -18,12 +18,12 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/reclaim.hpp"
-#include "memcg/stat_registry.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/core/reclaim.hpp"
+#include "memcg/percpu/stat_registry.hpp"
 
 namespace memcg {
 namespace {

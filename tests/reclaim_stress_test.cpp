@@ -8,12 +8,12 @@
 #include <random>
 #include <thread>
 
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/oom.hpp"
-#include "memcg/reclaim.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/core/reclaim.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {
 namespace {

@@ -1,19 +1,19 @@
 // Reclaim under protection, memory.high, memory.reclaim and the OOM killer (protection.md,
 // events_oom.md, charge_path.md).
-#include "memcg/reclaim.hpp"
+#include "memcg/core/reclaim.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <stdexcept>
 
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/limits.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/oom.hpp"
-#include "memcg/protection.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/core/limits.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/counter/protection.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {
 namespace {

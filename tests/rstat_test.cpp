@@ -1,4 +1,4 @@
-#include "memcg/rstat.hpp"
+#include "memcg/percpu/internal/rstat.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/stat_registry.hpp"
+#include "memcg/percpu/stat_registry.hpp"
 
 namespace memcg {
 namespace {

@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/notify.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/core/notify.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {
 namespace {

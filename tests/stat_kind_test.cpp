@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/pmr.hpp"
-#include "memcg/stock.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/alloc/pmr.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 #include "alloc_test_support.hpp"
 

@@ -1,6 +1,6 @@
 // Tests of the per-CPU stock, its critical sections and CPU helpers.
 
-#include "memcg/stock.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/internal/cpu.hpp"
-#include "memcg/internal/rseq.hpp"
+#include "memcg/base/internal/cpu.hpp"
+#include "memcg/base/internal/rseq.hpp"
 
 namespace memcg {
 namespace {

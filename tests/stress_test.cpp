@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/controller.hpp"
-#include "memcg/group.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/group.hpp"
 
 namespace memcg {
 namespace {

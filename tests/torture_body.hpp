@@ -51,17 +51,17 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/attach.hpp"
-#include "memcg/files.hpp"
-#include "memcg/limits.hpp"
-#include "memcg/lru_cache.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/core/limits.hpp"
+#include "memcg/alloc/lru_cache.hpp"
 #include "memcg/memcg.hpp"
-#include "memcg/notify.hpp"
-#include "memcg/oom.hpp"
-#include "memcg/prometheus.hpp"
-#include "memcg/psi.hpp"
-#include "memcg/reclaim.hpp"
-#include "memcg/vmpressure.hpp"
+#include "memcg/core/notify.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/files/prometheus.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/core/reclaim.hpp"
+#include "memcg/core/vmpressure.hpp"
 
 namespace memcg::torture {
 

@@ -1,6 +1,6 @@
 // vmpressure: levels, windows, listener routing, the listener gate, socket pressure
 // (vmpressure.md).
-#include "memcg/vmpressure.hpp"
+#include "memcg/core/vmpressure.hpp"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
-#include "memcg/lru_cache.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/alloc/lru_cache.hpp"
 
 #include "manual_controller.hpp"
 

@@ -2,14 +2,35 @@
 // events) for the groups of one C++ process. This umbrella header includes the public API.
 #pragma once
 
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/events.hpp"
-#include "memcg/group.hpp"
-#include "memcg/page_counter.hpp"
-// Allocator integration (the global operator new hook, hook.hpp, is a separate library).
-#include "memcg/allocator.hpp"
-#include "memcg/charge_wait.hpp"
-#include "memcg/nofail.hpp"
-#include "memcg/obj_stock.hpp"
-#include "memcg/pmr.hpp"
+// base: clock, errors, events, no-fail scopes
+#include "memcg/base/clock.hpp"
+#include "memcg/base/errors.hpp"
+#include "memcg/base/events.hpp"
+#include "memcg/base/nofail.hpp"
+// counter: the hierarchical page counter, effective protection
+#include "memcg/counter/page_counter.hpp"
+#include "memcg/counter/protection.hpp"
+// percpu: statistic kinds
+#include "memcg/percpu/stat_registry.hpp"
+// core: the tree, charge path, object layer, attachment, reclaim, OOM, limits, pressure, notify
+#include "memcg/core/attach.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/group.hpp"
+#include "memcg/core/limits.hpp"
+#include "memcg/core/notify.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/core/pressure.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/core/reclaim.hpp"
+#include "memcg/core/vmpressure.hpp"
+// files: the cgroup-v2 file interface, its grammars, the Prometheus text exposition
+#include "memcg/files/files.hpp"
+#include "memcg/files/parse.hpp"
+#include "memcg/files/prometheus.hpp"
+// alloc: STL allocator, pmr resource, the built-in LRU cache
+#include "memcg/alloc/allocator.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/alloc/pmr.hpp"

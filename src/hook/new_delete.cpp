@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <new>
 
-#include "memcg/attach.hpp"
-#include "memcg/hook.hpp"
-#include "memcg/internal/hook_bypass.hpp"
-#include "memcg/obj_stock.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/hook/hook.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/obj_stock.hpp"
 
 namespace memcg::hook {
 namespace {

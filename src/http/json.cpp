@@ -5,10 +5,10 @@
 #include <string_view>
 #include <vector>
 
-#include "memcg/controller.hpp"
-#include "memcg/events.hpp"
-#include "memcg/internal/hook_bypass.hpp"
-#include "memcg/psi.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/base/events.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/psi.hpp"
 
 // Written by hand rather than through a JSON library's document tree: the document is flat and
 // all numbers, and building a tree for 10 000 groups took 125 ms where the budget of a scrape is

@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/controller.hpp"
-#include "memcg/files.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/files.hpp"
 #include "memcg/http/json.hpp"
-#include "memcg/internal/hook_bypass.hpp"
-#include "memcg/prometheus.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/files/prometheus.hpp"
 
 namespace memcg::http {
 namespace {

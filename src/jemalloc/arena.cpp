@@ -12,9 +12,9 @@
 #include <new>
 #include <string>
 
-#include "memcg/controller.hpp"
-#include "memcg/internal/hook_bypass.hpp"
-#include "memcg/reclaim.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/reclaim.hpp"
 
 namespace memcg::jemalloc {
 

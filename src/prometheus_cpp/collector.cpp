@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "memcg/internal/hook_bypass.hpp"
-#include "memcg/prometheus.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/files/prometheus.hpp"
 
 namespace memcg::prometheus_cpp {
 namespace {

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
 #include "memcg/http/server.hpp"
 
 namespace memcg::http {

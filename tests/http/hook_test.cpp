@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "memcg/attach.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/hook.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/hook/hook.hpp"
 #include "memcg/http/server.hpp"
 
 namespace memcg::http {

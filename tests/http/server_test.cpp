@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/events.hpp"
-#include "memcg/files.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/base/events.hpp"
+#include "memcg/files/files.hpp"
 #include "memcg/http/json.hpp"
-#include "memcg/prometheus.hpp"
-#include "memcg/psi.hpp"
+#include "memcg/files/prometheus.hpp"
+#include "memcg/core/psi.hpp"
 
 namespace memcg::http {
 namespace {

@@ -16,10 +16,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "memcg/charge.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/events.hpp"
-#include "memcg/prometheus.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/base/events.hpp"
+#include "memcg/files/prometheus.hpp"
 
 namespace memcg::prometheus_cpp {
 namespace {

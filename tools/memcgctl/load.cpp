@@ -9,8 +9,8 @@
 #include <set>
 #include <tuple>
 
-#include "memcg/errors.hpp"
-#include "memcg/parse.hpp"
+#include "memcg/base/errors.hpp"
+#include "memcg/files/parse.hpp"
 
 namespace memcgctl {
 

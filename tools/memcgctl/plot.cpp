@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "memcg/group.hpp"
+#include "memcg/core/group.hpp"
 #include "report.hpp"
 
 namespace memcgctl {

@@ -7,8 +7,9 @@
 #include <map>
 #include <vector>
 
-#include "memcg/errors.hpp"
-#include "memcg/parse.hpp"
+#include "memcg/base/errors.hpp"
+#include "memcg/core/pressure.hpp"
+#include "memcg/files/parse.hpp"
 
 namespace memcgctl {
 namespace {

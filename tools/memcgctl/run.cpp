@@ -10,18 +10,19 @@
 #include <memory>
 #include <set>
 
-#include "memcg/charge.hpp"
-#include "memcg/clock.hpp"
-#include "memcg/controller.hpp"
-#include "memcg/errors.hpp"
-#include "memcg/files.hpp"
-#include "memcg/lru_cache.hpp"
-#include "memcg/oom.hpp"
-#include "memcg/notify.hpp"
-#include "memcg/parse.hpp"
-#include "memcg/psi.hpp"
-#include "memcg/reclaim.hpp"
-#include "memcg/vmpressure.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/base/errors.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/core/pressure.hpp"
+#include "memcg/files/parse.hpp"
+#include "memcg/core/reclaim.hpp"
+#include "memcg/core/notify.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/core/vmpressure.hpp"
 #include "values.hpp"
 
 namespace memcgctl {

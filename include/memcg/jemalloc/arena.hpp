@@ -100,9 +100,9 @@
 #include <memory_resource>
 #include <string>
 
-#include "memcg/attach.hpp"
-#include "memcg/charge.hpp"
-#include "memcg/group.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/group.hpp"
 
 namespace memcg::jemalloc {
 

@@ -1,0 +1,85 @@
+// LruCache: the built-in reclaimer, a cache of whole units charged to one group that gives the
+// oldest units back first when reclaim asks (like the page cache of a file on the kernel's
+// inactive LRU list).
+//
+// It models the memory, not the data: an application wraps its own cache around it (one unit per
+// cached block) or uses it directly, as the scenario runner does for its `cache` objects.
+// `referenced_percent` makes that share of scanned units rotate to the young end instead of being
+// freed (they were used since the last scan), so reclaim gets less efficient and pressure rises.
+//
+// Thread safety: every call may be made from any thread; a mutex guards the list (never held
+// while charging, so a charge that reclaims from this very cache cannot deadlock).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "memcg/core/charge.hpp"
+#include "memcg/core/reclaim.hpp"
+
+namespace memcg {
+
+class LruCache final : public Reclaimer {
+ public:
+  // Registers on `group` (held by reference until destruction, so the cache outlives a removal of
+  // its group and stays reclaimable through the parent).
+  LruCache(Group& group, std::string name, int referenced_percent = 0);
+  // Uncharges everything it holds and unregisters.
+  ~LruCache() override;
+  LruCache(const LruCache&) = delete;
+  LruCache& operator=(const LruCache&) = delete;
+
+  // Adds up to `units`, one charge per unit (each may reclaim, including from this cache).
+  // Stops at the first charge that fails. Returns the units added.
+  int64_t grow(int64_t units, uint32_t flags = kDefaultCharge);
+  // Frees up to `units` of the oldest. Returns the units freed.
+  int64_t shrink(int64_t units);
+  // Frees everything.
+  void drop() { shrink(size()); }
+
+  int64_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
+  // Units freed by reclaim (not by shrink/drop).
+  uint64_t evicted() const noexcept { return evicted_.load(std::memory_order_relaxed); }
+  const std::string& name() const noexcept { return name_; }
+  Group& group() const noexcept { return *group_; }
+
+  // Units are numbered in the order they were added (0, 1, 2, ...). The callback learns which
+  // units reclaim or shrink freed (`count` consecutive numbers from `first`), so that an
+  // application can drop the data it kept in them. Called without the cache's lock held.
+  using EvictFn = std::function<void(uint64_t first, int64_t count)>;
+  void set_evict_callback(EvictFn fn);
+
+  // Reclaimer
+  int64_t reclaimable() const noexcept override { return size(); }
+  ReclaimResult reclaim(int64_t nr_to_scan, int priority) override;
+
+ private:
+  GroupRef group_;
+  const std::string name_;
+  const int referenced_percent_;
+  // Consecutive unit numbers, oldest run at the front.
+  struct Run {
+    uint64_t first;
+    int64_t count;
+  };
+  // Takes up to `n` units off the front, calling the evict callback; returns what it took.
+  int64_t pop_oldest(int64_t n, std::vector<Run>* freed);
+  void notify(const std::vector<Run>& freed);
+
+  mutable std::mutex mu_;
+  std::deque<Run> runs_;    // guarded by mu_
+  uint64_t next_unit_ = 0;  // guarded by mu_
+  // Accumulates referenced_percent_ per scanned unit; every 100 marks one unit as referenced, so
+  // exactly that share of scanned units rotates, deterministically. Guarded by mu_.
+  int ref_accumulator_ = 0;
+  EvictFn on_evict_;  // guarded by mu_ (copied out before calling)
+  std::atomic<int64_t> size_{0};
+  std::atomic<uint64_t> evicted_{0};
+  ReclaimerRegistration registration_;
+};
+
+}  // namespace memcg

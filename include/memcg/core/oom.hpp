@@ -1,0 +1,156 @@
+// OOM handling: killable members and the OOM killer that picks among them when a group cannot
+// be brought under memory.max any other way, mirroring the kernel's memcg OOM killer and
+// memory.oom.group.
+//
+// A Member is what the application can kill to get memory back: a query, a connection, a tenant
+// session (the kernel's task). It lives in one group, charges through the member (so its size,
+// the kernel's badness, is known) and has a bias, the analogue of oom_score_adj (-1000 = immune,
+// up to +1000). Killing calls the member's kill callback, which must release (or arrange to
+// release) the member's memory; the charge that triggered the OOM is then retried.
+//
+// Victim choice (events_oom.md, the kernel's badness since 5.9): among members of the OOM
+// domain's subtree, the highest badness = charged units + adj x (total / 1000), where total is the
+// domain's max (its usage if it has none). Scores below zero are kept, so a protected member is
+// still a candidate, only a later one; immune members are never chosen; on equal badness the
+// member later in walk order (groups in pre-order, members in joining order) is chosen.
+// memory.oom.group: the highest group on the path from the victim's group up to the domain that
+// has oom.group = 1 is killed as a whole (all its non-immune members).
+//
+// Waiting for a victim: while a killed member of the domain still holds charged memory, the
+// killer chooses no one else. It waits (a memory stall, on the controller's clock) until that
+// member has released everything, has been destroyed, or the domain has room, then reports
+// progress so that the charge retries. A victim that has not released within kOomVictimWaitNs
+// of its kill is given up on (the kernel's OOM reaper stops trying after about a second) and no
+// longer holds back the next choice. A charge of a killed member does not wait: it fails.
+//
+// Kill callbacks run without any library lock held, on the thread that ran the OOM killer (the
+// charging thread, or the writer of memory.max), at most once per kill. A callback may charge,
+// uncharge, read files, and destroy its own member or any other (a member of the same oom.group
+// destroyed before its turn is skipped), also by waiting for another thread that destroys it
+// (cancel the victim's query and join its worker): ~Member never waits for a callback, and the
+// killer touches nothing of a member destroyed meanwhile. Once the member is gone the callback
+// must not use the Member& it was given. A callback that
+// throws makes that kill fail: the member is not marked killed, no oom_kill event is raised, the
+// failure is listed in the OomReport and the next candidate is chosen. What a callback allocates
+// is not charged by the global operator new hook (hook.hpp); what it charges explicitly is.
+//
+// Thread safety: every call may be made from any thread. A member must not be destroyed while
+// another thread uses it (charges, uncharges); its own kill callback may destroy it, also in the
+// middle of the member's own charge, which then fails and leaves nothing charged.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "memcg/core/charge.hpp"
+#include "memcg/core/group.hpp"
+
+namespace memcg {
+
+// How long the OOM killer waits for a killed member to release its memory before it may choose
+// another victim, on the controller's clock (the kernel's OOM reaper gives up on a victim after
+// about a second of attempts).
+inline constexpr uint64_t kOomVictimWaitNs = 1'000'000'000;
+
+class Member {
+ public:
+  static constexpr int kImmune = -1000;
+  using KillFn = std::function<void(Member&)>;
+
+  // Joins `group` (it must be online). `on_kill` is called when the OOM killer picks it (once,
+  // unless it throws: see above). It may be empty (killing then only marks the member).
+  Member(Group& group, std::string name, KillFn on_kill, int score_adj = 0);
+  // Uncharges what it still holds and leaves its group. Waits while its kill callback runs on
+  // another thread.
+  ~Member();
+  Member(const Member&) = delete;
+  Member& operator=(const Member&) = delete;
+
+  // Charges `units` for this member (they count towards its badness). Nothing for units <= 0.
+  // kNoMem, with nothing charged, if the member's kill callback destroyed it during the charge.
+  ChargeStatus charge(int64_t units, uint32_t flags = kDefaultCharge) noexcept;
+  // Uncharges up to what it holds; returns what was uncharged.
+  int64_t uncharge(int64_t units) noexcept;
+  int64_t charged() const noexcept { return charged_.load(std::memory_order_relaxed); }
+
+  void set_score_adj(int adj) noexcept;  // clamped to [-1000, 1000]
+  int score_adj() const noexcept { return adj_.load(std::memory_order_relaxed); }
+  bool killed() const noexcept { return killed_.load(std::memory_order_acquire); }
+  const std::string& name() const noexcept { return name_; }
+  Group& group() const noexcept { return *group_; }
+
+ private:
+  friend class OomKiller;
+  int64_t take_charged(int64_t units) noexcept;  // up to `units` off charged_; what it took
+
+  GroupRef group_;
+  const std::string name_;
+  KillFn on_kill_;  // guarded by the OOM lock; moved out while a kill is in progress
+  std::atomic<int> adj_;
+  std::atomic<int64_t> charged_{0};
+  std::atomic<bool> killed_{false};
+  // Guarded by the controller's OOM lock.
+  uint64_t killed_at_ns_ = 0;  // when it was killed, on the controller's clock
+  bool given_up_ = false;      // waited kOomVictimWaitNs for it: it holds back no choice
+  uint64_t failed_in_ = 0;     // the OOM (serial) in which its callback threw
+};
+
+// Why a victim was chosen: the OOM report.
+struct OomCandidate {
+  std::string member;
+  std::string group;
+  int64_t charged = 0;
+  int score_adj = 0;
+  int64_t badness = 0;
+};
+// A kill that failed: the member's callback threw (the member was not killed).
+struct OomFailure {
+  std::string member;
+  std::string error;  // what() of the exception, or "unknown exception"
+};
+struct OomReport {
+  std::string domain;  // the group whose limit was hit
+  int64_t request_units = 0;
+  std::vector<OomCandidate> top;    // highest badness first, ties later member first (at most 5)
+  std::string victim;               // member chosen ("" if none)
+  std::string oom_group;            // group killed as a whole ("" if none)
+  std::vector<std::string> killed;  // every member killed
+  std::vector<OomFailure> failed;   // kills whose callback threw, in order
+  std::string format() const;       // a short human-readable report
+};
+
+// Installs the OOM killer as the controller's OOM policy (Controller::set_oom_hook). The
+// controller keeps members registered per group.
+class OomKiller {
+ public:
+  // Selects and kills in `domain` for a charge of `units`. True if it made progress: killed, or
+  // waited for a previous victim (see above), or the domain has room for `units`. False if no
+  // member could be killed. REQUIRES: no library lock held (it runs kill callbacks).
+  static bool kill(Group& domain, int64_t units, OomReport* report = nullptr);
+  // The last report produced in this controller (empty if none).
+  static OomReport last_report(Controller& controller);
+};
+
+namespace internal {
+struct KillBatch;  // one OOM kill in progress (oom.cpp)
+
+// Per-controller OOM state. The OOM lock makes one decision at a time and guards the members'
+// OOM fields, the kills in progress and the last report. It is never held while a kill callback
+// or an event listener runs, and nothing is charged while it is held.
+struct OomState {
+  std::mutex mu;
+  // Signalled when a kill callback returns, a member is destroyed, or a killed member has
+  // released all it held.
+  std::condition_variable cv;
+  KillBatch* batches = nullptr;  // kills in progress, linked through KillBatch::next
+  uint64_t serial = 0;           // OOM invocations so far
+  OomReport last;
+};
+}  // namespace internal
+
+}  // namespace memcg

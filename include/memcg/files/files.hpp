@@ -1,0 +1,63 @@
+// The cgroup-v2 file interface of a group: each knob and statistic as a named virtual file with
+// the kernel's exact read format and write grammar, so that tools, scenarios and users who know
+// the kernel's files can drive memcg the same way.
+//
+// Files of features the library does not implement do not exist (ENOENT), and per-group files do
+// not exist on the root, as in the kernel. A rejected write changes nothing.
+//
+// Thread safety: a File may be used from one thread at a time; different Files of one group may be
+// used concurrently. memory.peak keeps per-open-file state, as in the kernel.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memcg/core/group.hpp"
+
+namespace memcg {
+
+class File {
+ public:
+  virtual ~File() = default;
+  const std::string& name() const noexcept { return name_; }
+  Group& group() const noexcept { return *group_; }
+  virtual bool readable() const noexcept = 0;
+  virtual bool writable() const noexcept = 0;
+  // The file's contents. EACCES when the file is write-only.
+  virtual int read(std::string* out) = 0;
+  // Parses and applies `text`. 0 on success, else EINVAL (grammar), ERANGE, EACCES (read-only
+  // file), EAGAIN, EINTR, EBUSY as the file's semantics say; on error nothing changed.
+  // `nonblocking` is O_NONBLOCK: memory.high/max then only store the value.
+  virtual int write(std::string_view text, bool nonblocking = false) = 0;
+
+ protected:
+  File(GroupRef group, std::string name) : group_(std::move(group)), name_(std::move(name)) {}
+
+ private:
+  GroupRef group_;
+  std::string name_;
+};
+
+// Opens `name` on `group`. ENOENT when the group has no such file.
+int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out);
+// The names of the files `group` has, in a stable order.
+std::vector<std::string> file_names(const Group& group);
+
+// One-shot helpers: open, read or write, close.
+int read_file(Group& group, std::string_view name, std::string* out);
+int write_file(Group& group, std::string_view name, std::string_view text,
+               bool nonblocking = false);
+
+// The eventfd that signals events of the trigger written to an open memory.pressure file (it
+// becomes readable, like the kernel's POLLPRI; reading it consumes the events), or -1 when `file`
+// is not memory.pressure or holds no trigger. Owned by the file.
+int pressure_file_eventfd(const File& file) noexcept;
+
+namespace internal {
+// Opens memory.pressure on `group` (pressure_file.cpp).
+std::unique_ptr<File> open_pressure_file(Group& group);
+}  // namespace internal
+
+}  // namespace memcg

@@ -1,0 +1,106 @@
+#include "memcg/alloc/lru_cache.hpp"
+#include "memcg/base/internal/lock.hpp"
+
+#include <algorithm>
+
+namespace memcg {
+
+LruCache::LruCache(Group& group, std::string name, int referenced_percent)
+    : group_(&group),
+      name_(std::move(name)),
+      referenced_percent_(std::clamp(referenced_percent, 0, 100)),
+      registration_(group, *this) {}
+
+LruCache::~LruCache() {
+  // Unregister first: once that returns no reclaim is running on this cache.
+  registration_.reset();
+  uncharge_direct(*group_, size_.exchange(0, std::memory_order_relaxed), StatRegistry::kFile);
+}
+
+void LruCache::set_evict_callback(EvictFn fn) {
+  internal::LockGuard lock(mu_);
+  on_evict_ = std::move(fn);
+}
+
+int64_t LruCache::grow(int64_t units, uint32_t flags) {
+  int64_t added = 0;
+  for (; added < units; ++added) {
+    // Charged before the lock is taken: the charge may reclaim from this very cache.
+    if (!charged(try_charge(*group_, 1, flags, StatRegistry::kFile))) break;
+    internal::LockGuard lock(mu_);
+    if (!runs_.empty() && runs_.back().first + runs_.back().count == next_unit_)
+      ++runs_.back().count;
+    else
+      runs_.push_back({next_unit_, 1});
+    ++next_unit_;
+    size_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return added;
+}
+
+int64_t LruCache::pop_oldest(int64_t n, std::vector<Run>* freed) {
+  int64_t taken = 0;
+  while (taken < n && !runs_.empty()) {
+    Run& r = runs_.front();
+    const int64_t k = std::min(n - taken, r.count);
+    freed->push_back({r.first, k});
+    r.first += k;
+    r.count -= k;
+    taken += k;
+    if (r.count == 0) runs_.pop_front();
+  }
+  size_.fetch_sub(taken, std::memory_order_relaxed);
+  return taken;
+}
+
+void LruCache::notify(const std::vector<Run>& freed) {
+  EvictFn fn;
+  {
+    internal::LockGuard lock(mu_);
+    fn = on_evict_;
+  }
+  if (fn)
+    for (const Run& r : freed) fn(r.first, r.count);
+}
+
+int64_t LruCache::shrink(int64_t units) {
+  std::vector<Run> freed;
+  int64_t taken;
+  {
+    internal::LockGuard lock(mu_);
+    taken = pop_oldest(units, &freed);
+  }
+  uncharge_direct(*group_, taken, StatRegistry::kFile);
+  notify(freed);
+  return taken;
+}
+
+ReclaimResult LruCache::reclaim(int64_t nr_to_scan, int /*priority*/) {
+  ReclaimResult result;
+  std::vector<Run> freed;
+  {
+    internal::LockGuard lock(mu_);
+    while (result.scanned < nr_to_scan && !runs_.empty()) {
+      ++result.scanned;
+      ref_accumulator_ += referenced_percent_;
+      if (ref_accumulator_ >= 100) {
+        // Referenced since the last scan: rotate to the young end instead of freeing.
+        ref_accumulator_ -= 100;
+        Run& r = runs_.front();
+        const uint64_t unit = r.first;
+        ++r.first;
+        if (--r.count == 0) runs_.pop_front();
+        runs_.push_back({unit, 1});
+        continue;
+      }
+      result.reclaimed += pop_oldest(1, &freed);
+    }
+  }
+  // Straight from the counters: the charge that asked for this must see the room at once.
+  uncharge_direct(*group_, result.reclaimed, StatRegistry::kFile);
+  evicted_.fetch_add(static_cast<uint64_t>(result.reclaimed), std::memory_order_relaxed);
+  notify(freed);
+  return result;
+}
+
+}  // namespace memcg

@@ -1,0 +1,461 @@
+// The OOM killer: members, victim selection, memory.oom.group.
+//
+// Locking: the controller's OOM lock (OomState::mu) covers the decision (scan, choice, marking
+// victims killed) and the bookkeeping of kills in progress; kill callbacks and event listeners
+// run after it is released. A member chosen for a kill is recorded in the caller's KillBatch
+// (its callback moved there), which ~Member clears under the lock, so the killer never touches
+// a destroyed member. Lock order: OOM lock, then the tree lock (shared), then a group's policy
+// lock.
+#include "memcg/core/oom.hpp"
+#include "memcg/base/internal/lock.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "memcg/base/clock.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+
+namespace memcg {
+
+struct OomKillerAccess {
+  static std::mutex& policy_mutex(Group& g) { return g.policy_mutex_; }
+  static const std::vector<Member*>& members(Group& g) { return g.members_; }
+};
+
+namespace internal {
+
+// A member chosen by one OOM kill whose callback has not returned yet.
+struct KillEntry {
+  Member* member;     // null once the member is destroyed (then nothing touches it)
+  Member::KillFn fn;  // moved out of the member: a callback may destroy its member
+  GroupRef group;     // the member's group, for the oom_kill event after the callback
+  std::string name;
+  bool running = false;  // its callback is executing (on the batch's thread)
+  bool done = false;     // its callback has returned
+};
+
+// One OOM kill in progress, on the stack of the thread that runs it, linked into the controller's
+// OomState while it lives. Guarded by the OOM lock.
+struct KillBatch {
+  std::thread::id owner = std::this_thread::get_id();
+  std::vector<KillEntry> entries;
+  Member* waiting_for = nullptr;  // a dying victim this kill waits for; cleared by ~Member
+  KillBatch* next = nullptr;
+};
+
+}  // namespace internal
+
+namespace {
+
+using internal::KillBatch;
+using internal::KillEntry;
+
+// How often a killer waiting for a victim looks again without a wake-up: the victim's release
+// wakes it, but room made by others (or a clock other than the system clock, which advances only
+// when slept on) does not.
+constexpr uint64_t kOomWaitStepNs = 1'000'000;
+
+// ---- charges in progress of members, per thread ------------------------------------------------
+// A kill callback may destroy its member while that member's charge is still inside the failure
+// ladder on the same thread. The ladder then reads the "killed" flag through
+// internal::tl_charging_member_killed and keeps using the group, so ~Member points the flag at a
+// flag that lives for ever and leaves a group reference with the charge.
+struct MemberCharge {
+  Member* member;  // null once destroyed during the charge
+  const std::atomic<bool>* outer_killed;
+  MemberCharge* outer;
+  GroupRef keep;  // set when the member is destroyed: the charge still uses its group
+};
+thread_local MemberCharge* tl_member_charge = nullptr;
+// What a destroyed member's charge reads as its "killed" flag: dying, so the charge fails.
+constinit const std::atomic<bool> kDestroyedMember{true};
+
+struct Candidate {
+  Member* member;
+  int64_t badness;
+  size_t order;  // position in walk order (ties go to the later member)
+};
+
+// Every member in the subtree of `root`, in walk order (pre-order, then joining order).
+std::vector<Member*> members_below(Group& root) {
+  std::vector<Member*> out;
+  root.controller().walk(root, [&](Group& g) {
+    internal::LockGuard lock(OomKillerAccess::policy_mutex(g));
+    const auto& v = OomKillerAccess::members(g);
+    out.insert(out.end(), v.begin(), v.end());
+  });
+  return out;
+}
+
+// Links a batch into the controller's kills in progress; unlinks it, under the lock, at the end.
+class BatchLink {
+ public:
+  BatchLink(internal::OomState& state, KillBatch& batch, std::unique_lock<std::mutex>& lock)
+      : state_(state), batch_(batch), lock_(lock) {
+    batch.next = state.batches;
+    state.batches = &batch;
+  }
+  ~BatchLink() {
+    if (!lock_.owns_lock()) lock_.lock();
+    for (KillBatch** p = &state_.batches; *p; p = &(*p)->next)
+      if (*p == &batch_) {
+        *p = batch_.next;
+        break;
+      }
+  }
+  BatchLink(const BatchLink&) = delete;
+  BatchLink& operator=(const BatchLink&) = delete;
+
+ private:
+  internal::OomState& state_;
+  KillBatch& batch_;
+  std::unique_lock<std::mutex>& lock_;
+};
+
+// True if a kill in progress on this thread has yet to finish calling `m`'s callback: it runs
+// further up this stack or is still to run there, so waiting for `m` would wait for ourselves.
+bool held_by_this_thread(const internal::OomState& state, const Member* m) {
+  const std::thread::id me = std::this_thread::get_id();
+  for (const KillBatch* b = state.batches; b; b = b->next)
+    if (b->owner == me)
+      for (const KillEntry& e : b->entries)
+        if (e.member == m && !e.done) return true;
+  return false;
+}
+
+}  // namespace
+
+// ---- Member ------------------------------------------------------------------------------------
+
+Member::Member(Group& group, std::string name, KillFn on_kill, int score_adj)
+    : group_(&group), name_(std::move(name)), on_kill_(std::move(on_kill)), adj_(0) {
+  set_score_adj(score_adj);
+  // A member counts as an attached task: its group cannot be removed while it lives.
+  if (group.attach() != 0) throw std::invalid_argument("memcg: member of a removed group");
+  internal::LockGuard lock(group.policy_mutex_);
+  group.members_.push_back(this);
+}
+
+Member::~Member() {
+  // A charge of this member in progress on this thread (its callback destroys it): see
+  // MemberCharge.
+  for (MemberCharge* c = tl_member_charge; c; c = c->outer) {
+    if (c->member == this) {
+      c->member = nullptr;
+      c->keep = group_;
+    }
+    if (c->outer_killed == &killed_) c->outer_killed = &kDestroyedMember;
+  }
+  if (internal::tl_charging_member_killed == &killed_)
+    internal::tl_charging_member_killed = &kDestroyedMember;
+
+  Group& g = *group_;
+  internal::OomState& state = g.controller().oom_state();
+  {
+    internal::HookBypass bypass;  // nothing under the OOM lock is charged
+    std::unique_lock oom(state.mu);
+    {
+      internal::LockGuard lock(g.policy_mutex_);
+      auto& v = g.members_;
+      v.erase(std::remove(v.begin(), v.end(), this), v.end());
+    }
+    // Kills in progress forget this member, also one whose callback for it is running: the
+    // callback was moved out of the member, and the killer touches nothing of the member after
+    // the callback returns. No wait here: a callback that cancels the member's query and joins
+    // the worker that destroys the member is the usual way to kill one (and would deadlock
+    // against a wait). The callback must not use its Member& once it let the member go.
+    for (KillBatch* b = state.batches; b; b = b->next) {
+      if (b->waiting_for == this) b->waiting_for = nullptr;
+      for (KillEntry& e : b->entries)
+        if (e.member == this) e.member = nullptr;
+    }
+    // Under the OOM lock, so that a killer sees the member and its memory go together.
+    uncharge_direct(g, charged_.exchange(0, std::memory_order_relaxed));
+  }
+  state.cv.notify_all();  // a killer may wait for this member's memory
+  g.detach();
+}
+
+ChargeStatus Member::charge(int64_t units, uint32_t flags) noexcept {
+  // The charge path's range rule (charge.hpp): 0 succeeds with nothing charged, negative fails.
+  if (units <= 0) [[unlikely]]
+    return units == 0 ? ChargeStatus::kOk : ChargeStatus::kNoMem;
+  MemberCharge in_progress{this, internal::tl_charging_member_killed, tl_member_charge, {}};
+  tl_member_charge = &in_progress;
+  internal::tl_charging_member_killed = &killed_;
+  const ChargeStatus s = try_charge(*group_, units, flags);
+  tl_member_charge = in_progress.outer;
+  internal::tl_charging_member_killed = in_progress.outer_killed;
+  if (in_progress.member == nullptr) [[unlikely]] {
+    // Destroyed by its own kill callback during this charge: nothing may stay charged to it.
+    if (memcg::charged(s)) uncharge_direct(*in_progress.keep, units);
+    return ChargeStatus::kNoMem;
+  }
+  if (memcg::charged(s)) charged_.fetch_add(units, std::memory_order_relaxed);
+  return s;
+}
+
+int64_t Member::uncharge(int64_t units) noexcept {
+  // ---- slow path: a victim releasing ----
+  // A killer may wait for this member: under the OOM lock it sees the member's count and the
+  // counters drop together (else, seeing the member empty but the group still full, it would
+  // choose another victim), and it is woken afterwards.
+  if (killed()) [[unlikely]] {
+    internal::OomState& state = group_->controller().oom_state();
+    int64_t take;
+    {
+      internal::HookBypass bypass;
+      internal::LockGuard lock(state.mu);
+      take = take_charged(units);
+      uncharge_direct(*group_, take);
+    }
+    state.cv.notify_all();
+    return take;
+  }
+  // ---- fast path ----
+  const int64_t take = take_charged(units);
+  // Straight from the counters: a killed member's memory must be seen as free at once.
+  uncharge_direct(*group_, take);
+  return take;
+}
+
+int64_t Member::take_charged(int64_t units) noexcept {
+  int64_t have = charged_.load(std::memory_order_relaxed);
+  int64_t take;
+  do {
+    take = std::clamp<int64_t>(units, 0, have);
+  } while (!charged_.compare_exchange_weak(have, have - take, std::memory_order_relaxed));
+  return take;
+}
+
+void Member::set_score_adj(int adj) noexcept {
+  adj_.store(std::clamp(adj, kImmune, 1000), std::memory_order_relaxed);
+}
+
+// ---- report ------------------------------------------------------------------------------------
+
+std::string OomReport::format() const {
+  std::ostringstream o;
+  o << "memory cgroup out of memory in " << domain << " (request " << request_units << " units)\n";
+  for (const OomCandidate& c : top)
+    o << "  candidate " << c.member << " in " << c.group << ": charged=" << c.charged
+      << " adj=" << c.score_adj << " badness=" << c.badness << "\n";
+  for (const OomFailure& f : failed)
+    o << "  kill of " << f.member << " failed: its callback threw: " << f.error << "\n";
+  if (victim.empty()) {
+    o << "  no killable member\n";
+  } else {
+    o << "  killed " << victim;
+    if (!oom_group.empty()) o << " and every member of oom.group " << oom_group;
+    o << " (" << killed.size() << " killed)\n";
+  }
+  return o.str();
+}
+
+// ---- the killer --------------------------------------------------------------------------------
+
+bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
+  // The charging member was killed: its charge fails rather than waiting for itself or choosing
+  // another victim (the kernel lets a dying task through at once).
+  if (const std::atomic<bool>* dying = internal::tl_charging_member_killed;
+      dying != nullptr && dying->load(std::memory_order_acquire))
+    return true;
+
+  // Nothing the killer allocates is charged by the global operator new hook: it holds the OOM
+  // lock, which a nested charge could need. Kill callbacks run inside this too, as they do when
+  // the OOM comes from the hook's own charge (the object layer's slow path sets it).
+  internal::HookBypass bypass;
+  Controller& ctl = domain.controller();
+  internal::OomState& state = ctl.oom_state();
+  Clock& clock = ctl.clock();
+  // Destroyed after the lock is released: they own user callbacks and group references.
+  KillBatch batch;
+  GroupRef group_killed;
+  OomReport report;
+  std::unique_lock lock(state.mu);
+  BatchLink link(state, batch, lock);
+  const uint64_t serial = ++state.serial;
+  report.domain = domain.path();
+  report.request_units = units;
+
+  for (;;) {
+    // Someone freed memory while this charge waited for the lock or a victim.
+    if (domain.memory().margin() >= units) return true;
+
+    // ---- decide, under the OOM lock ----
+    {
+      Group* kill_group = nullptr;
+      const std::vector<Member*> members = members_below(domain);
+      const int64_t max = domain.memory().max();
+      const int64_t total =
+          std::max<int64_t>(1, max >= ctl.max_units() ? domain.memory().usage() : max);
+      const uint64_t now = clock.now_ns();
+      Member* dying = nullptr;
+      std::vector<Candidate> candidates;
+      for (size_t i = 0; i < members.size(); ++i) {
+        Member* m = members[i];
+        if (m->killed()) {
+          // A victim still giving its memory back holds back the next choice, for a while.
+          if (m->charged() > 0 && !m->given_up_ && !held_by_this_thread(state, m)) {
+            if (now - m->killed_at_ns_ >= kOomVictimWaitNs)
+              m->given_up_ = true;
+            else if (dying == nullptr || m->killed_at_ns_ < dying->killed_at_ns_)
+              dying = m;
+          }
+          continue;
+        }
+        const int adj = m->score_adj();
+        if (adj == Member::kImmune || m->failed_in_ == serial) continue;
+        // The kernel's oom_badness: the bias is in thousandths of the total, not clamped.
+        candidates.push_back({m, m->charged() + static_cast<int64_t>(adj) * (total / 1000), i});
+      }
+
+      if (dying != nullptr) {
+        // ---- wait for the victim, then report progress: the caller retries ----
+        batch.waiting_for = dying;
+        const uint64_t deadline = dying->killed_at_ns_ + kOomVictimWaitNs;
+        const bool real_time = dynamic_cast<SystemClock*>(&clock) != nullptr;
+        while (batch.waiting_for != nullptr && batch.waiting_for->charged() > 0 &&
+               domain.memory().margin() < units) {
+          const uint64_t t = clock.now_ns();
+          if (t >= deadline) break;
+          const uint64_t step = std::min(kOomWaitStepNs, deadline - t);
+          if (real_time) {
+            state.cv.wait_for(lock, std::chrono::nanoseconds(step));
+          } else {
+            // Another clock advances only when slept on (a ManualClock): sleep without the lock.
+            lock.unlock();
+            clock.sleep_ns(step);
+            lock.lock();
+          }
+        }
+        batch.waiting_for = nullptr;
+        return true;
+      }
+
+      // Highest badness first; on a tie the later member in walk order, as in the kernel.
+      std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+        return a.badness != b.badness ? a.badness > b.badness : a.order > b.order;
+      });
+      report.top.clear();
+      for (size_t i = 0; i < candidates.size() && i < 5; ++i) {
+        const Member& m = *candidates[i].member;
+        report.top.push_back(
+            {m.name(), m.group().path(), m.charged(), m.score_adj(), candidates[i].badness});
+      }
+      report.victim.clear();
+      report.oom_group.clear();
+      if (candidates.empty()) {
+        state.last = report;
+        if (report_out) *report_out = report;
+        return false;
+      }
+
+      // memory.oom.group: the highest group from the victim's up to the domain that asks for it.
+      Member* victim = candidates.front().member;
+      if (!victim->group().is_root())
+        for (Group* g = &victim->group(); g; g = g->parent()) {
+          if (g->oom_group()) kill_group = g;
+          if (g == &domain) break;
+        }
+      report.victim = victim->name();
+      if (kill_group) report.oom_group = kill_group->path();
+
+      // Mark every victim killed now, so that a concurrent OOM waits for them instead of
+      // choosing them again, and take their callbacks.
+      auto take = [&](Member* m) {
+        m->killed_.store(true, std::memory_order_release);
+        m->killed_at_ns_ = now;
+        m->given_up_ = false;
+        batch.entries.push_back(
+            {m, std::move(m->on_kill_), GroupRef(&m->group()), m->name(), false});
+      };
+      take(victim);
+      if (kill_group)
+        for (Member* m : members_below(*kill_group))
+          if (!m->killed() && m->score_adj() != Member::kImmune && m->failed_in_ != serial)
+            take(m);
+      group_killed = GroupRef(kill_group);
+    }
+
+    // ---- kill, without the lock: callbacks and event listeners ----
+    size_t killed = 0;
+    for (size_t i = 0; i < batch.entries.size(); ++i) {
+      KillEntry& e = batch.entries[i];
+      Member* m = e.member;  // read under the lock: ~Member clears it there
+      if (m == nullptr) {
+        // Destroyed before its turn: its memory went with it.
+        if (i == 0 && group_killed) {
+          lock.unlock();
+          group_killed->raise(Event::kOomGroupKill);
+          lock.lock();
+        }
+        continue;
+      }
+      e.running = true;
+      lock.unlock();
+      // A throwing callback fails the kill; the exception ends here, outside the lock.
+      bool ok = true;
+      std::string error;
+      try {
+        if (e.fn) e.fn(*m);
+      } catch (const std::exception& ex) {
+        ok = false;
+        try {
+          error = ex.what();
+        } catch (...) {
+        }
+      } catch (...) {
+        ok = false;
+        error = "unknown exception";
+      }
+      lock.lock();
+      e.running = false;
+      e.done = true;
+      if (ok) {
+        ++killed;
+        report.killed.push_back(e.name);
+      } else {
+        // The member lives on, unkilled, with its callback; this OOM does not choose it again.
+        report.failed.push_back({e.name, std::move(error)});
+        if (e.member != nullptr) {
+          e.member->killed_.store(false, std::memory_order_release);
+          e.member->failed_in_ = serial;
+          e.member->on_kill_ = std::move(e.fn);
+        }
+      }
+      lock.unlock();
+      state.cv.notify_all();  // killers waiting for this victim look again
+      if (ok) e.group->raise(Event::kOomKill);
+      if (i == 0 && group_killed) group_killed->raise(Event::kOomGroupKill);
+      lock.lock();
+    }
+    if (killed > 0) {
+      state.last = report;
+      if (report_out) *report_out = report;
+      return true;
+    }
+    // Every kill failed: choose again among the others. What this round held is let go without
+    // the lock (callbacks' captures and group references may be the last ones).
+    std::vector<KillEntry> spent = std::move(batch.entries);
+    batch.entries.clear();
+    lock.unlock();
+    spent.clear();
+    group_killed = GroupRef();
+    lock.lock();
+  }
+}
+
+OomReport OomKiller::last_report(Controller& controller) {
+  internal::OomState& state = controller.oom_state();
+  internal::HookBypass bypass;  // the copy is made under the OOM lock
+  internal::LockGuard oom(state.mu);
+  return state.last;
+}
+
+}  // namespace memcg

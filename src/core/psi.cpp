@@ -1,0 +1,384 @@
+// PSI for memory: stall sections, per-group SOME/FULL time, running averages, triggers and the
+// memory.pressure file.
+#include "memcg/core/psi.hpp"
+#include "memcg/base/internal/lock.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+
+#include "memcg/core/attach.hpp"
+#include "memcg/core/controller.hpp"
+#include "pressure_state.hpp"
+
+namespace memcg {
+
+// ---- running averages ---------------------------------------------------------------------------
+namespace internal {
+
+uint64_t fixed_power(uint64_t x, unsigned frac_bits, uint64_t n) noexcept {
+  // Square and multiply; every product is rounded to nearest at `frac_bits` fractional bits.
+  const uint64_t half = uint64_t{1} << (frac_bits - 1);
+  uint64_t result = uint64_t{1} << frac_bits;
+  while (n) {
+    if (n & 1) result = (result * x + half) >> frac_bits;
+    n >>= 1;
+    if (n) x = (x * x + half) >> frac_bits;
+  }
+  return result;
+}
+
+namespace {
+// One decay step towards `x`: avg x e + x x (1 - e), rounded up when rising so that a constant
+// input is reached rather than approached forever.
+uint64_t decay(uint64_t avg, uint64_t e, uint64_t x) noexcept {
+  uint64_t v = avg * e + x * (PsiAverages::kFixed1 - e);
+  if (x >= avg) v += PsiAverages::kFixed1 - 1;
+  return v / PsiAverages::kFixed1;
+}
+}  // namespace
+
+void PsiAverages::reset(uint64_t start_ns) noexcept {
+  *this = PsiAverages();
+  if (start_ns > Clock::kMaxNs) start_ns = Clock::kMaxNs;  // clock.hpp
+  last_ns_ = start_ns;
+  next_ns_ = start_ns + kPeriodNs;
+}
+
+bool PsiAverages::skip_steady(uint64_t until_ns, const bool stalled[2],
+                              const uint64_t total_ns[2]) noexcept {
+  if (until_ns < next_ns_) return false;
+  for (int s = 0; s < 2; ++s) {
+    // A stalled state reports a full period each time (100 %, whatever is still unreported);
+    // an idle one reports nothing once nothing is left over.
+    if (!stalled[s] && total_ns[s] != reported_[s]) return false;
+    const uint64_t x = stalled[s] ? 100 * kFixed1 : 0;
+    for (int w = 0; w < 3; ++w)
+      if (avg_[s][w] != x) return false;
+  }
+  // decay(x, e, x) == x: the averages stay; only the grid and the reported time move.
+  const uint64_t periods = (until_ns - next_ns_) / kPeriodNs + 1;
+  for (int s = 0; s < 2; ++s)
+    if (stalled[s]) reported_[s] += periods * kPeriodNs;
+  last_ns_ = next_ns_ + (periods - 1) * kPeriodNs;
+  next_ns_ = last_ns_ + kPeriodNs;
+  return true;
+}
+
+void PsiAverages::update(uint64_t now_ns, const uint64_t total_ns[2]) noexcept {
+  // The grid is fixed: a late run folds in the periods it missed and keeps the schedule.
+  uint64_t missed = 0;
+  if (now_ns >= next_ns_ + kPeriodNs) missed = (now_ns - next_ns_) / kPeriodNs;
+  next_ns_ += (1 + missed) * kPeriodNs;
+  const uint64_t period = now_ns - (last_ns_ + missed * kPeriodNs);
+  last_ns_ = now_ns;
+  if (period == 0) return;
+  for (int s = 0; s < 2; ++s) {
+    // More stall than wall time (a late run): report a full period, keep the rest for later.
+    const uint64_t sample = std::min(total_ns[s] - reported_[s], period);
+    reported_[s] += sample;
+    const uint64_t x = sample * 100 / period * kFixed1;  // integer percent, as the kernel
+    for (int w = 0; w < 3; ++w) {
+      if (missed) avg_[s][w] = decay(avg_[s][w], fixed_power(kDecay[w], 11, missed), 0);
+      avg_[s][w] = decay(avg_[s][w], kDecay[w], x);
+    }
+  }
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::PsiGroupState;
+using internal::PsiTriggerEntry;
+using FiredList = std::vector<std::shared_ptr<PsiTriggerEntry>>;
+
+// A thread delivering trigger events opens no stall sections (a callback that charges would
+// otherwise account its own stall and re-enter the trigger it is serving).
+thread_local int tl_stall_depth = 0;
+thread_local bool tl_delivering = false;
+
+PsiGroupState& state_of(Group& g) noexcept {
+  return g.pressure_state().psi;
+}
+
+// Cumulative SOME/FULL time at `t` (>= state_since_ns). REQUIRES: ps.mutex held.
+void totals_at(const PsiGroupState& ps, uint64_t t, uint64_t out[2]) noexcept {
+  const uint64_t d = t - ps.state_since_ns;
+  out[0] = ps.total_ns[0] + (ps.some ? d : 0);
+  out[1] = ps.total_ns[1] + (ps.full ? d : 0);
+}
+
+// The growth of the trigger's state within its window, the previous window's growth counted for
+// the share of the window that lies before the current window's start.
+uint64_t window_update(PsiTriggerEntry& t, uint64_t now, uint64_t total) noexcept {
+  const uint64_t window = t.spec.window_us * 1000;
+  const uint64_t elapsed = now - t.win_start_ns;
+  uint64_t growth = total - t.win_start_total;
+  if (elapsed > window) {
+    t.win_prev_growth = growth;
+    t.win_start_ns = now;
+    t.win_start_total = total;
+  } else {
+    growth += t.win_prev_growth * (window - elapsed) / window;
+  }
+  return growth;
+}
+
+// One look at a trigger at `now` with the group's totals; appends it to `fired` when it fires.
+// REQUIRES: the group's mutex held.
+void evaluate(const std::shared_ptr<PsiTriggerEntry>& tp, uint64_t now, const uint64_t tot[2],
+              FiredList* fired) {
+  PsiTriggerEntry& t = *tp;
+  const uint64_t total = tot[t.spec.state == PsiState::kSome ? 0 : 1];
+  const uint64_t window = t.spec.window_us * 1000;
+  const bool new_stall = total != t.last_seen_total;
+  t.last_seen_total = total;
+  if (!new_stall) {
+    // No stall for longer than a window: activity that resumes starts a fresh window (the
+    // kernel's poller restarts its windows when it wakes up), so old growth is not counted again.
+    if (now - t.last_growth_ns > window) {
+      t.win_start_ns = now;
+      t.win_start_total = total;
+      t.win_prev_growth = 0;
+      t.last_growth_ns = now;
+    }
+    if (!t.pending) return;
+  } else {
+    t.last_growth_ns = now;
+    const uint64_t growth = window_update(t, now, total);
+    if (!t.pending) {
+      if (growth < t.spec.threshold_us * 1000) return;
+      t.pending = true;
+    }
+  }
+  // One event per window; a breach inside the limit waits, it is not dropped.
+  if (t.fired_once && now < t.last_event_ns + window) return;
+  t.pending = false;
+  t.fired_once = true;
+  t.last_event_ns = now;
+  fired->push_back(tp);
+}
+
+// Folds every grid point up to `now` into the averages (and evaluates unprivileged triggers
+// there), using the state that held since the last change. REQUIRES: ps.mutex held.
+// Bounded for any jump of the clock: an idle stretch is one step; a stalled one iterates until
+// the averages reach its sample (a few thousand periods at most) and skips the rest.
+void catch_up(PsiGroupState& ps, uint64_t now, FiredList* fired) {
+  constexpr uint64_t kPeriodNs = internal::PsiAverages::kPeriodNs;
+  internal::PsiAverages& avg = ps.averages;
+  while (avg.next_update_ns() <= now) {
+    uint64_t t = avg.next_update_ns();
+    uint64_t tot[2];
+    totals_at(ps, t, tot);
+    const bool stalled[2] = {ps.some, ps.full};
+    if (!ps.some && tot[0] == avg.reported(0) && tot[1] == avg.reported(1)) {
+      // Idle from here to now: every remaining period reports zero, so one late run with
+      // missed periods decays them all in one step.
+      t += (now - t) / kPeriodNs * kPeriodNs;
+    } else if (ps.state_since_ns <= t - kPeriodNs && avg.skip_steady(now, stalled, tot)) {
+      // The state held through every period up to now and the averages have converged.
+      t = avg.last_update_ns();
+      totals_at(ps, t, tot);
+      for (const auto& tr : ps.triggers)
+        if (!tr->privileged) evaluate(tr, t, tot, fired);
+      continue;
+    }
+    avg.update(t, tot);
+    for (const auto& tr : ps.triggers)
+      if (!tr->privileged) evaluate(tr, t, tot, fired);
+  }
+}
+
+// Brings the group's timeline up to the controller clock (read under the lock, so that it never
+// runs backwards): folds the grid points passed, then returns that time and the totals at it.
+// REQUIRES: ps.mutex held.
+uint64_t advance(Group& g, PsiGroupState& ps, uint64_t tot[2], FiredList* fired) {
+  // Readings past Clock::kMaxNs are taken as that time (clock.hpp): the grid arithmetic below
+  // then cannot wrap.
+  const uint64_t now =
+      std::max(std::min(g.controller().clock().now_ns(), Clock::kMaxNs), ps.state_since_ns);
+  catch_up(ps, now, fired);
+  totals_at(ps, now, tot);
+  return now;
+}
+
+void deliver(const FiredList& fired) noexcept {
+  if (fired.empty()) return;
+  const bool outer = tl_delivering;
+  tl_delivering = true;
+  for (const auto& t : fired) t->fire(0);
+  tl_delivering = outer;
+}
+
+// Applies a change of the group's counts at the current time: time in the old state is
+// accounted first, then privileged triggers look at the new totals.
+void change(Group& g, int d_stalled, int d_extra, int d_tasks) noexcept {
+  PsiGroupState& ps = state_of(g);
+  FiredList fired;
+  {
+    internal::LockGuard lock(ps.mutex);
+    uint64_t tot[2];
+    const uint64_t now = advance(g, ps, tot, &fired);
+    ps.total_ns[0] = tot[0];
+    ps.total_ns[1] = tot[1];
+    ps.state_since_ns = now;
+    ps.nr_stalled += d_stalled;
+    ps.nr_extra += d_extra;
+    ps.nr_tasks += d_tasks;
+    // Stalled threads attached below the group are among its tasks; the others add to them.
+    ps.some = ps.nr_stalled > 0;
+    ps.full = ps.some && ps.nr_stalled >= ps.nr_tasks + ps.nr_extra;
+    for (const auto& tr : ps.triggers)
+      if (tr->privileged) evaluate(tr, now, tot, &fired);
+  }
+  deliver(fired);
+}
+
+bool attached_below(const Group* attached, const Group& g) noexcept {
+  return attached && attached->is_descendant_of(g);
+}
+
+}  // namespace
+
+// ---- stall sections -----------------------------------------------------------------------------
+
+MemStall::MemStall(Group& group) noexcept {
+  if (tl_stall_depth++ > 0 || tl_delivering) return;
+  group_ = &group;
+  attached_ = attached_group();
+  for (Group* g = group_; g; g = g->parent())
+    change(*g, +1, attached_below(attached_, *g) ? 0 : 1, 0);
+}
+
+MemStall::~MemStall() {
+  --tl_stall_depth;
+  if (!group_) return;
+  for (Group* g = group_; g; g = g->parent())
+    change(*g, -1, attached_below(attached_, *g) ? 0 : -1, 0);
+}
+
+void internal::psi_task_moved(Group* from, Group* to) noexcept {
+  for (Group* g = from; g; g = g->parent()) change(*g, 0, 0, -1);
+  for (Group* g = to; g; g = g->parent()) change(*g, 0, 0, +1);
+}
+
+// ---- reading ------------------------------------------------------------------------------------
+
+PsiStats psi_stats(Group& group) {
+  PsiGroupState& ps = state_of(group);
+  FiredList fired;
+  PsiStats st{};
+  {
+    internal::LockGuard lock(ps.mutex);
+    uint64_t tot[2];
+    const uint64_t now = advance(group, ps, tot, &fired);
+    for (const auto& tr : ps.triggers)
+      if (tr->privileged) evaluate(tr, now, tot, &fired);
+    for (int s = 0; s < 2; ++s) {
+      st.total_us[s] = tot[s] / 1000;
+      for (int w = 0; w < 3; ++w) st.avg[s][w] = ps.averages.avg(s, w);
+    }
+  }
+  deliver(fired);
+  return st;
+}
+
+std::string format_psi(const PsiStats& st) {
+  std::string out;
+  static const char* const kNames[2] = {"some", "full"};
+  for (int s = 0; s < 2; ++s) {
+    char line[160];
+    int n = std::snprintf(line, sizeof(line), "%s", kNames[s]);
+    static const char* const kWin[3] = {"avg10", "avg60", "avg300"};
+    for (int w = 0; w < 3; ++w) {
+      const uint64_t a = st.avg[s][w];
+      n += std::snprintf(line + n, sizeof(line) - n, " %s=%llu.%02llu", kWin[w],
+                         static_cast<unsigned long long>(a >> 11),
+                         static_cast<unsigned long long>(((a & 2047) * 100) >> 11));
+    }
+    std::snprintf(line + n, sizeof(line) - n, " total=%llu\n",
+                  static_cast<unsigned long long>(st.total_us[s]));
+    out += line;
+  }
+  return out;
+}
+
+// ---- triggers -----------------------------------------------------------------------------------
+
+PsiTrigger::PsiTrigger(PsiTrigger&& o) noexcept
+    : group_(std::move(o.group_)), entry_(std::move(o.entry_)) {}
+
+PsiTrigger& PsiTrigger::operator=(PsiTrigger&& o) noexcept {
+  if (this != &o) {
+    reset();
+    group_ = std::move(o.group_);
+    entry_ = std::move(o.entry_);
+  }
+  return *this;
+}
+
+int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback, int eventfd,
+                    bool privileged) {
+  if (entry_) return EBUSY;
+  if (spec.threshold_us == 0 || spec.window_us == 0 || spec.threshold_us > spec.window_us ||
+      spec.window_us > kPsiWindowMaxUs)
+    return EINVAL;
+  if (!privileged && spec.window_us % kPsiUnprivilegedGrainUs != 0) return EINVAL;
+  if (!callback && eventfd < 0) return EINVAL;
+  int efd = -1;
+  if (eventfd >= 0 && (efd = internal::dup_eventfd(eventfd)) < 0) return EINVAL;
+  std::function<void(int)> fn;
+  if (callback) fn = [cb = std::move(callback)](int) { cb(); };
+  auto e = std::make_shared<PsiTriggerEntry>(std::move(fn), efd, spec, privileged);
+  PsiGroupState& ps = state_of(group);
+  FiredList fired;
+  {
+    internal::LockGuard lock(ps.mutex);
+    uint64_t tot[2];
+    const uint64_t now = advance(group, ps, tot, &fired);
+    const uint64_t total = tot[spec.state == PsiState::kSome ? 0 : 1];
+    e->win_start_ns = now;
+    e->win_start_total = total;
+    e->last_seen_total = total;
+    e->last_growth_ns = now;
+    ps.triggers.push_back(e);
+  }
+  deliver(fired);
+  group_ = GroupRef(&group);
+  entry_ = std::move(e);
+  return 0;
+}
+
+int PsiTrigger::arm(Group& group, std::string_view text, Callback callback, int eventfd,
+                    bool privileged) {
+  if (entry_) return EBUSY;
+  PsiTriggerSpec spec;
+  if (int err = parse_psi_trigger(text, privileged, &spec)) return err;
+  return arm(group, spec, std::move(callback), eventfd, privileged);
+}
+
+void PsiTrigger::reset() noexcept {
+  if (!entry_) return;
+  auto e = std::static_pointer_cast<PsiTriggerEntry>(entry_);
+  PsiGroupState& ps = state_of(*group_);
+  {
+    internal::LockGuard lock(ps.mutex);
+    auto& v = ps.triggers;
+    v.erase(std::remove(v.begin(), v.end(), e), v.end());
+  }
+  e->retire();
+  entry_.reset();
+  group_.reset();
+}
+
+uint64_t PsiTrigger::delivered() const noexcept {
+  if (!entry_) return 0;
+  return static_cast<const PsiTriggerEntry*>(entry_.get())
+      ->delivered.load(std::memory_order_relaxed);
+}
+
+}  // namespace memcg

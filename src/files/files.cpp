@@ -1,0 +1,231 @@
+#include "memcg/files/files.hpp"
+
+#include <cerrno>
+#include <functional>
+
+#include "memcg/core/controller.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/limits.hpp"
+#include "memcg/files/parse.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/core/reclaim.hpp"
+
+namespace memcg {
+namespace {
+
+enum Where : uint8_t { kNonRoot, kAll };
+
+using Reader = std::function<int(Group&, std::string*)>;
+using Writer = std::function<int(Group&, std::string_view, bool)>;
+
+struct FileSpec {
+  const char* name;
+  Where where;
+  Reader read;   // empty = write-only
+  Writer write;  // empty = read-only
+  // The read runs the controller's periodic work first (it may deliver notifications).
+  bool ticks = false;
+};
+
+std::string bytes_line(uint64_t v) {
+  return std::to_string(v) + "\n";
+}
+
+int read_limit(int64_t units, const Group& g, std::string* out) {
+  *out = format_limit(static_cast<uint64_t>(units), g.controller().unit_shift());
+  return 0;
+}
+
+// Parses a limit in the value grammar and hands the result, in bytes, to `apply`.
+Writer limit_writer(void (*apply)(Group&, uint64_t bytes, bool nonblocking)) {
+  return [apply](Group& g, std::string_view text, bool nonblocking) {
+    uint64_t units = 0;
+    if (int err = parse_limit(text, g.controller().unit_shift(), &units)) return err;
+    apply(g, g.controller().to_bytes(static_cast<int64_t>(units)), nonblocking);
+    return 0;
+  };
+}
+
+// memory.reclaim: proactive reclaim of the requested amount from the subtree, in bites of a
+// quarter of what is left, 16 fruitless bites at most. Swappiness is accepted and ignored: the
+// library's reclaimers do not distinguish anonymous from file memory.
+int write_reclaim(Group& g, std::string_view text) {
+  ReclaimRequest req;
+  if (int err = parse_reclaim(text, &req)) return err;
+  const int64_t target = g.controller().to_units_floor(req.bytes);
+  int64_t reclaimed = 0;
+  int retries = 16;
+  while (reclaimed < target) {
+    const int64_t got = reclaim(g, (target - reclaimed) / 4, ReclaimReason::kProactive);
+    reclaimed += got;
+    if (got == 0 && --retries == 0) return EAGAIN;
+  }
+  return 0;
+}
+
+// memory.stat: the kernel's flat "key value" lines, after a fold if enough is pending (or the
+// periodic one is due: TableFile::read ticks first). State items first (bytes), then
+// pgscan/pgsteal (the sums of their per-reason items, as in the kernel) and the event items
+// (counts).
+int read_stat(Group& g, std::string* out) {
+  Controller& ctl = g.controller();
+  ctl.rstat().flush_if_needed(g.stat_node());
+  const StatRegistry& reg = ctl.stats();
+  std::string s;
+  auto line = [&](std::string_view key, int64_t v) {
+    s.append(key);
+    s += ' ';
+    s += std::to_string(v);
+    s += '\n';
+  };
+  for (size_t i = 0; i < reg.size(); ++i)
+    if (reg.item(i).kind == StatKind::kState) line(reg.item(i).name, g.stat(static_cast<int>(i)));
+  line("pgscan", g.stat(StatRegistry::kPgscanDirect) + g.stat(StatRegistry::kPgscanProactive));
+  line("pgsteal", g.stat(StatRegistry::kPgstealDirect) + g.stat(StatRegistry::kPgstealProactive));
+  for (size_t i = 0; i < reg.size(); ++i)
+    if (reg.item(i).kind == StatKind::kEvent) line(reg.item(i).name, g.stat(static_cast<int>(i)));
+  *out = std::move(s);
+  return 0;
+}
+
+const std::vector<FileSpec>& specs() {
+  static const std::vector<FileSpec> table = {
+      {"memory.current", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = bytes_line(g.current());
+         return 0;
+       },
+       nullptr},
+      {"memory.min", kNonRoot,
+       [](Group& g, std::string* out) { return read_limit(g.memory().min(), g, out); },
+       limit_writer([](Group& g, uint64_t b, bool) { g.set_min(b); })},
+      {"memory.low", kNonRoot,
+       [](Group& g, std::string* out) { return read_limit(g.memory().low(), g, out); },
+       limit_writer([](Group& g, uint64_t b, bool) { g.set_low(b); })},
+      {"memory.high", kNonRoot,
+       [](Group& g, std::string* out) { return read_limit(g.memory().high(), g, out); },
+       limit_writer([](Group& g, uint64_t b, bool nb) { write_high(g, b, nb); })},
+      {"memory.max", kNonRoot,
+       [](Group& g, std::string* out) { return read_limit(g.memory().max(), g, out); },
+       limit_writer([](Group& g, uint64_t b, bool nb) { write_max(g, b, nb); })},
+      {"memory.events", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = g.events().format();
+         return 0;
+       },
+       nullptr},
+      {"memory.events.local", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = g.events_local().format();
+         return 0;
+       },
+       nullptr},
+      {"memory.stat", kAll, read_stat, nullptr, /*ticks=*/true},
+      {"memory.reclaim", kAll, nullptr,
+       [](Group& g, std::string_view text, bool) { return write_reclaim(g, text); }},
+      {"memory.oom.group", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = g.oom_group() ? "1\n" : "0\n";
+         return 0;
+       },
+       [](Group& g, std::string_view text, bool) {
+         int v = 0;
+         if (int err = parse_oom_group(text, &v)) return err;
+         g.set_oom_group(v == 1);
+         return 0;
+       }},
+  };
+  return table;
+}
+
+const FileSpec* find_spec(const Group& g, std::string_view name) {
+  for (const FileSpec& s : specs())
+    if (name == s.name && (s.where == kAll || !g.is_root())) return &s;
+  return nullptr;
+}
+
+class TableFile final : public File {
+ public:
+  TableFile(Group& g, const FileSpec& spec) : File(GroupRef(&g), spec.name), spec_(spec) {}
+  bool readable() const noexcept override { return static_cast<bool>(spec_.read); }
+  bool writable() const noexcept override { return static_cast<bool>(spec_.write); }
+  // Formatting a file is the library's own work: its memory is never charged (a full group
+  // can still be read). Ticks and writes may call back (notifications, reclaimers): those run
+  // outside the bypass, as everywhere (internal/lock.hpp).
+  int read(std::string* out) override {
+    if (!spec_.read) return EACCES;
+    if (spec_.ticks) group().controller().tick();
+    internal::HookBypass bypass;
+    return spec_.read(group(), out);
+  }
+  int write(std::string_view text, bool nonblocking) override {
+    return spec_.write ? spec_.write(group(), text, nonblocking) : EACCES;
+  }
+
+ private:
+  const FileSpec& spec_;
+};
+
+// memory.peak: the one file with per-open-file state.
+class PeakFile final : public File {
+ public:
+  explicit PeakFile(Group& g) : File(GroupRef(&g), "memory.peak"), watcher_(g) {}
+  bool readable() const noexcept override { return true; }
+  bool writable() const noexcept override { return true; }
+  int read(std::string* out) override {
+    *out = bytes_line(watcher_.read());
+    return 0;
+  }
+  // Any content resets this handle's peak, as in the kernel.
+  int write(std::string_view, bool) override {
+    watcher_.reset();
+    return 0;
+  }
+
+ private:
+  Group::PeakWatcher watcher_;
+};
+
+}  // namespace
+
+int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out) {
+  internal::HookBypass bypass;  // the File is the library's
+  if (name == "memory.peak" && !group.is_root()) {
+    *out = std::make_unique<PeakFile>(group);
+    return 0;
+  }
+  if (name == "memory.pressure") {  // per-open-file trigger state (psi.hpp)
+    *out = internal::open_pressure_file(group);
+    return 0;
+  }
+  const FileSpec* spec = find_spec(group, name);
+  if (!spec) return ENOENT;
+  *out = std::make_unique<TableFile>(group, *spec);
+  return 0;
+}
+
+std::vector<std::string> file_names(const Group& group) {
+  internal::HookBypass bypass;
+  std::vector<std::string> names;
+  for (const FileSpec& s : specs()) {
+    if (s.where == kAll || !group.is_root()) names.emplace_back(s.name);
+    if (std::string_view(s.name) == "memory.max" && !group.is_root())
+      names.emplace_back("memory.peak");
+  }
+  names.emplace_back("memory.pressure");
+  return names;
+}
+
+int read_file(Group& group, std::string_view name, std::string* out) {
+  std::unique_ptr<File> f;
+  if (int err = open_file(group, name, &f)) return err;
+  return f->read(out);
+}
+
+int write_file(Group& group, std::string_view name, std::string_view text, bool nonblocking) {
+  std::unique_ptr<File> f;
+  if (int err = open_file(group, name, &f)) return err;
+  return f->write(text, nonblocking);
+}
+
+}  // namespace memcg

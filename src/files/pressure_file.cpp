@@ -1,0 +1,67 @@
+// memory.pressure: the file that reads a group's PSI averages and arms one trigger per open file.
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/files/files.hpp"
+
+namespace memcg {
+
+// ---- memory.pressure ----------------------------------------------------------------------------
+namespace {
+
+// Per open file: at most one trigger, and the eventfd its events are signalled on.
+class PressureFile final : public File {
+ public:
+  explicit PressureFile(Group& g) : File(GroupRef(&g), "memory.pressure") {}
+  ~PressureFile() override {
+    trigger_.reset();
+    if (efd_ >= 0) ::close(efd_);
+  }
+  bool readable() const noexcept override { return true; }
+  bool writable() const noexcept override { return true; }
+  int read(std::string* out) override {
+    const PsiStats st = psi_stats(group());  // may fire triggers: outside the bypass
+    internal::HookBypass bypass;             // the text is the library's (internal/lock.hpp)
+    *out = format_psi(st);
+    return 0;
+  }
+  // The file interface has no credentials: a write is a privileged trigger (any window up to
+  // 10 s). The one-trigger rule is checked before the text, as in the kernel.
+  int write(std::string_view text, bool) override {
+    if (trigger_) return EBUSY;
+    const int efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (efd < 0) return ENOMEM;
+    if (int err = trigger_.arm(group(), text, nullptr, efd, true)) {
+      ::close(efd);
+      return err;
+    }
+    efd_ = efd;
+    return 0;
+  }
+  int eventfd() const noexcept { return efd_; }
+
+ private:
+  PsiTrigger trigger_;
+  int efd_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<File> internal::open_pressure_file(Group& group) {
+  return std::make_unique<PressureFile>(group);
+}
+
+int pressure_file_eventfd(const File& file) noexcept {
+  const auto* f = dynamic_cast<const PressureFile*>(&file);
+  return f ? f->eventfd() : -1;
+}
+
+}  // namespace memcg

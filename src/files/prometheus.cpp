@@ -1,0 +1,187 @@
+#include "memcg/files/prometheus.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+
+#include <cstdint>
+#include <vector>
+
+#include "memcg/core/controller.hpp"
+#include "memcg/base/events.hpp"
+
+namespace memcg {
+
+std::string prometheus_escape_label(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string prometheus_escape_help(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// One group's values, read during the walk and printed family by family afterwards (a family's
+// samples must be contiguous).
+struct Snapshot {
+  std::string label;  // group="..." already escaped
+  bool root;
+  uint64_t current, peak, min, low, high, max;
+  uint64_t events[kNumEvents], events_local[kNumEvents];
+  std::vector<int64_t> stats;  // registry order, then pgscan and pgsteal
+};
+
+void family(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += prometheus_escape_help(help);
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+// name{group="...",key="value"} value
+void sample(std::string& out, const char* name, const Snapshot& s, const char* key,
+            std::string_view key_value, const std::string& value) {
+  out += name;
+  out += "{group=\"";
+  out += s.label;
+  out += '"';
+  if (key != nullptr) {
+    out += ',';
+    out += key;
+    out += "=\"";
+    out += prometheus_escape_label(key_value);
+    out += '"';
+  }
+  out += "} ";
+  out += value;
+  out += '\n';
+}
+
+std::string number(uint64_t v) {
+  return v == kUnlimited ? "+Inf" : std::to_string(v);
+}
+
+}  // namespace
+
+std::string render_prometheus(Controller& ctl) {
+  const StatRegistry& reg = ctl.stats();
+  const int nr_items = static_cast<int>(reg.size());
+  Rstat& rs = ctl.rstat();
+  ctl.tick();  // may deliver notifications: before the bypass, so callbacks run as usual
+  // The snapshots and the text are the library's memory (internal/lock.hpp).
+  internal::HookBypass bypass;
+
+  std::vector<Snapshot> groups;
+  ctl.walk(
+      ctl.root(),
+      [&](Group& g) {
+        rs.flush_if_needed(g.stat_node());
+        Snapshot s;
+        s.label = prometheus_escape_label(g.path());
+        s.root = g.is_root();
+        s.current = g.current();
+        s.peak = g.peak();
+        s.min = g.min();
+        s.low = g.low();
+        s.high = g.high();
+        s.max = g.max();
+        for (int e = 0; e < kNumEvents; ++e) {
+          s.events[e] = g.events().get(static_cast<Event>(e));
+          s.events_local[e] = g.events_local().get(static_cast<Event>(e));
+        }
+        s.stats.resize(static_cast<size_t>(nr_items) + 2);
+        for (int i = 0; i < nr_items; ++i) s.stats[i] = g.stat(i);
+        s.stats[nr_items] =
+            g.stat(StatRegistry::kPgscanDirect) + g.stat(StatRegistry::kPgscanProactive);
+        s.stats[nr_items + 1] =
+            g.stat(StatRegistry::kPgstealDirect) + g.stat(StatRegistry::kPgstealProactive);
+        groups.push_back(std::move(s));
+      },
+      /*include_dying=*/false);
+
+  std::string out;
+  out.reserve(groups.size() * (512 + 96 * static_cast<size_t>(nr_items)));
+
+  auto gauge = [&](const char* name, const char* help, bool with_root, auto get) {
+    family(out, name, "gauge", help);
+    for (const Snapshot& s : groups)
+      if (with_root || !s.root) sample(out, name, s, nullptr, {}, number(get(s)));
+  };
+  gauge("memcg_memory_current_bytes",
+        "Memory charged to the group and its descendants (memory.current).", true,
+        [](const Snapshot& s) { return s.current; });
+  gauge("memcg_memory_peak_bytes", "Highest memory.current recorded for the group (memory.peak).",
+        true, [](const Snapshot& s) { return s.peak; });
+  gauge("memcg_memory_min_bytes", "Hard memory protection (memory.min).", false,
+        [](const Snapshot& s) { return s.min; });
+  gauge("memcg_memory_low_bytes", "Best-effort memory protection (memory.low).", false,
+        [](const Snapshot& s) { return s.low; });
+  gauge("memcg_memory_high_bytes", "Throttling limit (memory.high); +Inf when unset.", false,
+        [](const Snapshot& s) { return s.high; });
+  gauge("memcg_memory_max_bytes", "Hard limit (memory.max); +Inf when unset.", false,
+        [](const Snapshot& s) { return s.max; });
+
+  auto events = [&](const char* name, const char* help, bool local) {
+    family(out, name, "counter", help);
+    for (const Snapshot& s : groups) {
+      if (s.root) continue;
+      for (int e = 0; e < kNumEvents; ++e) {
+        const uint64_t v = local ? s.events_local[e] : s.events[e];
+        sample(out, name, s, "event", event_name(static_cast<Event>(e)), std::to_string(v));
+      }
+    }
+  };
+  events("memcg_memory_events_total", "Events of the group and its descendants (memory.events).",
+         false);
+  events("memcg_memory_events_local_total", "Events of the group itself (memory.events.local).",
+         true);
+
+  auto stats = [&](const char* name, const char* type, const char* help, StatKind kind) {
+    family(out, name, type, help);
+    for (const Snapshot& s : groups) {
+      for (int i = 0; i < nr_items; ++i) {
+        if (reg.item(i).kind != kind) continue;
+        sample(out, name, s, "item", reg.item(i).name, std::to_string(s.stats[i]));
+      }
+      if (kind == StatKind::kEvent) {
+        sample(out, name, s, "item", "pgscan", std::to_string(s.stats[nr_items]));
+        sample(out, name, s, "item", "pgsteal", std::to_string(s.stats[nr_items + 1]));
+      }
+    }
+  };
+  stats("memcg_memory_stat_bytes", "gauge",
+        "Memory of each kind in the group and its descendants (memory.stat), in bytes.",
+        StatKind::kState);
+  stats("memcg_memory_stat_events_total", "counter",
+        "Event counts of the group and its descendants (memory.stat).", StatKind::kEvent);
+  return out;
+}
+
+}  // namespace memcg
