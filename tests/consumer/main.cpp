@@ -1,5 +1,8 @@
 // Uses the installed library: a two-level tree, one failing charge, and the events it raised.
 #include <memcg/memcg.hpp>
+// One header by its layer path, one by its old flat path (deprecated, kept for one release).
+#include <memcg/core/group.hpp>
+#include <memcg/controller.hpp>
 
 #include <cstdio>
 
