@@ -614,11 +614,6 @@ TEST(JemallocArena, PmrResourceAllocatesInTheArenaWithoutBinding) {
   EXPECT_EQ(g->current(), 0u);
 }
 
-}  // namespace
-}  // namespace memcg::jemalloc
-
-namespace memcg::jemalloc {
-namespace {
 
 // A thread bound to a full arena can still use the library: what the library allocates under
 // its own locks is charged forced, without reclaim (which would take those locks again).
@@ -654,11 +649,6 @@ TEST(JemallocArena, LibraryCallsFromAFullTenantNeitherFailNorDeadlock) {
   release(a);
 }
 
-}  // namespace
-}  // namespace memcg::jemalloc
-
-namespace memcg::jemalloc {
-namespace {
 
 // One group, several arenas: bound threads are spread over them, and the group is charged for
 // the pages of all of them.
@@ -720,11 +710,6 @@ TEST(JemallocArena, SeveralArenasPerGroupSpreadThreadsAndAddUp) {
   EXPECT_EQ(g->current(), 0u);
 }
 
-}  // namespace
-}  // namespace memcg::jemalloc
-
-namespace memcg::jemalloc {
-namespace {
 
 // Creating an arena charges its first metadata while jemalloc holds its control lock: at the
 // group's limit that charge must not reclaim (a reclaimer's purge would take the lock again).
@@ -755,11 +740,6 @@ TEST(JemallocArena, CreatingAnArenaAtTheLimitDoesNotReclaimUnderJemallocsLock) {
   EXPECT_EQ(g->current(), 0u);
 }
 
-}  // namespace
-}  // namespace memcg::jemalloc
-
-namespace memcg::jemalloc {
-namespace {
 
 // A small page request (a slab of a few pages) that finds nothing to reclaim goes to the OOM
 // killer, whose victim's release lets the allocation succeed; a large one (more than 8 pages,
@@ -797,11 +777,6 @@ TEST(JemallocArena, SmallPageRequestsAtMaxRunTheOomKiller) {
   release(a);
 }
 
-}  // namespace
-}  // namespace memcg::jemalloc
-
-namespace memcg::jemalloc {
-namespace {
 
 TEST(JemallocArena, AttachingToARemovedGroupsArenaChangesNothing) {
   Controller ctl;

@@ -1,5 +1,6 @@
 // memcg::prometheus_cpp: the families collected by a program's own prometheus::Exposer, next to
 // the program's own registry, scraped over HTTP; the samples must be render_prometheus()'s.
+#include "../promtool.hpp"
 #include "memcg/prometheus_cpp/collector.hpp"
 
 #include <gtest/gtest.h>
@@ -96,20 +97,7 @@ TEST(PrometheusCppTest, ExposerServesTheSameFamiliesAsTheRenderer) {
   EXPECT_EQ(high->second, "1");
 
   if (!std::string(MEMCG_PROMTOOL).empty()) {
-    char path[] = "/tmp/memcg_prometheus_cpp_XXXXXX";
-    const int fd = ::mkstemp(path);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, body.data(), body.size()), static_cast<ssize_t>(body.size()));
-    ::close(fd);
-    const std::string cmd = std::string(MEMCG_PROMTOOL) + " check metrics < " + path + " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    const int status = ::pclose(p);
-    ::unlink(path);
-    EXPECT_EQ(status, 0) << out;
+    EXPECT_TRUE(testing::promtool_accepts(MEMCG_PROMTOOL, body));
   }
 
   // Once the collector is gone, the Exposer serves the program's metrics only.
