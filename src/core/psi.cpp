@@ -287,6 +287,14 @@ PsiStats psi_stats(Group& group) {
   return st;
 }
 
+void psi_stall_totals(Group& group, uint64_t out_ns[2]) noexcept {
+  PsiGroupState& ps = state_of(group);
+  internal::LockGuard lock(ps.mutex);
+  const uint64_t now =
+      std::max(std::min(group.controller().clock().now_ns(), Clock::kMaxNs), ps.state_since_ns);
+  totals_at(ps, now, out_ns);
+}
+
 std::string format_psi(const PsiStats& st) {
   std::string out;
   static const char* const kNames[2] = {"some", "full"};

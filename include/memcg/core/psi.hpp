@@ -76,6 +76,10 @@ struct PsiStats {
 
 // Brings the averages up to now and returns them.
 PsiStats psi_stats(Group& group);
+// The stall time of a group up to now, in ns ([0] some, [1] full), without folding the averages
+// or evaluating triggers: a read that changes nothing, for samplers that must not disturb what
+// they sample (a plot that would otherwise make triggers fire at its own sampling times).
+void psi_stall_totals(Group& group, uint64_t out_ns[2]) noexcept;
 // memory.pressure: "some avg10=A.BB avg60=A.BB avg300=A.BB total=T\nfull ...\n".
 std::string format_psi(const PsiStats& stats);
 
