@@ -34,7 +34,7 @@ TEST_F(Files, RootHasOnlyTheFilesTheKernelGivesIt) {
   std::string out;
   for (const char* name :
        {"memory.current", "memory.min", "memory.low", "memory.high", "memory.max", "memory.peak",
-        "memory.events", "memory.events.local", "memory.oom.group"}) {
+        "memory.events", "memory.events.local", "memory.oom.group", "memory.wait"}) {
     EXPECT_EQ(read_file(ctl->root(), name, &out), ENOENT) << name;
     EXPECT_EQ(write_file(ctl->root(), name, "0"), ENOENT) << name;
   }
@@ -43,6 +43,9 @@ TEST_F(Files, RootHasOnlyTheFilesTheKernelGivesIt) {
   const auto names = file_names(ctl->root());
   EXPECT_EQ(std::count(names.begin(), names.end(), "memory.max"), 0);
   EXPECT_EQ(std::count(names.begin(), names.end(), "memory.stat"), 1);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "memory.wait"), 0);
+  const auto child = file_names(*a);
+  EXPECT_EQ(std::count(child.begin(), child.end(), "memory.wait"), 1);
 }
 
 TEST_F(Files, UnimplementedFilesDoNotExist) {
@@ -82,6 +85,7 @@ TEST_F(Files, ReadOnlyAndWriteOnlyFiles) {
   EXPECT_EQ(write_file(*a, "memory.current", "0"), EACCES);
   EXPECT_EQ(write_file(*a, "memory.events", "0"), EACCES);
   EXPECT_EQ(write_file(*a, "memory.stat", "0"), EACCES);
+  EXPECT_EQ(write_file(*a, "memory.wait", "0"), EACCES);
   EXPECT_EQ(read_file(*a, "memory.reclaim", &out), EACCES);
   EXPECT_EQ(out, "untouched");
 }
@@ -96,15 +100,29 @@ TEST_F(Files, OomGroupGrammar) {
   EXPECT_EQ(read(*a, "memory.oom.group"), "1\n");
 }
 
-TEST_F(Files, EventsPrintSixLinesInOrderAndLocalDiffers) {
+// The kernel's six keys in its order, then the library's `wait`.
+TEST_F(Files, EventsPrintSevenLinesInOrderAndLocalDiffers) {
   b->raise(Event::kMax);
   b->raise(Event::kMax);
-  const std::string six = "low 0\nhigh 0\nmax 2\noom 0\noom_kill 0\noom_group_kill 0\n";
-  EXPECT_EQ(read(*b, "memory.events"), six);
-  EXPECT_EQ(read(*b, "memory.events.local"), six);
-  EXPECT_EQ(read(*a, "memory.events"), six);  // hierarchical
+  b->raise(Event::kWait);
+  const std::string seven = "low 0\nhigh 0\nmax 2\noom 0\noom_kill 0\noom_group_kill 0\nwait 1\n";
+  EXPECT_EQ(read(*b, "memory.events"), seven);
+  EXPECT_EQ(read(*b, "memory.events.local"), seven);
+  EXPECT_EQ(read(*a, "memory.events"), seven);  // hierarchical
   EXPECT_EQ(read(*a, "memory.events.local"),
-            "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\n");
+            "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\nwait 0\n");
+}
+
+// memory.wait: eight keyed lines, all 0 where no charge ever waited (values while one waits:
+// charge_wait_test).
+TEST_F(Files, WaitFileWithoutWaiters) {
+  EXPECT_EQ(read(*b, "memory.wait"),
+            "waiters 0\nqueued_bytes 0\nreserved_bytes 0\nwaits 0\ngranted 0\ntimed_out 0\n"
+            "cancelled 0\nremoved 0\n");
+  std::unique_ptr<File> f;
+  ASSERT_EQ(open_file(*a, "memory.wait", &f), 0);
+  EXPECT_TRUE(f->readable());
+  EXPECT_FALSE(f->writable());
 }
 
 TEST_F(Files, CurrentAndPeakHandles) {

@@ -241,7 +241,8 @@ TEST(PrometheusTest, EveryLineParsesAndEveryFamilyHasHelpAndType) {
        {"memcg_memory_current_bytes", "memcg_memory_peak_bytes", "memcg_memory_min_bytes",
         "memcg_memory_low_bytes", "memcg_memory_high_bytes", "memcg_memory_max_bytes",
         "memcg_memory_events_total", "memcg_memory_events_local_total", "memcg_memory_stat_bytes",
-        "memcg_memory_stat_events_total"}) {
+        "memcg_memory_stat_events_total", "memcg_memory_wait_waiters",
+        "memcg_memory_wait_queued_bytes"}) {
     ASSERT_EQ(f.count(name), 1u) << name;
     EXPECT_FALSE(f.at(name).samples.empty()) << name;
   }

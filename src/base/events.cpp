@@ -16,6 +16,8 @@ const char* event_name(Event e) noexcept {
       return "oom_kill";
     case Event::kOomGroupKill:
       return "oom_group_kill";
+    case Event::kWait:
+      return "wait";
   }
   return "?";
 }

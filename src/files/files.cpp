@@ -3,12 +3,13 @@
 #include <cerrno>
 #include <functional>
 
-#include "memcg/core/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/controller.hpp"
 #include "memcg/core/limits.hpp"
-#include "memcg/files/parse.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/core/reclaim.hpp"
+#include "memcg/files/parse.hpp"
 
 namespace memcg {
 namespace {
@@ -88,6 +89,29 @@ int read_stat(Group& g, std::string* out) {
   return 0;
 }
 
+// memory.wait (an extension): the queue of charges waiting on this group's memory.max and the
+// totals of what became of them (charge_wait.hpp, wait_stats()).
+int read_wait(Group& g, std::string* out) {
+  const WaitStats w = wait_stats(g);
+  std::string s;
+  auto line = [&](std::string_view key, uint64_t v) {
+    s.append(key);
+    s += ' ';
+    s += std::to_string(v);
+    s += '\n';
+  };
+  line("waiters", w.waiters);
+  line("queued_bytes", w.queued_bytes);
+  line("reserved_bytes", w.reserved_bytes);
+  line("waits", w.waits);
+  line("granted", w.granted);
+  line("timed_out", w.timed_out);
+  line("cancelled", w.cancelled);
+  line("removed", w.removed);
+  *out = std::move(s);
+  return 0;
+}
+
 const std::vector<FileSpec>& specs() {
   static const std::vector<FileSpec> table = {
       {"memory.current", kNonRoot,
@@ -134,6 +158,8 @@ const std::vector<FileSpec>& specs() {
          g.set_oom_group(v == 1);
          return 0;
        }},
+      // The library's own files, after the kernel's.
+      {"memory.wait", kNonRoot, read_wait, nullptr},
   };
   return table;
 }

@@ -4,8 +4,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
 #include "memcg/base/events.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/controller.hpp"
 
 namespace memcg {
 
@@ -50,6 +51,7 @@ struct Snapshot {
   bool root;
   uint64_t current, peak, min, low, high, max;
   uint64_t events[kNumEvents], events_local[kNumEvents];
+  uint64_t waiters, queued_bytes;  // memory.wait (non-root groups)
   std::vector<int64_t> stats;  // registry order, then pgscan and pgsteal
 };
 
@@ -116,6 +118,9 @@ std::string render_prometheus(Controller& ctl) {
           s.events[e] = g.events().get(static_cast<Event>(e));
           s.events_local[e] = g.events_local().get(static_cast<Event>(e));
         }
+        const WaitStats w = s.root ? WaitStats{} : wait_stats(g);
+        s.waiters = w.waiters;
+        s.queued_bytes = w.queued_bytes;
         s.stats.resize(static_cast<size_t>(nr_items) + 2);
         for (int i = 0; i < nr_items; ++i) s.stats[i] = g.stat(i);
         s.stats[nr_items] =
@@ -147,6 +152,20 @@ std::string render_prometheus(Controller& ctl) {
         [](const Snapshot& s) { return s.high; });
   gauge("memcg_memory_max_bytes", "Hard limit (memory.max); +Inf when unset.", false,
         [](const Snapshot& s) { return s.max; });
+
+  // Plain numbers: these never mean "max" (number() would print kUnlimited as +Inf).
+  auto count_gauge = [&](const char* name, const char* help, auto get) {
+    family(out, name, "gauge", help);
+    for (const Snapshot& s : groups)
+      if (!s.root) sample(out, name, s, nullptr, {}, std::to_string(get(s)));
+  };
+  count_gauge("memcg_memory_wait_waiters",
+              "Charges waiting now on the group's memory.max (memory.wait waiters).",
+              [](const Snapshot& s) { return s.waiters; });
+  count_gauge("memcg_memory_wait_queued_bytes",
+              "Bytes asked by the charges waiting on the group's memory.max (memory.wait "
+              "queued_bytes).",
+              [](const Snapshot& s) { return s.queued_bytes; });
 
   auto events = [&](const char* name, const char* help, bool local) {
     family(out, name, "counter", help);

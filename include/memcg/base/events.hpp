@@ -1,5 +1,6 @@
 // Events: the counters of memory.events and memory.events.local, mirroring the kernel's memcg
-// events (low, high, max, oom, oom_kill, oom_group_kill).
+// events (low, high, max, oom, oom_kill, oom_group_kill), plus `wait`, an extension of this
+// library: a charge that queued on the group's memory.max (charge_wait.hpp).
 //
 // Each group keeps two arrays. `local` counts what happened to the group itself. The
 // hierarchical array counts what happened to the group or any descendant: raising an event on
@@ -18,10 +19,13 @@
 
 namespace memcg {
 
-enum class Event : int { kLow, kHigh, kMax, kOom, kOomKill, kOomGroupKill };
-inline constexpr int kNumEvents = 6;
+// The kernel's events in the kernel's order, then the library's own (appended, so that the
+// kernel's keys keep their positions).
+enum class Event : int { kLow, kHigh, kMax, kOom, kOomKill, kOomGroupKill, kWait };
+inline constexpr int kNumEvents = 7;
 
-// The key used in memory.events ("low", "high", "max", "oom", "oom_kill", "oom_group_kill").
+// The key used in memory.events ("low", "high", "max", "oom", "oom_kill", "oom_group_kill",
+// "wait").
 const char* event_name(Event e) noexcept;
 
 class EventCounters {
@@ -32,7 +36,8 @@ class EventCounters {
   void add(Event e) noexcept {
     counts_[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed);
   }
-  // memory.events format: six "key value" lines in the kernel's order.
+  // memory.events format: one "key value" line per event, in the enum's order (the kernel's six,
+  // then "wait").
   std::string format() const;
 
  private:

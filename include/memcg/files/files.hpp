@@ -5,6 +5,15 @@
 // Files of features the library does not implement do not exist (ENOENT), and per-group files do
 // not exist on the root, as in the kernel. A rejected write changes nothing.
 //
+// Extensions (no such file or key in the kernel), for the library's waiting charges
+// (charge_wait.hpp): memory.events and memory.events.local end with a `wait` line (charges that
+// queued on the group's memory.max), and every non-root group has a read-only memory.wait:
+//   waiters N         charges waiting now on this group's memory.max
+//   queued_bytes N    the bytes they asked for
+//   reserved_bytes N  bytes already set aside for aged waiters
+//   waits N           charges that queued here since the controller was created
+//   granted N, timed_out N, cancelled N, removed N   what became of them
+//
 // Thread safety: a File may be used from one thread at a time; different Files of one group may be
 // used concurrently. memory.peak keeps per-open-file state, as in the kernel.
 #pragma once

@@ -9,10 +9,12 @@
 //   memcg_memory_{min,low,high,max}_bytes           gauge    the knobs; "max" renders as +Inf
 //   memcg_memory_events_total{event}                counter  memory.events
 //   memcg_memory_events_local_total{event}          counter  memory.events.local
+//   memcg_memory_wait_waiters                       gauge    memory.wait waiters
+//   memcg_memory_wait_queued_bytes                  gauge    memory.wait queued_bytes
 //   memcg_memory_stat_bytes{item}                   gauge    memory.stat state items
 //   memcg_memory_stat_events_total{item}            counter  memory.stat event items (pgscan and
 //                                                            pgsteal as their sums, as in the file)
-// Knobs and events exist only for non-root groups, like their files. Online groups only: a
+// Knobs, events and waits exist only for non-root groups, like their files. Online groups only: a
 // removed (dying) group is left out; whatever it still holds is counted in its ancestors.
 // Statistics are read as memory.stat reads them: each group is folded first if enough is pending
 // for it (and the controller's periodic fold runs if due), so they are as fresh as a memory.stat
