@@ -13,10 +13,14 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "memcg/base/clock.hpp"
 #include "memcg/core/charge.hpp"
+#include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
+#include "watchdog.hpp"
 
 namespace memcg {
 namespace {
@@ -285,6 +289,48 @@ TEST(PrometheusTest, PromtoolAcceptsTheOutput) {
   }
   Populated t;
   EXPECT_TRUE(testing::promtool_accepts("promtool", render_prometheus(t.ctl)));
+}
+
+// memory.wait as gauges, and the `wait` event, while a charge waits and after.
+TEST(PrometheusTest, WaitGaugesWhileAChargeWaits) {
+  testing::Watchdog dog("WaitGaugesWhileAChargeWaits");
+  ManualClock clock;  // the waiter's deadline never passes by itself
+  Options o;
+  o.batch = 1;
+  o.clock = &clock;
+  Controller ctl(o);
+  GroupRef pool, kid;
+  ASSERT_EQ(ctl.create("pool", &pool), 0);
+  ASSERT_EQ(ctl.create("pool/kid", &kid), 0);
+  pool->set_max(2 * ctl.unit_size());
+  ASSERT_EQ(try_charge(*kid, 2), ChargeStatus::kOk);
+  std::jthread waiter([&] {
+    EXPECT_EQ(try_charge_wait_for(*kid, 3, std::chrono::hours(1)), WaitStatus::kTimedOut);
+  });
+  for (int i = 0; i < 10'000 && wait_stats(*pool).waiters == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(wait_stats(*pool).waiters, 1u);
+  const std::string text = render_prometheus(ctl);
+  const auto f = parse_exposition(text);
+  EXPECT_EQ(f.at("memcg_memory_wait_waiters").type, "gauge");
+  EXPECT_EQ(value_of(f, "memcg_memory_wait_waiters", {{"group", "pool"}}), 1);
+  EXPECT_EQ(value_of(f, "memcg_memory_wait_queued_bytes", {{"group", "pool"}}),
+            3.0 * ctl.unit_size());
+  EXPECT_EQ(value_of(f, "memcg_memory_wait_waiters", {{"group", "pool/kid"}}), 0);
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_memory_wait_waiters", {{"group", "/"}})));
+  EXPECT_EQ(value_of(f, "memcg_memory_events_total", {{"group", "pool"}, {"event", "wait"}}), 1);
+  EXPECT_EQ(
+      value_of(f, "memcg_memory_events_local_total", {{"group", "pool/kid"}, {"event", "wait"}}),
+      0);
+  if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
+    EXPECT_TRUE(testing::promtool_accepts("promtool", text));
+  }
+  clock.advance(3'600'000'000'000);  // the hour passes
+  waiter.join();
+  const auto after = parse_exposition(render_prometheus(ctl));
+  EXPECT_EQ(value_of(after, "memcg_memory_wait_waiters", {{"group", "pool"}}), 0);
+  EXPECT_EQ(value_of(after, "memcg_memory_wait_queued_bytes", {{"group", "pool"}}), 0);
+  uncharge(*kid, 2);
 }
 
 }  // namespace

@@ -1,17 +1,18 @@
 // Waiting charges (charge_wait.hpp): one wait state per controller, one FIFO queue per group
-// whose memory.max held, a condition variable per waiter. The policy is in dispatch().
+// whose memory.max held; each waiter blocks in the controller's Clock::wait_until() and is woken
+// with Clock::wake(). The policy is in dispatch().
 #include "memcg/core/charge_wait.hpp"
 
 #include <algorithm>
-#include <condition_variable>
 #include <list>
 #include <mutex>
 #include <unordered_map>
 
+#include "memcg/base/clock.hpp"
+#include "memcg/base/internal/lock.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/group.hpp"
 #include "memcg/core/internal/charge_wait_hooks.hpp"
-#include "memcg/base/internal/lock.hpp"
 #include "memcg/core/obj_stock.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/percpu/internal/stock.hpp"
@@ -36,19 +37,33 @@ namespace {
 // How often a waiter looks for room by itself: units hidden in per-CPU stocks are given back by
 // a drain, not by an uncharge, and an uncharge that raced with the waiter's enqueue may have
 // missed it. Bounds the wake latency in those cases only.
-constexpr auto kPollInterval = std::chrono::milliseconds(10);
+// Measured on the controller's clock, like the deadline.
+constexpr uint64_t kPollIntervalNs = 10'000'000;  // 10 ms
 constexpr int64_t kDefaultAgingNs = 100'000'000;  // 100 ms
+
+// a + b, at most Clock::kMaxNs.
+uint64_t add_sat(uint64_t a, uint64_t b) noexcept {
+  if (a >= Clock::kMaxNs) return Clock::kMaxNs;
+  return b < Clock::kMaxNs - a ? a + b : Clock::kMaxNs;
+}
 
 struct Waiter {
   enum State : uint8_t { kWaiting, kGranted, kRemoved };
-  Waiter(Group* g, int64_t n) noexcept : group(g), units(n), reserved(0), since(WaitClock::now()) {}
+  Waiter(Group* g, int64_t n, uint64_t now_ns) noexcept
+      : group(g), units(n), reserved(0), since_ns(now_ns) {}
   Group* group;       // charged group (a reference is held while waiting)
   int64_t units;      // asked
   int64_t reserved;   // already charged to `group` for it (aged waiters)
-  WaitClock::time_point since;
+  uint64_t since_ns;  // queued at, on the controller's clock
   State state = kWaiting;
-  std::condition_variable_any cv;
+  ClockWaiter clock_waiter;  // what the controller's clock blocks and wakes
 };
+
+// Ends a wait: the state is final, the clock wakes the thread. Under the wait state's mutex.
+void finish(Clock& clock, Waiter& w, Waiter::State state) noexcept {
+  w.state = state;
+  clock.wake(w.clock_waiter);
+}
 
 struct Queue {
   std::list<Waiter*> waiters;  // arrival order
@@ -60,9 +75,9 @@ struct CtlWaits {
   std::mutex mu;  // a leaf: nothing else is locked under it
   std::unordered_map<const Group*, Queue> queues;
   std::atomic<int64_t> aging_ns{kDefaultAgingNs};
-  int active = 0;  // threads inside try_charge_wait holding a reference into the controller
+  int active = 0;  // threads inside a wait holding a reference into the controller
   bool dying = false;
-  std::condition_variable_any left;
+  ClockWaiter* destroyer = nullptr;  // ~Controller, waiting for `active` to drop to 0
 };
 
 std::mutex g_registry_mu;  // taken before any CtlWaits::mu
@@ -110,19 +125,19 @@ void room_and_limit(const Group& g, int64_t& room, int64_t& limit) noexcept {
 //    group) until it is whole. Freed memory then goes to the oldest waiter first, so it cannot
 //    starve while memory is freed. A waiter larger than some limit on its path can never be whole
 //    and does not block anyone (it waits for its deadline or for a limit to be raised).
-void dispatch(CtlWaits& cw, Queue& q) noexcept {
-  const auto now = WaitClock::now();
-  const auto aging = std::chrono::nanoseconds(cw.aging_ns.load(std::memory_order_relaxed));
+void dispatch(CtlWaits& cw, Queue& q, Clock& clock) noexcept {
+  const uint64_t now = clock.now_ns();
+  const auto aging = static_cast<uint64_t>(cw.aging_ns.load(std::memory_order_relaxed));
   for (Waiter* w : q.waiters) {
     if (w->state != Waiter::kWaiting) continue;
     const int64_t need = w->units - w->reserved;
     if (w->group->memory().try_charge(need) == nullptr) {
       w->reserved = w->units;
-      w->state = Waiter::kGranted;
-      w->cv.notify_one();
+      finish(clock, *w, Waiter::kGranted);
       continue;
     }
-    if (now - w->since < aging) continue;
+    // A clock that reads earlier than `since` (only a broken one) leaves the waiter young.
+    if (now < w->since_ns || now - w->since_ns < aging) continue;
     int64_t room, limit;
     room_and_limit(*w->group, room, limit);
     if (w->units > limit) continue;  // can never fit: blocks nobody
@@ -164,12 +179,17 @@ const char* wait_status_name(WaitStatus s) noexcept {
   return "?";
 }
 
-WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point deadline,
-                           std::stop_token stop, int kind) noexcept {
+namespace {
+
+// Charges `units` (checked, > 0) to `group` (not the root), waiting on the limit that holds.
+// `deadline()` gives the deadline on the controller's clock; it is called once, only when the
+// ladder failed, so that a charge that succeeds at once reads no clock (as before waits ran on
+// the controller's clock).
+template <class Deadline>
+WaitStatus charge_or_wait(Group& group, int64_t units, const Deadline& deadline,
+                          const std::stop_token& stop, int kind) noexcept {
   Controller& ctl = group.controller();
-  if (static_cast<uint64_t>(units) > static_cast<uint64_t>(ctl.max_units())) [[unlikely]]
-    return WaitStatus::kInvalid;
-  if (units == 0 || group.is_root()) return WaitStatus::kOk;
+  Clock& clock = ctl.clock();
 
   // The whole ladder first, short of the OOM killer.
   if (charged(try_charge(group, units, kMayBlock | kRetryMayFail, kind))) return WaitStatus::kOk;
@@ -182,17 +202,21 @@ WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point de
     return WaitStatus::kOk;
   }
   if (stop.stop_requested()) return WaitStatus::kCancelled;
-  if (WaitClock::now() >= deadline) return WaitStatus::kTimedOut;
+  const uint64_t deadline_ns = deadline();
+  if (clock.now_ns() >= deadline_ns) return WaitStatus::kTimedOut;
+  // This charge queues: counted on the group whose limit held, like `max`. Raised here, outside
+  // the wait state's mutex and the bypass below, as an event may deliver notifications.
+  limiting->raise(Event::kWait);
 
-  internal::HookBypass bypass;  // the queue node and the state are the library's
   group.get();  // held while waiting: the waiter's group outlives any uncharge that serves it
-  Waiter w(&group, units);
   WaitStatus status = WaitStatus::kOk;
   int64_t give_back = 0;
   CtlWaits* cw = nullptr;
   bool counted = false;  // cw->active holds this thread
   {
+    internal::HookBypass bypass;  // the queue node and the state are the library's
     MemStall stall(group);  // waiting is a memory stall (PSI some; full if all attached wait)
+    Waiter w(&group, units, clock.now_ns());
     std::unique_lock<std::mutex> guard;
     cw = lock_state(ctl, true, guard);
     if (cw->dying) {
@@ -204,15 +228,18 @@ WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point de
       auto pos = q.waiters.insert(q.waiters.end(), &w);
       ++q.waits;
       internal::g_charge_waiters.fetch_add(1, std::memory_order_seq_cst);
+      // The mutex is released inside wait_until and during the poll's drain: any library code
+      // may run then (uncharges that dispatch, a removal), so everything is looked at again
+      // after each return. `q` stays valid: a queue is erased only once empty.
       for (;;) {
-        dispatch(*cw, q);
+        dispatch(*cw, q, clock);
         if (w.state != Waiter::kWaiting) break;
-        if (stop.stop_requested() || WaitClock::now() >= deadline) break;
-        const auto until = std::min(deadline, WaitClock::now() + kPollInterval);
-        const bool woken =
-            w.cv.wait_until(guard, stop, until, [&] { return w.state != Waiter::kWaiting; });
-        if (woken || stop.stop_requested()) continue;
-        if (WaitClock::now() >= until && until < deadline) {
+        const uint64_t now = clock.now_ns();
+        if (stop.stop_requested() || now >= deadline_ns) break;
+        const uint64_t until = std::min(deadline_ns, add_sat(now, kPollIntervalNs));
+        clock.wait_until(w.clock_waiter, guard, until, stop);
+        if (w.state != Waiter::kWaiting || stop.stop_requested()) continue;
+        if (until < deadline_ns && clock.now_ns() >= until) {
           // A poll: give back what the stocks of the limiting subtree hide, then look again.
           guard.unlock();
           ctl.obj_stock().drain_all(limiting);
@@ -250,29 +277,104 @@ WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point de
     group.stat_add(StatRegistry::kPgfault, 1, 1);
   }
   group.put();
-  // Last: once `active` drops, a controller being destroyed may free everything.
+  // Last: once `active` drops, a controller being destroyed may free everything (the clock
+  // outlives the controller, and ~Controller waits for this wake before it goes on).
   if (counted) {
-    std::lock_guard<std::mutex> guard(cw->mu);
-    if (--cw->active == 0 && cw->dying) cw->left.notify_all();
+    internal::HookBypass bypass;
+    std::unique_lock<std::mutex> guard(cw->mu);
+    if (--cw->active == 0 && cw->dying && cw->destroyer != nullptr) clock.wake(*cw->destroyer);
   }
   return status;
 }
 
-WaitStatus try_charge_bytes_wait(Group& group, uint64_t bytes, WaitClock::time_point deadline,
-                                 std::stop_token stop, int kind) noexcept {
+// `timeout` from now on `clock`, saturated at kMaxNs; a negative timeout is 0.
+uint64_t deadline_after(const Clock& clock, std::chrono::nanoseconds timeout) noexcept {
+  return add_sat(clock.now_ns(), static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+}
+
+// A timeout from the call (the _for overloads): measured from when the call started.
+struct AfterTimeout {
+  uint64_t deadline_ns;
+  AfterTimeout(const Group& g, std::chrono::nanoseconds timeout) noexcept
+      : deadline_ns(deadline_after(g.controller().clock(), timeout)) {}
+  uint64_t operator()() const noexcept { return deadline_ns; }
+};
+
+// A steady-clock deadline: what is left of it (0 once passed) becomes a timeout on the
+// controller's clock, looked at when the wait starts.
+struct AtSteadyDeadline {
+  const Group& group;
+  WaitClock::time_point deadline;
+  uint64_t operator()() const noexcept {
+    const auto now = WaitClock::now();
+    // Compared first: deadline - now could overflow for a deadline far in the past.
+    const auto left = deadline > now
+                          ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now)
+                          : std::chrono::nanoseconds(0);
+    return deadline_after(group.controller().clock(), left);
+  }
+};
+
+template <class Deadline>
+WaitStatus charge_units(Group& group, int64_t units, const Deadline& deadline,
+                        const std::stop_token& stop, int kind) noexcept {
+  const Controller& ctl = group.controller();
+  if (static_cast<uint64_t>(units) > static_cast<uint64_t>(ctl.max_units())) [[unlikely]]
+    return WaitStatus::kInvalid;
+  if (units == 0 || group.is_root()) return WaitStatus::kOk;
+  return charge_or_wait(group, units, deadline, stop, kind);
+}
+
+template <class Deadline>
+WaitStatus charge_bytes(Group& group, uint64_t bytes, const Deadline& deadline,
+                        const std::stop_token& stop, int kind) noexcept {
   const Controller& ctl = group.controller();
   if (bytes > (static_cast<uint64_t>(ctl.max_units()) << ctl.unit_shift())) [[unlikely]]
     return WaitStatus::kInvalid;
-  return try_charge_wait(group, ctl.to_units_ceil(bytes), deadline, std::move(stop), kind);
+  return charge_units(group, ctl.to_units_ceil(bytes), deadline, stop, kind);
+}
+
+template <class Deadline>
+WaitStatus charge_handle(ChargeHandle& out, Group& group, uint64_t bytes, const Deadline& deadline,
+                         const std::stop_token& stop, int kind) noexcept {
+  out.release();
+  const WaitStatus s = charge_bytes(group, bytes, deadline, stop, kind);
+  if (s == WaitStatus::kOk && !group.is_root() && bytes > 0)
+    internal::ChargeHandleAccess::fill(out, group, bytes, kind);
+  return s;
+}
+
+}  // namespace
+
+WaitStatus try_charge_wait_for(Group& group, int64_t units, std::chrono::nanoseconds timeout,
+                               std::stop_token stop, int kind) noexcept {
+  return charge_units(group, units, AfterTimeout(group, timeout), stop, kind);
+}
+
+WaitStatus try_charge_bytes_wait_for(Group& group, uint64_t bytes, std::chrono::nanoseconds timeout,
+                                     std::stop_token stop, int kind) noexcept {
+  return charge_bytes(group, bytes, AfterTimeout(group, timeout), stop, kind);
+}
+
+WaitStatus charge_wait_for(ChargeHandle& out, Group& group, uint64_t bytes,
+                           std::chrono::nanoseconds timeout, std::stop_token stop,
+                           int kind) noexcept {
+  return charge_handle(out, group, bytes, AfterTimeout(group, timeout), stop, kind);
+}
+
+WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point deadline,
+                           std::stop_token stop, int kind) noexcept {
+  return charge_units(group, units, AtSteadyDeadline{group, deadline}, stop, kind);
+}
+
+WaitStatus try_charge_bytes_wait(Group& group, uint64_t bytes, WaitClock::time_point deadline,
+                                 std::stop_token stop, int kind) noexcept {
+  return charge_bytes(group, bytes, AtSteadyDeadline{group, deadline}, stop, kind);
 }
 
 WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
                        WaitClock::time_point deadline, std::stop_token stop, int kind) noexcept {
-  out.release();
-  const WaitStatus s = try_charge_bytes_wait(group, bytes, deadline, std::move(stop), kind);
-  if (s == WaitStatus::kOk && !group.is_root() && bytes > 0)
-    internal::ChargeHandleAccess::fill(out, group, bytes, kind);
-  return s;
+  return charge_handle(out, group, bytes, AtSteadyDeadline{group, deadline}, stop, kind);
 }
 
 void set_wait_aging(Controller& controller, std::chrono::nanoseconds aging) noexcept {
@@ -280,7 +382,7 @@ void set_wait_aging(Controller& controller, std::chrono::nanoseconds aging) noex
   std::unique_lock<std::mutex> guard;
   CtlWaits* cw = lock_state(controller, true, guard);
   cw->aging_ns.store(std::max<int64_t>(0, aging.count()), std::memory_order_relaxed);
-  for (auto& [g, q] : cw->queues) dispatch(*cw, q);
+  for (auto& [g, q] : cw->queues) dispatch(*cw, q, controller.clock());
 }
 
 std::chrono::nanoseconds wait_aging(const Controller& controller) noexcept {
@@ -322,7 +424,7 @@ void internal::wake_charge_waiters_slow(Group& group) noexcept {
   if (cw == nullptr) return;
   for (const Group* a = &group; a; a = a->parent()) {
     auto it = cw->queues.find(a);
-    if (it != cw->queues.end()) dispatch(*cw, it->second);
+    if (it != cw->queues.end()) dispatch(*cw, it->second, group.controller().clock());
   }
 }
 
@@ -331,14 +433,10 @@ void internal::charge_wait_group_removed(Group& group) noexcept {
   std::unique_lock<std::mutex> guard;
   CtlWaits* cw = lock_state(group.controller(), false, guard);
   if (cw == nullptr) return;
-  for (auto& [g, q] : cw->queues) {
-    for (Waiter* w : q.waiters) {
-      if (w->group == &group && w->state == Waiter::kWaiting) {
-        w->state = Waiter::kRemoved;
-        w->cv.notify_one();
-      }
-    }
-  }
+  Clock& clock = group.controller().clock();
+  for (auto& [g, q] : cw->queues)
+    for (Waiter* w : q.waiters)
+      if (w->group == &group && w->state == Waiter::kWaiting) finish(clock, *w, Waiter::kRemoved);
   auto it = cw->queues.find(&group);
   if (it != cw->queues.end()) {
     if (it->second.waiters.empty())
@@ -359,15 +457,18 @@ void internal::charge_wait_controller_gone(Controller& controller) noexcept {
     registry().erase(it);
   }
   {
+    // Waits like a waiter, on the clock: a clock that runs threads one at a time must see that
+    // this thread waits for the waiters it just woke.
+    Clock& clock = controller.clock();
+    ClockWaiter self;
     std::unique_lock<std::mutex> guard(cw->mu);
     cw->dying = true;
+    cw->destroyer = &self;
     for (auto& [g, q] : cw->queues)
       for (Waiter* w : q.waiters)
-        if (w->state == Waiter::kWaiting) {
-          w->state = Waiter::kRemoved;
-          w->cv.notify_one();
-        }
-    cw->left.wait(guard, [&] { return cw->active == 0; });
+        if (w->state == Waiter::kWaiting) finish(clock, *w, Waiter::kRemoved);
+    while (cw->active != 0) clock.wait_until(self, guard, Clock::kMaxNs, {});
+    cw->destroyer = nullptr;
   }
   delete cw;
 }
