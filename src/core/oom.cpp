@@ -200,6 +200,15 @@ ChargeStatus Member::charge(int64_t units, uint32_t flags) noexcept {
   return s;
 }
 
+WaitStatus Member::charge_wait(int64_t units, std::chrono::nanoseconds timeout,
+                               std::stop_token stop) noexcept {
+  if (units < 0) [[unlikely]]
+    return WaitStatus::kInvalid;
+  const WaitStatus s = try_charge_wait_for(*group_, units, timeout, std::move(stop));
+  if (s == WaitStatus::kOk) charged_.fetch_add(units, std::memory_order_relaxed);
+  return s;
+}
+
 int64_t Member::uncharge(int64_t units) noexcept {
   // ---- slow path: a victim releasing ----
   // A killer may wait for this member: under the OOM lock it sees the member's count and the

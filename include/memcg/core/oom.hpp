@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "memcg/core/charge.hpp"
+#include "memcg/core/charge_wait.hpp"
 #include "memcg/core/group.hpp"
 
 namespace memcg {
@@ -74,6 +75,11 @@ class Member {
   // Charges `units` for this member (they count towards its badness). Nothing for units <= 0.
   // kNoMem, with nothing charged, if the member's kill callback destroyed it during the charge.
   ChargeStatus charge(int64_t units, uint32_t flags = kDefaultCharge) noexcept;
+  // A waiting charge for this member (charge_wait.hpp): `units` in one call, waiting up to
+  // `timeout` on the controller's clock when the ladder cannot serve them (it never OOM-kills).
+  // On kOk they count towards its badness like any charge.
+  WaitStatus charge_wait(int64_t units, std::chrono::nanoseconds timeout,
+                         std::stop_token stop = {}) noexcept;
   // Uncharges up to what it holds; returns what was uncharged.
   int64_t uncharge(int64_t units) noexcept;
   int64_t charged() const noexcept { return charged_.load(std::memory_order_relaxed); }
