@@ -22,6 +22,8 @@ const char* outcome_name(ChargeStep::Outcome o) {
       return "killed";
     case ChargeStep::Outcome::kFailed:
       return "failed";
+    case ChargeStep::Outcome::kTimedOut:
+      return "timed_out";
   }
   return "?";
 }
@@ -42,7 +44,7 @@ const char* op_name(ExpectStep::Op op) {
 
 bool is_keyed_file(std::string_view file) {
   return file == "memory.events" || file == "memory.events.local" || file == "memory.stat" ||
-         file == "memory.swap.events" || file == "memory.numa_stat";
+         file == "memory.swap.events" || file == "memory.numa_stat" || file == "memory.wait";
 }
 
 namespace {
@@ -450,9 +452,10 @@ class Loader {
     if (kind == "trigger") return load_trigger(v, step);
     if (kind == "peak") return load_peak(v, step);
     if (kind == "watch") return load_watch(v, step);
+    if (kind == "parallel") return load_parallel(v, step);
     error(key, "unknown step `" + kind +
                    "` (expected set, write, cache, member, charge, release, exit, reclaim, "
-                   "remove, tick, expect, print, listen, trigger, peak or watch)");
+                   "remove, tick, expect, print, listen, trigger, peak, watch or parallel)");
     return false;
   }
 
@@ -569,7 +572,11 @@ class Loader {
       c.op = CacheStep::Op::kGrow;
       ok = step_size(*n, "cache grow", &c.bytes) && ok;
       if (existing == caches_.end()) {
-        if (c.group.empty() && !find(e, "group")) {
+        if (in_lane_) {
+          error(v, "cache " + c.name + ": a lane cannot create a cache (create it before the "
+                                       "`parallel` block)");
+          ok = false;
+        } else if (c.group.empty() && !find(e, "group")) {
           error(v, "cache " + c.name + ": a new cache needs a `group`");
           ok = false;
         } else if (ok) {
@@ -628,10 +635,21 @@ class Loader {
 
   bool load_charge(const YAML::Node& v, Step* step) {
     Entries e;
-    if (!entries_required_map(v, "charge", {"member", "size", "expect", "bulk"}, &e)) return false;
+    if (!entries_required_map(v, "charge", {"member", "size", "expect", "bulk", "wait"}, &e))
+      return false;
     ChargeStep c;
     bool ok = member_ref(v, e, "charge", &c.member);
     if (const YAML::Node* b = find(e, "bulk")) ok = boolean(*b, "charge bulk", &c.bulk) && ok;
+    if (const YAML::Node* w = find(e, "wait")) {
+      if (find(e, "bulk") && ok && !c.bulk) {
+        error(*find(e, "bulk"), "charge: a waiting charge asks for the whole size in one call "
+                                "(`bulk: false` contradicts `wait`)");
+        ok = false;
+      }
+      c.wait = true;
+      c.bulk = true;
+      ok = duration(*w, "charge wait", kMaxWaitNs, "60m (one hour)", &c.wait_ns) && ok;
+    }
     if (const YAML::Node* n = find(e, "size")) {
       ok = step_size(*n, "charge size", &c.bytes) && ok;
     } else {
@@ -649,8 +667,15 @@ class Loader {
         c.expect = ChargeStep::Outcome::kKilled;
       } else if (s == "failed") {
         c.expect = ChargeStep::Outcome::kFailed;
+      } else if (s == "timed_out" && c.wait) {
+        c.expect = ChargeStep::Outcome::kTimedOut;
       } else {
-        error(*x, "charge expect: expected ok, killed or failed, not `" + s + "`");
+        if (s == "timed_out")
+          error(*x, "charge expect: timed_out needs `wait` (a charge that does not wait never "
+                    "times out)");
+        else
+          error(*x, std::string("charge expect: expected ok, killed") +
+                        (c.wait ? ", failed or timed_out" : " or failed") + ", not `" + s + "`");
         ok = false;
       }
     }
@@ -928,25 +953,105 @@ class Loader {
     return true;
   }
 
-  bool load_tick(const YAML::Node& v, Step* step) {
+  // A duration of at most `max_ns` (`max_text` in messages) that counts towards the virtual time
+  // a scenario may take (kMaxVirtualNs).
+  bool duration(const YAML::Node& v, const std::string& what, uint64_t max_ns,
+                const char* max_text, uint64_t* ns) {
     std::string s;
-    if (!scalar(v, "tick", &s)) return false;
-    TickStep t;
-    const int err = memcg::parse_duration(s, &t.ns);
+    if (!scalar(v, what, &s)) return false;
+    const int err = memcg::parse_duration(s, ns);
     if (err) {
-      error(v, "tick: `" + s + "` is not a duration (a number with ns, us, ms, s or m)" +
+      error(v, what + ": `" + s + "` is not a duration (a number with ns, us, ms, s or m)" +
                    (err == ERANGE ? ": too long" : ""));
       return false;
     }
-    if (t.ns > kMaxVirtualNs - virtual_ns_) {
-      error(v, "tick: `" + s + "` takes the virtual clock past " +
+    if (max_ns < kMaxVirtualNs && *ns > max_ns) {
+      error(v, what + ": `" + s + "` is longer than " + max_text + ", the most it may be");
+      return false;
+    }
+    if (*ns > kMaxVirtualNs - virtual_ns_) {
+      error(v, what + ": `" + s + "` takes the virtual clock past " +
                    std::to_string(kMaxVirtualNs / 1'000'000'000) +
                    " s (100 years), the most a scenario may run");
       return false;
     }
-    virtual_ns_ += t.ns;
+    virtual_ns_ += *ns;
+    return true;
+  }
+
+  bool load_tick(const YAML::Node& v, Step* step) {
+    TickStep t;
+    if (!duration(v, "tick", kMaxVirtualNs, "100 years", &t.ns)) return false;
     step->body = t;
     return true;
+  }
+
+  // ---- parallel ---------------------------------------------------------------------------------
+  bool load_parallel(const YAML::Node& v, Step* step) {
+    if (in_lane_) {
+      error(v, "parallel: a lane cannot hold another `parallel` block");
+      return false;
+    }
+    if (!v.IsMap() || v.size() == 0) {
+      error(v, "parallel: expected a map of lanes, member name → list of steps");
+      return false;
+    }
+    if (v.size() > kMaxLanes) {
+      error(v, "parallel: more than " + std::to_string(kMaxLanes) + " lanes");
+      return false;
+    }
+    Entries lanes;
+    if (!entries(v, "parallel", {}, &lanes)) return false;
+    ParallelStep p;
+    bool ok = true;
+    in_lane_ = true;
+    for (const auto& [k, body] : lanes) {
+      ParallelStep::Lane lane;
+      lane.member = k.Scalar();
+      lane.mark = mark_of(k);
+      if (!members_.count(lane.member)) {
+        error(k, "parallel: no member `" + lane.member + "`" +
+                     (exited_.count(lane.member) ? " (it exited before this step)" : "") +
+                     ": each lane is named after the member it runs as");
+        ok = false;
+      }
+      if (!body.IsSequence()) {
+        error(body, "parallel lane " + lane.member + ": expected a list of steps");
+        ok = false;
+        continue;
+      }
+      for (auto it = body.begin(); it != body.end(); ++it) {
+        const YAML::Node s = *it;
+        if (too_many()) break;
+        if (!s.IsMap() || s.size() != 1 || !s.begin()->first.IsScalar()) {
+          error(s, "a step is a map with exactly one key (the step's name), e.g. `- tick: 1s`");
+          ok = false;
+          continue;
+        }
+        Step st;
+        st.kind = s.begin()->first.Scalar();
+        st.mark = mark_of(s.begin()->first);
+        static const std::set<std::string> kInLane = {"set",    "write",  "cache", "charge",
+                                                      "release", "reclaim", "tick",  "expect",
+                                                      "print"};
+        if (!kInLane.count(st.kind) && kKnownSteps.count(st.kind)) {
+          error(s.begin()->first, "parallel lane " + lane.member + ": `" + st.kind +
+                                      "` cannot run in a lane (a lane creates and destroys "
+                                      "nothing: do it before or after the block)");
+          ok = false;
+          continue;
+        }
+        if (load_step(st.kind, s.begin()->first, s.begin()->second, &st)) {
+          lane.steps.push_back(std::move(st));
+        } else {
+          ok = false;
+        }
+      }
+      p.lanes.push_back(std::move(lane));
+    }
+    in_lane_ = false;
+    step->body = std::move(p);
+    return ok;
   }
 
   bool load_expect(const YAML::Node& v, Step* step) {
@@ -1120,7 +1225,12 @@ class Loader {
     }
   }
 
+  static inline const std::set<std::string> kKnownSteps = {
+      "set",  "write",  "cache",  "member", "charge",  "release", "exit",  "reclaim", "remove",
+      "tick", "expect", "print",  "listen", "trigger", "peak",    "watch", "parallel"};
+
   std::vector<Diagnostic>* errors_;
+  bool in_lane_ = false;  // reading the steps of a `parallel` lane
   unsigned unit_shift_ = 12;
   uint64_t virtual_ns_ = 0;                     // ticks so far (kMaxVirtualNs)
   uint64_t printed_files_ = 0;                  // group files printed so far (kMaxPrintedFiles)

@@ -13,7 +13,10 @@
 //   - a file (or text) larger than kMaxScenarioBytes; a file is read no further than that, so a
 //     device or pipe that never ends (/dev/zero) is refused, not read for ever;
 //   - more than kMaxGroups groups;
-//   - ticks that add up to more than kMaxVirtualNs of virtual time;
+//   - ticks and charge waits that add up to more than kMaxVirtualNs of virtual time (the lanes
+//     of a `parallel` block are counted one after the other: an upper bound);
+//   - a charge `wait` longer than kMaxWaitNs;
+//   - a `parallel` block of more than kMaxLanes lanes (each is a thread for the block);
 //   - a `charge` or `grow` step of more than kMaxStepUnits units (`max` included): each unit is
 //     a charge of its own;
 //   - more than kMaxHandles handles open at once;
@@ -45,6 +48,11 @@ inline constexpr uint64_t kMaxVirtualNs = uint64_t{100} * 365 * 86400 * 1'000'00
 // Units one `charge` or `grow` step may ask for: 2^24 (64G at the default 4K unit), about two
 // seconds of unit-by-unit charging.
 inline constexpr uint64_t kMaxStepUnits = uint64_t{1} << 24;
+// The longest a waiting charge may wait: one hour of virtual time. The library looks for room
+// every 10 ms of it while it waits (360 000 looks for an hour).
+inline constexpr uint64_t kMaxWaitNs = uint64_t{3600} * 1'000'000'000;
+// Lanes of one `parallel` block: a thread each.
+inline constexpr size_t kMaxLanes = 64;
 // Group files all `print` steps together may print: each is kept for the report (memory.stat
 // alone is a dozen lines).
 inline constexpr uint64_t kMaxPrintedFiles = 65536;

@@ -1,6 +1,8 @@
 // The SVG plot of a run, written directly (no plotting library): a fixed-size chart, one colour
-// per group, solid memory.current, dashed memory.max, dotted memory.high, and one marker shape
-// per event kind where a group's local event counter moved.
+// per group. The memory panel: solid memory.current, dashed memory.max, dotted memory.high, and
+// one marker shape per event kind where a group's local event counter moved. Under it the
+// pressure panel: the share of time each group stalled between samples (memory.pressure's
+// some solid, full dashed), with markers where a listener was notified or a trigger fired.
 
 #include <fmt/format.h>
 
@@ -12,9 +14,12 @@
 namespace memcgctl {
 namespace {
 
-constexpr double kWidth = 960, kHeight = 560;
-constexpr double kLeft = 90, kRight = 220, kTop = 50, kBottom = 70;  // margins; legend at right
-constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
+constexpr double kWidth = 960;
+constexpr double kLeft = 90, kRight = 220, kTop = 50;  // margins; legend at right
+constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = 440;
+// The pressure panel, under the memory panel's time axis.
+constexpr double kPressTop = kTop + kPlotH + 50, kPressH = 140;
+constexpr double kHeight = kPressTop + kPressH + 60;
 
 // Colour-blind-safe palette (Okabe-Ito, then Tableau), cycled.
 constexpr const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
@@ -99,10 +104,26 @@ std::string marker(size_t e, double x, double y, const char* c) {
       return fmt::format(
           R"(<path d="M{0:.1f},{1:.1f} l8,8 m0,-8 l-8,8" stroke="{2}" stroke-width="2" fill="none"/>)",
           x - 4, y - 4, c);
-    default:  // oom_group_kill: filled square
+    case 5:  // oom_group_kill: filled square
       return fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="8" height="8" fill="{}"/>)", x - 4,
                          y - 4, c);
+    default:  // wait: hollow circle
+      return fmt::format(
+          R"(<circle cx="{:.1f}" cy="{:.1f}" r="3.5" fill="none" stroke="{}" stroke-width="1.5"/>)",
+          x, y, c);
   }
+}
+
+// A listener notification (triangle up) or a trigger fire (hollow diamond) at (x, y); `name` is
+// its tooltip.
+std::string signal_marker(bool trigger, double x, double y, const char* c, std::string_view name) {
+  const std::string title = name.empty() ? "" : fmt::format("<title>{}</title>", esc(name));
+  if (trigger)
+    return fmt::format(
+        R"(<path d="M{:.1f},{:.1f} l4,4 l-4,4 l-4,-4 z" fill="white" stroke="{}" stroke-width="1.5">{}</path>)",
+        x, y - 4, c, title);
+  return fmt::format(R"(<path d="M{:.1f},{:.1f} l4,7 l-8,0 z" fill="{}">{}</path>)", x, y - 3.5, c,
+                     title);
 }
 
 }  // namespace
@@ -180,9 +201,37 @@ std::string svg_plot(const Scenario& sc, const RunResult& r) {
                      "\n",
                      x, kTop + kPlotH + 20, label);
   }
+  // The pressure panel's frame, grid (0, 50, 100 %) and time ticks.
+  o += fmt::format(R"(<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#444"/>)"
+                   "\n",
+                   kLeft, kPressTop, kPressTop + kPressH);
+  o += fmt::format(R"(<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="#444"/>)"
+                   "\n",
+                   kLeft, kPressTop + kPressH, kLeft + kPlotW);
+  for (int pct : {0, 50, 100}) {
+    const double y = kPressTop + kPressH - kPressH * pct / 100;
+    if (pct) {
+      o += fmt::format(R"(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" stroke="#ddd"/>)"
+                       "\n",
+                       kLeft, y, kLeft + kPlotW, y);
+    }
+    o += fmt::format(R"(<text x="{}" y="{:.1f}" text-anchor="end">{}%</text>)"
+                     "\n",
+                     kLeft - 6, y + 4, pct);
+  }
+  for (int i = 0; i <= kTicks; ++i) {
+    const double x = kLeft + kPlotW * i / kTicks;
+    o += fmt::format(R"(<line x1="{0:.1f}" y1="{1}" x2="{0:.1f}" y2="{2}" stroke="#444"/>)"
+                     "\n",
+                     x, kPressTop + kPressH, kPressTop + kPressH + 5);
+  }
+  o += fmt::format(
+      R"svg(<text x="20" y="{:.1f}" text-anchor="middle" transform="rotate(-90 20 {:.1f})">stalled (some solid, full dashed)</text>)svg"
+      "\n",
+      kPressTop + kPressH / 2, kPressTop + kPressH / 2);
   o += fmt::format(R"(<text x="{:.1f}" y="{}" text-anchor="middle">{}</text>)"
                    "\n",
-                   kLeft + kPlotW / 2, kHeight - 20,
+                   kLeft + kPlotW / 2, kPressTop + kPressH + 30,
                    by_time ? "virtual time" : "step (the virtual clock did not move)");
   o += fmt::format(
       R"svg(<text x="20" y="{:.1f}" text-anchor="middle" transform="rotate(-90 20 {:.1f})">bytes (memory.current; max dashed, high dotted)</text>)svg"
@@ -245,7 +294,44 @@ std::string svg_plot(const Scenario& sc, const RunResult& r) {
         if (g.events[e] > prev.events[e])
           o += marker(e, xs(samples[si]), ys(g.current), color) + "\n";
     }
+    // Pressure: the stall share of each interval between samples, held over the interval.
+    for (int state = 0; state < 2; ++state) {
+      std::string pts;
+      for (size_t si = 1; si < samples.size(); ++si) {
+        const Sample& a = samples[si - 1];
+        const Sample& b = samples[si];
+        const GroupSample &ga = a.groups[gi], &gb = b.groups[gi];
+        if (b.time_ns <= a.time_ns || !ga.online || !gb.online) continue;
+        const uint64_t stalled = gb.stall_ns[state] - std::min(gb.stall_ns[state], ga.stall_ns[state]);
+        const double share = std::min(
+            1.0, static_cast<double>(stalled) / static_cast<double>(b.time_ns - a.time_ns));
+        const double y = kPressTop + kPressH - share * kPressH;
+        pts += fmt::format("{}{:.1f},{:.1f} {:.1f},{:.1f}", pts.empty() ? "" : " ", xs(a), y,
+                           xs(b), y);
+      }
+      if (!pts.empty())
+        o += fmt::format(
+            R"(<polyline fill="none" stroke="{}" stroke-width="1.5"{} points="{}"/>)"
+            "\n",
+            color, state ? R"( stroke-dasharray="4 3")" : "", pts);
+    }
     o += "</g>\n";
+  }
+
+  // Listener notifications and trigger fires, at the top of the pressure panel in the colour of
+  // their group (black for the root).
+  for (size_t k = 0; k < r.signals.size(); ++k) {
+    const SignalInfo& sig = r.signals[k];
+    const auto it = std::find(r.groups.begin(), r.groups.end(), sig.group);
+    const char* color =
+        it == r.groups.end() ? "#000000" : kColors[(it - r.groups.begin()) % std::size(kColors)];
+    for (size_t si = 1; si < samples.size(); ++si) {
+      const auto& now = samples[si].signals;
+      const auto& before = samples[si - 1].signals;
+      if (k >= now.size() || (k < before.size() && now[k] <= before[k])) continue;
+      if (k >= before.size() && now[k] == 0) continue;
+      o += signal_marker(sig.trigger, xs(samples[si]), kPressTop + 8, color, sig.name) + "\n";
+    }
   }
 
   // Legend: groups, then line styles and markers.
@@ -282,6 +368,27 @@ std::string svg_plot(const Scenario& sc, const RunResult& r) {
     o += fmt::format(R"(<text x="{}" y="{:.1f}">event {}</text>)"
                      "\n",
                      lx + 24, ly + 4, kEventNames[e]);
+  }
+  // The pressure panel's own legend, beside it.
+  ly = std::max(ly + 8, kPressTop + 6);
+  const std::pair<const char*, const char*> pressure[] = {
+      {"", "some: any task stalled"}, {R"( stroke-dasharray="4 3")", "full: every task stalled"}};
+  for (const auto& [dash, label] : pressure) {
+    o += fmt::format(
+        R"(<line x1="{0}" y1="{1:.1f}" x2="{2}" y2="{1:.1f}" stroke="#444" stroke-width="1.5"{3}/>)"
+        "\n",
+        lx, ly, lx + 18, dash);
+    o += fmt::format(R"(<text x="{}" y="{:.1f}">{}</text>)"
+                     "\n",
+                     lx + 24, ly + 4, label);
+    ly += 16;
+  }
+  for (bool trigger : {false, true}) {
+    o += signal_marker(trigger, lx + 9, ly, "#444", "") + "\n";
+    o += fmt::format(R"(<text x="{}" y="{:.1f}">{}</text>)"
+                     "\n",
+                     lx + 24, ly + 4, trigger ? "trigger fired" : "listener notified");
+    ly += 16;
   }
   o += "</g>\n</svg>\n";
   return o;

@@ -41,6 +41,7 @@ Json step_args(const Step& st) {
           a["member"] = b.member;
           a["size"] = b.bytes;
           if (b.bulk) a["bulk"] = true;
+          if (b.wait) a["wait_ns"] = b.wait_ns;
         } else if constexpr (std::is_same_v<T, ReleaseStep>) {
           a["member"] = b.member;
           if (!b.all) a["size"] = b.bytes;
@@ -91,6 +92,9 @@ Json step_args(const Step& st) {
           a["name"] = b.name;
           a["group"] = b.group;
           a["file"] = b.local ? "memory.events.local" : "memory.events";
+        } else if constexpr (std::is_same_v<T, ParallelStep>) {
+          // Each lane's steps are reported on their own, after the block.
+          for (const ParallelStep::Lane& l : b.lanes) a["lanes"][l.member] = l.steps.size();
         } else if constexpr (std::is_same_v<T, PrintStep>) {
           a["group"] = b.group;
           if (!b.file.empty()) a["file"] = b.file;
@@ -109,7 +113,8 @@ struct TableRow {
 };
 
 // The events and pressure fields of the table, in column order.
-constexpr std::array<const char*, 5> kTableEvents = {"low", "high", "max", "oom", "oom_kill"};
+constexpr std::array<const char*, 6> kTableEvents = {"low",      "high", "max", "oom",
+                                                     "oom_kill", "wait"};
 constexpr std::array<const char*, 6> kTableSizes = {"current", "peak", "min", "low", "high", "max"};
 
 // memory.pressure's `KIND avg10=A ...` field.
@@ -163,9 +168,10 @@ std::string table_size(const std::string& text) {
 }
 
 std::string text_table(const RunResult& r) {
-  std::string out = fmt::format("{:<20} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}\n",
-                                "GROUP", "CURRENT", "PEAK", "MIN", "LOW", "HIGH", "MAX", "E.LOW",
-                                "E.HIGH", "E.MAX", "E.OOM", "E.KILL", "SOME10", "FULL10");
+  std::string out = fmt::format(
+      "{:<20} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7}\n",
+      "GROUP", "CURRENT", "PEAK", "MIN", "LOW", "HIGH", "MAX", "E.LOW", "E.HIGH", "E.MAX", "E.OOM",
+      "E.KILL", "E.WAIT", "SOME10", "FULL10");
   auto get = [](const TableRow& row, const std::string& k) {
     const auto it = row.values.find(k);
     return it == row.values.end() || it->second.empty() ? std::string("-") : it->second;
@@ -211,6 +217,10 @@ std::string json_report(const Scenario& sc, const RunResult& r) {
   for (const StepResult& s : r.steps) {
     Json j = Json::object();
     j["step"] = s.index;
+    if (!s.lane.empty()) {
+      j["lane"] = s.lane;
+      j["lane_step"] = s.lane_step;
+    }
     j["line"] = s.step->mark.line;
     j["kind"] = s.step->kind;
     j["args"] = step_args(*s.step);

@@ -10,19 +10,22 @@
 #include <memory>
 #include <set>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/base/errors.hpp"
-#include "memcg/files/files.hpp"
 #include "memcg/alloc/lru_cache.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/base/errors.hpp"
+#include "memcg/core/attach.hpp"
+#include "memcg/core/charge.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/notify.hpp"
 #include "memcg/core/oom.hpp"
 #include "memcg/core/pressure.hpp"
-#include "memcg/files/parse.hpp"
-#include "memcg/core/reclaim.hpp"
-#include "memcg/core/notify.hpp"
 #include "memcg/core/psi.hpp"
+#include "memcg/core/reclaim.hpp"
 #include "memcg/core/vmpressure.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/files/parse.hpp"
+#include "sim_clock.hpp"
 #include "values.hpp"
 
 namespace memcgctl {
@@ -116,24 +119,26 @@ class Runner {
     for (const GroupSpec& g : s_.groups) r_.groups.push_back(g.path);
     if (!preflight()) return std::move(r_);
     if (!create_groups()) return std::move(r_);
+    // A thread about to sleep or wait on the clock inside the library (a throttled charge): the
+    // plot shows what the step did so far at the time it did it, before the stall.
+    if (opts_.sample) clock_.set_on_block([this] { sample(current_index_, /*force=*/false); });
     // Enough rows of samples for kMaxPlotValues, and never fewer than the first, one in the
     // middle and the last.
     max_sample_rows_ = std::max<size_t>(3, kMaxPlotValues / std::max<size_t>(1, r_.groups.size()));
-    sample(0);
+    sample(0, /*force=*/true);
     for (size_t i = 0; i < s_.steps.size(); ++i) {
       StepResult res;
       res.step = &s_.steps[i];
       res.index = i + 1;
+      current_index_ = i + 1;
       if (!perform(s_.steps[i], &res)) return std::move(r_);
-      // The end of a step is the simulation's return to user space: memory.high work that a
-      // charge deferred on this thread runs now, never in a later step or a later run.
-      memcg::handle_pending_high();
-      res.time_ns = clock_.now_ns();
-      report_kills(&res);
-      if (res.checked) (res.passed ? r_.passed : r_.failed)++;
-      if (res.failed) r_.failed++;
+      finish_step(&res);
       r_.steps.push_back(std::move(res));
-      if ((i + 1) % sample_stride_ == 0 || i + 1 == s_.steps.size()) sample(i + 1);
+      // The steps of a `parallel` block's lanes, in the order they ran.
+      for (StepResult& l : lane_results_) r_.steps.push_back(std::move(l));
+      lane_results_.clear();
+      if (r_.malformed) return std::move(r_);
+      sample(i + 1, /*force=*/i + 1 == s_.steps.size());
       if (opts_.on_step) opts_.on_step(i + 1, s_.steps.size(), clock_.now_ns());
     }
     collect_final();
@@ -208,13 +213,29 @@ class Runner {
     return true;
   }
 
+  // The end of a step (on the thread that ran it): the simulation's return to user space.
+  // memory.high work that a charge deferred on this thread runs now, never in a later step or a
+  // later run (a throttling sleep in a lane lets the other lanes run meanwhile).
+  void finish_step(StepResult* res) {
+    memcg::handle_pending_high();
+    res->time_ns = clock_.now_ns();
+    report_kills(res);
+    if (res->checked) (res->passed ? r_.passed : r_.failed)++;
+    if (res->failed) r_.failed++;
+  }
+
   // ---- sampling ---------------------------------------------------------------------------------
-  void sample(size_t step) {
+  // Samples at every `sample_stride_`-th sampling point (the end of a step, top-level or in a
+  // lane), and whenever `force`d.
+  void sample(size_t step, bool force) {
     if (!opts_.sample) return;
+    const bool due = points_++ % sample_stride_ == 0;
+    if (!due && !force) return;
     if (r_.samples.size() >= max_sample_rows_) thin_samples();
     Sample smp;
     smp.step = step;
     smp.time_ns = clock_.now_ns();
+    for (const SignalRef& sig : signal_refs_) smp.signals.push_back(sig.count());
     for (const std::string& path : r_.groups) {
       GroupSample gs;
       if (memcg::GroupRef g = ctl_.lookup(path)) {
@@ -224,21 +245,21 @@ class Runner {
         gs.max = g->max();
         for (size_t e = 0; e < kEventNames.size(); ++e)
           gs.events[e] = g->events_local().get(static_cast<memcg::Event>(e));
+        memcg::psi_stall_totals(*g, gs.stall_ns);
       }
       smp.groups.push_back(gs);
     }
     r_.samples.push_back(std::move(smp));
   }
 
-  // Halves the samples kept (those of every 2 x stride-th step stay) and the sampling rate from
+  // Halves the samples kept (every other one stays, the first always) and the sampling rate from
   // now on, so that memory stays within kMaxPlotValues however many steps there are. Event
   // counters only grow, so a marker still shows at the next sample kept.
   void thin_samples() {
     sample_stride_ *= 2;
     std::vector<Sample>& v = r_.samples;
     size_t kept = 0;
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i].step % sample_stride_ != 0) continue;
+    for (size_t i = 0; i < v.size(); i += 2) {
       if (kept != i) v[kept] = std::move(v[i]);  // never onto itself: that would empty it
       ++kept;
     }
@@ -271,7 +292,7 @@ class Runner {
   // The periodic work of the library that time drives. Called after every advance of the
   // virtual clock, with the new time.
   // The library's periodic work (the 2 s statistics fold) on the virtual clock.
-  void on_tick(uint64_t /*now_ns*/) { ctl_.tick(); }
+  void on_tick() { ctl_.tick(); }
 
   // ---- steps ------------------------------------------------------------------------------------
   int64_t units_of(uint64_t bytes) const {
@@ -391,7 +412,20 @@ class Runner {
     const int64_t units = units_of(c.bytes);
     int64_t done = 0;
     ChargeStep::Outcome outcome = ChargeStep::Outcome::kOk;
-    if (c.bulk && units > 0 && !st.killed) {
+    if (c.wait && units > 0 && !st.killed) {
+      // One call that may wait on the virtual clock; in a lane, the others run meanwhile.
+      const uint64_t start = clock_.now_ns();
+      const memcg::WaitStatus ws =
+          st.member->charge_wait(units, std::chrono::nanoseconds(c.wait_ns));
+      res->detail["waited_ns"] = clock_.now_ns() - start;
+      res->detail["wait_status"] = memcg::wait_status_name(ws);
+      if (ws == memcg::WaitStatus::kOk) {
+        done = units;
+      } else {
+        outcome = ws == memcg::WaitStatus::kTimedOut ? ChargeStep::Outcome::kTimedOut
+                                                     : ChargeStep::Outcome::kFailed;
+      }
+    } else if (c.bulk && units > 0 && !st.killed) {
       // One call for the whole size: the library's memory.high and memory.max handling sees
       // one large charge.
       if (memcg::charged(st.member->charge(units))) {
@@ -476,9 +510,47 @@ class Runner {
   }
 
   bool perform_body(const Step&, const TickStep& t, StepResult*) {
+    if (SimClock::in_lane()) {
+      clock_.yield_for(t.ns);  // the lane runs for t.ns while the others go on
+      return true;
+    }
     clock_.advance(t.ns);
-    on_tick(clock_.now_ns());
+    on_tick();
     return true;
+  }
+
+  // ---- parallel ---------------------------------------------------------------------------------
+  bool perform_body(const Step&, const ParallelStep& p, StepResult* res) {
+    const uint64_t start = clock_.now_ns();
+    Json lanes = Json::object();
+    clock_.run_lanes(
+        p.lanes.size(),
+        [&](size_t i) {
+          const ParallelStep::Lane& lane = p.lanes[i];
+          // The lane is a task of its member's group for PSI: it runs there, or stalls there.
+          memcg::attach_current_thread(members_.at(lane.member)->member->group());
+          size_t done = 0;
+          for (size_t k = 0; k < lane.steps.size() && !r_.malformed; ++k) {
+            StepResult sr;
+            sr.step = &lane.steps[k];
+            sr.index = res->index;
+            sr.lane = lane.member;
+            sr.lane_step = k + 1;
+            if (!perform(lane.steps[k], &sr)) break;  // malformed: every lane stops
+            finish_step(&sr);
+            lane_results_.push_back(std::move(sr));
+            ++done;
+            sample(res->index, /*force=*/false);
+            // Lanes due at the same time take turns step by step (a tick has yielded already).
+            if (!std::holds_alternative<TickStep>(lane.steps[k].body)) clock_.yield_for(0);
+          }
+          memcg::detach_current_thread();
+          lanes[lane.member] = {{"steps", done}, {"end_ns", clock_.now_ns()}};
+        },
+        [&] { on_tick(); });
+    res->detail["lanes"] = std::move(lanes);
+    res->detail["elapsed_ns"] = clock_.now_ns() - start;
+    return !r_.malformed;
   }
 
   // Reads GROUP FILE[.KEY]: 0 and the value text, or an error with `why` set.
@@ -725,6 +797,8 @@ class Runner {
       res->message = "listen " + l.name + " on " + l.group + ": " + error_text(err);
       return true;
     }
+    signal_refs_.push_back({&st->by_level, nullptr});
+    r_.signals.push_back({l.name, l.group, false});
     listeners_[l.name] = std::move(st);
     return true;
   }
@@ -741,6 +815,8 @@ class Runner {
       res->message = "trigger " + t.name + " on " + t.group + ": " + error_text(err);
       return true;
     }
+    signal_refs_.push_back({nullptr, &st->fired});
+    r_.signals.push_back({t.name, t.group, true});
     triggers_[t.name] = std::move(st);
     return true;
   }
@@ -797,9 +873,18 @@ class Runner {
     return true;
   }
 
+  // A listener's or trigger's count, for the plot (handles stay open to the end of the run).
+  struct SignalRef {
+    const std::array<uint64_t, 3>* by_level;
+    const uint64_t* fired;
+    uint64_t count() const {
+      return fired ? *fired : (*by_level)[0] + (*by_level)[1] + (*by_level)[2];
+    }
+  };
+
   const Scenario& s_;
   const RunOptions& opts_;
-  memcg::ManualClock clock_;
+  SimClock clock_;
   memcg::Controller ctl_;
   const uint64_t unit_;
   std::map<std::string, std::unique_ptr<memcg::LruCache>> caches_;
@@ -811,7 +896,11 @@ class Runner {
   std::set<std::string> reported_kills_;
   RunResult r_;
   size_t max_sample_rows_ = 3;  // samples kept at most (kMaxPlotValues over the groups)
-  size_t sample_stride_ = 1;    // steps sampled: every sample_stride_-th, and the last
+  size_t sample_stride_ = 1;    // sampling points sampled: every sample_stride_-th, and the last
+  uint64_t points_ = 0;         // sampling points so far
+  size_t current_index_ = 0;    // the top-level step running (1-based)
+  std::vector<SignalRef> signal_refs_;        // in RunResult::signals order
+  std::vector<StepResult> lane_results_;      // of the running `parallel` block
 };
 
 }  // namespace

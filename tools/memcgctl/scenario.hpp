@@ -71,10 +71,15 @@ struct MemberStep {
 };
 
 struct ChargeStep {
-  enum class Outcome { kOk, kKilled, kFailed };
+  // kTimedOut: a waiting charge whose time ran out (memcg::WaitStatus::kTimedOut).
+  enum class Outcome { kOk, kKilled, kFailed, kTimedOut };
   std::string member;
   uint64_t bytes = 0;
   bool bulk = false;  // the whole size in one library call (else unit by unit)
+  // A waiting charge (charge_wait.hpp): one call for the whole size that may wait up to
+  // `wait_ns` of virtual time for room instead of failing. Implies bulk.
+  bool wait = false;
+  uint64_t wait_ns = 0;
   bool has_expect = false;
   Outcome expect = Outcome::kOk;
 };
@@ -158,9 +163,23 @@ struct WatchStep {
   bool local = false;  // memory.events.local
 };
 
+struct Step;
+
+// Lanes that run at the same time on the virtual clock, one per member (sim_clock.hpp): each
+// lane's steps run in order on a thread attached to its member's group; the block ends when
+// every lane has finished. A `tick` in a lane is time the lane spends running.
+struct ParallelStep {
+  struct Lane {
+    std::string member;
+    Mark mark;                // of the member's key
+    std::vector<Step> steps;  // no `parallel`, and nothing that creates or destroys
+  };
+  std::vector<Lane> lanes;  // in file order
+};
+
 using StepBody = std::variant<SetStep, WriteStep, CacheStep, MemberStep, ChargeStep, ReleaseStep,
                               ExitStep, ReclaimStep, RemoveStep, TickStep, ExpectStep, PrintStep,
-                              ListenStep, TriggerStep, PeakStep, WatchStep>;
+                              ListenStep, TriggerStep, PeakStep, WatchStep, ParallelStep>;
 
 struct Step {
   std::string kind;  // the step's key: "set", "cache", …

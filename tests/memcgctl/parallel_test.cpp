@@ -1,0 +1,205 @@
+// `parallel` blocks: lanes run one at a time on the virtual clock (tools/memcgctl/sim_clock.hpp).
+// These tests pin the documented semantics: lanes due at the same time take turns step by step,
+// a `tick` is running time of its own lane, a throttling sleep or a wait delays only the lane
+// that stalls, a release in one lane wakes a waiting charge of another at that virtual time, and
+// plotting (which samples pressure) changes nothing a scenario checks.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "load.hpp"
+#include "report.hpp"
+#include "run.hpp"
+
+namespace memcgctl {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+Scenario load_or_die(const std::string& text) {
+  Scenario s;
+  std::vector<Diagnostic> errors;
+  EXPECT_TRUE(load_scenario(text, &s, &errors))
+      << (errors.empty() ? "" : std::to_string(errors[0].mark.line) + ": " + errors[0].message);
+  return s;
+}
+
+// The results of the lane steps, in the order they ran: "lane:step@ms".
+std::vector<std::string> lane_order(const RunResult& r) {
+  std::vector<std::string> out;
+  for (const StepResult& s : r.steps)
+    if (!s.lane.empty())
+      out.push_back(s.lane + ":" + std::to_string(s.lane_step) + "@" +
+                    std::to_string(s.time_ns / kMs));
+  return out;
+}
+
+const StepResult& lane_step(const RunResult& r, const std::string& lane, size_t k) {
+  for (const StepResult& s : r.steps)
+    if (s.lane == lane && s.lane_step == k) return s;
+  ADD_FAILURE() << "no step " << k << " of lane " << lane;
+  return r.steps.front();
+}
+
+TEST(Parallel, LanesDueTogetherTakeTurnsStepByStep) {
+  const Scenario s = load_or_die(R"(
+groups:
+  A: {}
+steps:
+  - member: { name: a, group: A }
+  - member: { name: b, group: A }
+  - parallel:
+      a: [ charge: { member: a, size: 1M }, charge: { member: a, size: 1M }, release: { member: a } ]
+      b: [ charge: { member: b, size: 1M }, release: { member: b } ]
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(lane_order(r), (std::vector<std::string>{"a:1@0", "b:1@0", "a:2@0", "b:2@0", "a:3@0"}));
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+}
+
+TEST(Parallel, TickIsRunningTimeOfItsOwnLane) {
+  const Scenario s = load_or_die(R"(
+groups:
+  A: {}
+steps:
+  - member: { name: a, group: A }
+  - member: { name: b, group: A }
+  - parallel:
+      a: [ tick: 1s, charge: { member: a, size: 1M } ]
+      b: [ tick: 300ms, charge: { member: b, size: 2M }, tick: 200ms, expect: { group: A, file: memory.current, eq: 2M } ]
+  - expect: { group: A, file: memory.current, eq: 3M }
+  # Running lanes do not stall: no pressure at all.
+  - expect: { group: A, file: memory.pressure, key: some.total, eq: 0 }
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(lane_order(r), (std::vector<std::string>{"b:1@300", "b:2@300", "b:3@500", "b:4@500",
+                                                     "a:1@1000", "a:2@1000"}));
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  EXPECT_EQ(r.passed, 3);
+  // The block ends with its last lane; the top-level step after it sees that time.
+  EXPECT_EQ(r.steps.back().time_ns, 1000 * kMs);
+}
+
+// a1 is throttled above memory.high at the end of its charge (a sleep of the library on the
+// virtual clock): only its own lane waits; a2 and b go on, and the stall is `some` of A (a2 still
+// runs there) and of the parent, `full` of neither. (A lane that has finished is no task any
+// more: had a2 ended before a1's sleep did, A would be `full` from then on.)
+TEST(Parallel, ThrottlingDelaysOnlyTheLaneThatStalls) {
+  const Scenario s = load_or_die(R"(
+groups:
+  T: {}
+  T/A: { memory.high: 10M }
+  T/B: {}
+steps:
+  - member: { name: a1, group: T/A }
+  - member: { name: a2, group: T/A }
+  - member: { name: b, group: T/B }
+  - parallel:
+      a1: [ charge: { member: a1, size: 40M, bulk: true } ]
+      a2: [ tick: 500ms, expect: { group: T/A, file: memory.pressure, key: some.total, eq: 500000 }, tick: 3s ]
+      b: [ tick: 100ms, charge: { member: b, size: 1M }, tick: 3s ]
+  - expect: { group: T/A, file: memory.pressure, key: full.total, eq: 0 }
+  - expect: { group: T, file: memory.pressure, key: full.total, eq: 0 }
+  - expect: { group: T/B, file: memory.pressure, key: some.total, eq: 0 }
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  const uint64_t throttled = lane_step(r, "a1", 1).time_ns;
+  EXPECT_GT(throttled, 500 * kMs);  // the penalty of 30M over high is long (the cap is 2 s)
+  EXPECT_EQ(lane_step(r, "b", 2).time_ns, 100 * kMs);
+  EXPECT_EQ(lane_step(r, "a2", 2).time_ns, 500 * kMs);
+  // A's stall is exactly a1's sleep.
+  std::string content;
+  for (const FinalGroup& g : r.final_groups)
+    if (g.path == "T/A")
+      for (const FinalFile& f : g.files)
+        if (f.name == "memory.pressure") content = f.content;
+  EXPECT_NE(content.find("total=" + std::to_string(throttled / 1000) + "\n"), std::string::npos)
+      << content;
+}
+
+// A waiting charge in one lane is granted by a release in another, at the virtual time of the
+// release; one that nobody serves times out at its deadline. Neither delays the other lanes.
+TEST(Parallel, WaitingChargeIsWokenByAReleaseInAnotherLane) {
+  const Scenario s = load_or_die(R"(
+groups:
+  P: { memory.max: 10M }
+steps:
+  - member: { name: holder, group: P }
+  - member: { name: waiter, group: P }
+  - member: { name: late, group: P }
+  - parallel:
+      holder: [ charge: { member: holder, size: 8M, bulk: true }, tick: 1s, release: { member: holder } ]
+      waiter: [ tick: 100ms, charge: { member: waiter, size: 4M, wait: 5s, expect: ok } ]
+      late: [ tick: 200ms, charge: { member: late, size: 4M, wait: 300ms, expect: timed_out } ]
+  - expect: { group: P, file: memory.events, key: wait, eq: 2 }
+  - expect: { group: P, file: memory.events, key: oom_kill, eq: 0 }
+  - expect: { group: P, file: memory.current, eq: 4M }
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  const StepResult& granted = lane_step(r, "waiter", 2);
+  EXPECT_EQ(granted.time_ns, 1000 * kMs);
+  EXPECT_EQ(granted.detail.value("waited_ns", uint64_t{0}), 900 * kMs);
+  EXPECT_EQ(granted.detail.value("wait_status", ""), "ok");
+  const StepResult& timed_out = lane_step(r, "late", 2);
+  EXPECT_EQ(timed_out.time_ns, 500 * kMs);
+  EXPECT_EQ(timed_out.detail.value("outcome", ""), "timed_out");
+  EXPECT_EQ(lane_step(r, "holder", 3).time_ns, 1000 * kMs);
+}
+
+// Outside a block nobody can free memory while a charge waits: it times out after `wait`, and
+// the virtual clock has moved by that much.
+TEST(Parallel, TopLevelWaitTimesOutOnTheVirtualClock) {
+  const Scenario s = load_or_die(R"(
+groups:
+  P: { memory.max: 4M }
+steps:
+  - member: { name: m, group: P }
+  - charge: { member: m, size: 4M, bulk: true }
+  - charge: { member: m, size: 1M, wait: 2s, expect: timed_out }
+  - charge: { member: m, size: 0, wait: 2s, expect: ok }
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  EXPECT_EQ(r.steps[2].time_ns, 2000 * kMs);
+  EXPECT_EQ(r.steps[3].time_ns, 2000 * kMs);
+}
+
+// The same scenario gives the same report whether or not it is plotted (the plot samples PSI
+// without evaluating triggers), and the plot shows the trigger's fires.
+TEST(Parallel, PlottingChangesNothingAndMarksTriggers) {
+  const Scenario s = load_or_die(R"(
+name: plotted
+groups:
+  A: { memory.high: 10M }
+steps:
+  - member: { name: a1, group: A }
+  - member: { name: a2, group: A }
+  - trigger: { name: A-some, group: A, spec: "some 50000 500000" }
+  - parallel:
+      a1: [ charge: { member: a1, size: 20M, bulk: true }, tick: 100ms, charge: { member: a1, size: 1M, bulk: true } ]
+      a2: [ tick: 10ms, tick: 10ms, tick: 10ms, tick: 10ms, tick: 10ms, tick: 3s ]
+  - expect: { trigger: A-some, ge: 1 }
+)");
+  RunOptions plain;
+  plain.sample = false;
+  const RunResult without = run_scenario(s, plain);
+  const RunResult with = run_scenario(s);
+  EXPECT_EQ(json_report(s, without), json_report(s, with));
+  EXPECT_EQ(without.failed, 0) << text_report(without);
+  ASSERT_EQ(with.signals.size(), 1u);
+  EXPECT_GT(with.samples.size(), 8u);  // lane steps are sampled too
+  const std::string svg = svg_plot(s, with);
+  EXPECT_NE(svg.find("<title>A-some</title>"), std::string::npos);
+  EXPECT_NE(svg.find("stalled (some solid, full dashed)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace memcgctl
