@@ -45,7 +45,7 @@ enum class WaitStatus : uint8_t {
   kTimedOut,  // the deadline passed first; nothing charged
   kCancelled, // the stop token was triggered first; nothing charged
   kRemoved,   // the charged group was removed or the controller destroyed; nothing charged
-  kInvalid,   // refused: a count no counter can hold, or the root group (see below)
+  kInvalid,   // refused: a negative count, or one no counter can hold (the root never refuses)
 };
 
 const char* wait_status_name(WaitStatus s) noexcept;
@@ -88,8 +88,8 @@ WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
 
 // The aging bound: a waiter that has waited this long (on the controller's clock) is served before
 // any later one, and every unit freed under its queue is reserved for it until it is whole.
-// Default 100 ms; a negative
-// value is clamped to 0 (strict FIFO: no bypass at all). Per controller.
+// Default 100 ms; a negative value is clamped to 0 (strict FIFO: no bypass at all). Per
+// controller.
 void set_wait_aging(Controller& controller, std::chrono::nanoseconds aging) noexcept;
 std::chrono::nanoseconds wait_aging(const Controller& controller) noexcept;
 
