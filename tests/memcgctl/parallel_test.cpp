@@ -153,6 +153,40 @@ steps:
   EXPECT_EQ(lane_step(r, "holder", 3).time_ns, 1000 * kMs);
 }
 
+// With `reclaim_cost`, reclaim inside a charge takes virtual time on the charging lane: a stall
+// of that lane (PSI `some`, not `full`, while another lane of the group runs).
+TEST(Parallel, ReclaimCostStallsTheReclaimingLane) {
+  const Scenario s = load_or_die(R"(
+config: { reclaim_cost: 100us }
+groups:
+  P: { memory.max: 20M }
+steps:
+  - cache: { name: c, group: P, grow: 16M }
+  - member: { name: a, group: P }
+  - member: { name: b, group: P }
+  - parallel:
+      a: [ charge: { member: a, size: 10M, bulk: true, expect: ok } ]
+      b: [ tick: 1s ]
+  - expect: { group: P, file: memory.pressure, key: full.total, eq: 0 }
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  // At least 6M (1536 units) had to go: 153.6 ms at 100 us per unit.
+  const uint64_t charged_at = lane_step(r, "a", 1).time_ns;
+  EXPECT_GE(charged_at, 1536 * 100'000u);
+  EXPECT_EQ(lane_step(r, "b", 1).time_ns, 1000 * kMs);
+  std::string content;
+  for (const FinalGroup& g : r.final_groups)
+    if (g.path == "P")
+      for (const FinalFile& f : g.files)
+        if (f.name == "memory.pressure") content = f.content;
+  EXPECT_NE(content.find("some avg10="), std::string::npos);
+  EXPECT_NE(content.find("total=" + std::to_string(charged_at / 1000) + "\nfull"),
+            std::string::npos)
+      << content;
+}
+
 // Outside a block nobody can free memory while a charge waits: it times out after `wait`, and
 // the virtual clock has moved by that much.
 TEST(Parallel, TopLevelWaitTimesOutOnTheVirtualClock) {

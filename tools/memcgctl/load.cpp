@@ -369,7 +369,8 @@ class Loader {
   // ---- config -----------------------------------------------------------------------------------
   void load_config(const YAML::Node& node, Config* c) {
     Entries e;
-    if (!entries(node, "config", {"unit", "cpus", "batch", "recursive_protection", "local_events"},
+    if (!entries(node, "config",
+                 {"unit", "cpus", "batch", "recursive_protection", "local_events", "reclaim_cost"},
                  &e))
       return;
     for (const auto& [k, v] : e) {
@@ -404,6 +405,14 @@ class Loader {
         boolean(v, "config recursive_protection", &c->recursive_protection);
       } else if (key == "local_events") {
         boolean(v, "config local_events", &c->local_events);
+      } else if (key == "reclaim_cost") {
+        if (!scalar(v, "config reclaim_cost", &s)) continue;
+        const int err = memcg::parse_duration(s, &n);
+        if (err || n > kMaxReclaimCostNs) {
+          error(v, "config reclaim_cost: expected a duration per unit up to 1ms, not `" + s + "`");
+          continue;
+        }
+        c->reclaim_cost_ns = n;
       }
     }
   }

@@ -51,6 +51,8 @@ inline constexpr uint64_t kMaxStepUnits = uint64_t{1} << 24;
 // The longest a waiting charge may wait: one hour of virtual time. The library looks for room
 // every 10 ms of it while it waits (360 000 looks for an hour).
 inline constexpr uint64_t kMaxWaitNs = uint64_t{3600} * 1'000'000'000;
+// The most `config: reclaim_cost` may be: 1 ms of virtual time per unit given back.
+inline constexpr uint64_t kMaxReclaimCostNs = 1'000'000;
 // Lanes of one `parallel` block: a thread each.
 inline constexpr size_t kMaxLanes = 64;
 // Group files all `print` steps together may print: each is kept for the report (memory.stat

@@ -213,6 +213,7 @@ std::string json_report(const Scenario& sc, const RunResult& r) {
                    {"batch", sc.config.batch},
                    {"recursive_protection", sc.config.recursive_protection},
                    {"local_events", sc.config.local_events}};
+  if (sc.config.reclaim_cost_ns) doc["config"]["reclaim_cost_ns"] = sc.config.reclaim_cost_ns;
   Json steps = Json::array();
   for (const StepResult& s : r.steps) {
     Json j = Json::object();

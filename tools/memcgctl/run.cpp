@@ -346,6 +346,13 @@ class Runner {
       it = caches_
                .emplace(c.name, std::make_unique<memcg::LruCache>(*g, c.name, c.referenced_percent))
                .first;
+      if (const uint64_t cost = s_.config.reclaim_cost_ns) {
+        // Freeing takes time on the freeing thread: inside a charge's reclaim that is a stall.
+        it->second->set_evict_callback([this, cost](uint64_t, int64_t count) {
+          const uint64_t n = static_cast<uint64_t>(count);
+          clock_.sleep_ns(n > memcg::Clock::kMaxNs / cost ? memcg::Clock::kMaxNs : n * cost);
+        });
+      }
     }
     memcg::LruCache& cache = *it->second;
     const int64_t units = units_of(c.bytes);

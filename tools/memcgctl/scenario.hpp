@@ -26,6 +26,10 @@ struct Config {
   int64_t batch = 64;    // stock batch in units
   bool recursive_protection = false;
   bool local_events = false;
+  // Virtual time a cache takes to give back one unit (by reclaim or a shrink), spent on the
+  // thread that frees it: reclaim in a charge then stalls that thread (PSI) while other lanes
+  // run. 0 (the default): freeing takes no time.
+  uint64_t reclaim_cost_ns = 0;
 };
 
 // One interface-file write of a `groups` entry or a `set` step.
