@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../watchdog.hpp"
 #include "load.hpp"
 #include "report.hpp"
 #include "run.hpp"
@@ -185,6 +186,36 @@ steps:
   EXPECT_NE(content.find("total=" + std::to_string(charged_at / 1000) + "\nfull"),
             std::string::npos)
       << content;
+}
+
+// Two lanes reclaiming at once while a listener's shrink policy costs time: the policy runs
+// inside the library's notification (under that listener's call lock), so its time is paid at
+// the end of the step instead of parking the lane there, where the other lane, notified by the
+// same listener, would wait for the lock for ever. Bounded by a watchdog.
+TEST(Parallel, PolicyCostInsideANotificationDoesNotParkTheLane) {
+  memcg::testing::Watchdog watchdog("two lanes notifying one listener", std::chrono::seconds(60));
+  const Scenario s = load_or_die(R"(
+config: { reclaim_cost: 10us }
+groups:
+  P: { memory.max: 40M, memory.high: 30M }
+  P/a: {}
+  P/b: {}
+steps:
+  - cache: { name: ca, group: P/a, grow: 16M }
+  - cache: { name: cb, group: P/b, grow: 16M }
+  - member: { name: a, group: P/a }
+  - member: { name: b, group: P/b }
+  - listen: { name: L, group: P, level: low, mode: hierarchy, shrink: { cache: ca, size: 1M } }
+  - parallel:
+      a: [ reclaim: { group: P, size: 4M }, charge: { member: a, size: 8M, bulk: true }, release: { member: a } ]
+      b: [ reclaim: { group: P/b, size: 4M }, charge: { member: b, size: 8M }, charge: { member: b, size: 8M, wait: 1s } ]
+  - expect: { listener: L, ge: 1 }
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  // The same scenario gives the same run again.
+  EXPECT_EQ(json_report(s, run_scenario(s)), json_report(s, r));
 }
 
 // Outside a block nobody can free memory while a charge waits: it times out after `wait`, and

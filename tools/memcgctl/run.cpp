@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <utility>
 
 #include "memcg/alloc/lru_cache.hpp"
 #include "memcg/base/clock.hpp"
@@ -77,6 +78,13 @@ memcg::Options controller_options(const Config& c, memcg::Clock* clock) {
   o.clock = clock;
   return o;
 }
+
+// Inside an application handler the library calls (a listener's `shrink` policy): the library
+// may hold that registration's call lock there, so the handler must not park its lane on the
+// clock (another lane notified by the same listener would block on the lock while the parked
+// one holds it). Time a handler spends is owed instead and paid at the end of the step.
+thread_local int tl_in_handler = 0;
+thread_local uint64_t tl_owed_ns = 0;
 
 // A member of the scenario: the library's Member plus what the kill callback did to it.
 struct MemberState {
@@ -218,6 +226,7 @@ class Runner {
   // later run (a throttling sleep in a lane lets the other lanes run meanwhile).
   void finish_step(StepResult* res) {
     memcg::handle_pending_high();
+    if (const uint64_t owed = std::exchange(tl_owed_ns, 0)) clock_.sleep_ns(owed);
     res->time_ns = clock_.now_ns();
     report_kills(res);
     if (res->checked) (res->passed ? r_.passed : r_.failed)++;
@@ -350,7 +359,13 @@ class Runner {
         // Freeing takes time on the freeing thread: inside a charge's reclaim that is a stall.
         it->second->set_evict_callback([this, cost](uint64_t, int64_t count) {
           const uint64_t n = static_cast<uint64_t>(count);
-          clock_.sleep_ns(n > memcg::Clock::kMaxNs / cost ? memcg::Clock::kMaxNs : n * cost);
+          const uint64_t ns = n > memcg::Clock::kMaxNs / cost ? memcg::Clock::kMaxNs : n * cost;
+          if (tl_in_handler > 0) {
+            tl_owed_ns = ns < memcg::Clock::kMaxNs - tl_owed_ns ? tl_owed_ns + ns
+                                                                 : memcg::Clock::kMaxNs;
+          } else {
+            clock_.sleep_ns(ns);
+          }
         });
       }
     }
@@ -796,7 +811,11 @@ class Runner {
         *g, static_cast<memcg::PressureLevel>(l.level), static_cast<memcg::PressureMode>(l.mode),
         [sp, cache, shrink_units](memcg::PressureLevel lv) {
           sp->by_level[static_cast<size_t>(lv)]++;
-          if (cache) sp->shrunk += cache->shrink(shrink_units);
+          if (cache) {
+            ++tl_in_handler;
+            sp->shrunk += cache->shrink(shrink_units);
+            --tl_in_handler;
+          }
         });
     res->detail["result"] = memcg::errno_name(err);
     if (err) {

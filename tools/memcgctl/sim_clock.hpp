@@ -14,7 +14,10 @@
 // Waits: a lane that waits in the library (Clock::wait_until) is due at its deadline; a wake()
 // from the running thread makes it due at once. The library's lock is released while it is
 // parked, and a parked lane holds no other library lock (sleeps and waits are taken without
-// one), so the lane that runs can never block on a parked one.
+// one), so the lane that runs can never block on a parked one. The exception the runner must
+// respect: an application handler the library calls (a listener's notification) may run under
+// that registration's call lock, so a handler never sleeps on this clock (run.cpp defers the
+// time it spends to the end of the step).
 #pragma once
 
 #include <atomic>
