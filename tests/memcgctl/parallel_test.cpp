@@ -5,6 +5,8 @@
 // plotting (which samples pressure) changes nothing a scenario checks.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -264,6 +266,82 @@ steps:
   const std::string svg = svg_plot(s, with);
   EXPECT_NE(svg.find("<title>A-some</title>"), std::string::npos);
   EXPECT_NE(svg.find("stalled (some solid, full dashed)"), std::string::npos);
+}
+
+// Random `parallel` scenarios over one pool with limits, caches, members, waits, a listener
+// policy, a trigger and a reclaim cost: every run ends (a watchdog bounds it), the same scenario
+// runs the same way twice, no step fails to run, and once everything is released each group
+// holds no more than the per-CPU stock may keep for it. Seeds are fixed, so a failure reproduces.
+TEST(Parallel, RandomScenariosEndAndRepeat) {
+  memcg::testing::Watchdog watchdog("random parallel scenarios", std::chrono::seconds(240));
+  constexpr int kScenarios = 60;
+  for (int seed = 1; seed <= kScenarios; ++seed) {
+    std::mt19937 rng(static_cast<unsigned>(seed));
+    auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+    auto mib = [&](int lo, int hi) { return std::to_string(lo + pick(hi - lo + 1)) + "M"; };
+    std::string t = "config: { reclaim_cost: " + std::to_string(pick(3) * 20) + "us }\n";
+    t += "groups:\n  P: { memory.max: " + mib(24, 64) + (pick(2) ? ", memory.high: " + mib(16, 40) : "") +
+         " }\n  P/a: {}\n  P/b: {}\nsteps:\n";
+    t += "  - cache: { name: ca, group: P/a, grow: " + mib(1, 12) + " }\n";
+    t += "  - cache: { name: cb, group: P/b, grow: " + mib(1, 12) + " }\n";
+    const int members = 2 + pick(3);
+    for (int m = 0; m < members; ++m)
+      t += "  - member: { name: m" + std::to_string(m) + ", group: P/" + (m % 2 ? "b" : "a") + " }\n";
+    if (pick(2))
+      t += "  - listen: { name: L, group: P, level: low, mode: hierarchy, shrink: { cache: ca, size: " +
+           mib(1, 4) + " } }\n";
+    t += "  - trigger: { name: T, group: P, spec: \"some 50000 1000000\" }\n";
+    t += "  - parallel:\n";
+    for (int m = 0; m < members; ++m) {
+      const std::string me = "m" + std::to_string(m);
+      t += "      " + me + ":\n";
+      const int steps = 1 + pick(6);
+      for (int k = 0; k < steps; ++k) {
+        switch (pick(8)) {
+          case 0:
+          case 1:
+            t += "        - charge: { member: " + me + ", size: " + mib(1, 16) +
+                 (pick(2) ? ", bulk: true" : "") + " }\n";
+            break;
+          case 2:
+            t += "        - charge: { member: " + me + ", size: " + mib(1, 16) + ", wait: " +
+                 std::to_string(pick(500)) + "ms }\n";
+            break;
+          case 3:
+            t += "        - release: { member: " + me + (pick(2) ? ", size: " + mib(1, 8) : "") + " }\n";
+            break;
+          case 4:
+            t += std::string("        - cache: { name: ") + (pick(2) ? "ca" : "cb") +
+                 (pick(2) ? ", grow: " : ", shrink: ") + mib(1, 6) + " }\n";
+            break;
+          case 5:
+            t += std::string("        - reclaim: { group: ") + (pick(2) ? "P" : "P/a") +
+                 ", size: " + mib(1, 6) + " }\n";
+            break;
+          case 6:
+            t += "        - tick: " + std::to_string(pick(300)) + "ms\n";
+            break;
+          default:
+            t += std::string("        - set: { P/") + (pick(2) ? "a" : "b") + ": { memory.high: " +
+                 (pick(3) ? mib(4, 32) : std::string("max")) + " } }\n";
+            break;
+        }
+      }
+    }
+    for (int m = 0; m < members; ++m) t += "  - release: { member: m" + std::to_string(m) + " }\n";
+    t += "  - cache: { name: ca, drop: true }\n  - cache: { name: cb, drop: true }\n";
+    // What a per-CPU stock may still hold for each group: one batch (64 units of 4K).
+    t += "  - expect: { group: P/a, file: memory.current, le: 256K }\n";
+    t += "  - expect: { group: P/b, file: memory.current, le: 256K }\n";
+
+    SCOPED_TRACE("seed " + std::to_string(seed) + ":\n" + t);
+    const Scenario sc = load_or_die(t);
+    const RunResult a = run_scenario(sc);
+    ASSERT_FALSE(a.malformed) << a.error.message;
+    for (const StepResult& st : a.steps) EXPECT_FALSE(st.failed) << st.message;
+    EXPECT_EQ(a.failed, 0) << text_report(a);
+    EXPECT_EQ(json_report(sc, run_scenario(sc)), json_report(sc, a));
+  }
 }
 
 }  // namespace
