@@ -18,7 +18,10 @@
 // synchronously, on the reclaiming thread, by the reclaim call that filled it (at the end of the
 // call, or at the priority step that forced a critical window), with no library lock held. The
 // thread is still marked as reclaiming, so a charge made by a callback is forced and never
-// recurses into reclaim. An eventfd listener only costs a write(2) on that thread.
+// recurses into reclaim. An eventfd listener only costs a write(2) on that thread. Calls of one
+// listener are serialized (a per-listener call lock, so that reset() can wait for a running call):
+// a callback that blocks holds up every other reclaiming thread that notifies the same listener,
+// so a callback should do its work and return (a cache shrink, a flag), not wait.
 //
 // Cost: free without listeners. A process-wide count of listeners gates tree mode: while it is 0
 // reclaim does one relaxed load per call and no accounting, locking or delivery; windows gathered
