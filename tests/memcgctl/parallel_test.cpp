@@ -45,6 +45,15 @@ const StepResult& lane_step(const RunResult& r, const std::string& lane, size_t 
   return r.steps.front();
 }
 
+// A file of a group as the run left it ("" when absent).
+std::string final_file(const RunResult& r, const std::string& group, const std::string& file) {
+  for (const FinalGroup& g : r.final_groups)
+    if (g.path == group)
+      for (const FinalFile& f : g.files)
+        if (f.name == file) return f.content;
+  return "";
+}
+
 TEST(Parallel, LanesDueTogetherTakeTurnsStepByStep) {
   const Scenario s = load_or_die(R"(
 groups:
@@ -116,11 +125,7 @@ steps:
   EXPECT_EQ(lane_step(r, "b", 2).time_ns, 100 * kMs);
   EXPECT_EQ(lane_step(r, "a2", 2).time_ns, 500 * kMs);
   // A's stall is exactly a1's sleep.
-  std::string content;
-  for (const FinalGroup& g : r.final_groups)
-    if (g.path == "T/A")
-      for (const FinalFile& f : g.files)
-        if (f.name == "memory.pressure") content = f.content;
+  const std::string content = final_file(r, "T/A", "memory.pressure");
   EXPECT_NE(content.find("total=" + std::to_string(throttled / 1000) + "\n"), std::string::npos)
       << content;
 }
@@ -179,11 +184,7 @@ steps:
   const uint64_t charged_at = lane_step(r, "a", 1).time_ns;
   EXPECT_GE(charged_at, 1536 * 100'000u);
   EXPECT_EQ(lane_step(r, "b", 1).time_ns, 1000 * kMs);
-  std::string content;
-  for (const FinalGroup& g : r.final_groups)
-    if (g.path == "P")
-      for (const FinalFile& f : g.files)
-        if (f.name == "memory.pressure") content = f.content;
+  const std::string content = final_file(r, "P", "memory.pressure");
   EXPECT_NE(content.find("some avg10="), std::string::npos);
   EXPECT_NE(content.find("total=" + std::to_string(charged_at / 1000) + "\nfull"),
             std::string::npos)

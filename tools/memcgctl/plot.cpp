@@ -347,12 +347,8 @@ std::string svg_plot(const Scenario& sc, const RunResult& r) {
                      "\n",
                      lx + 24, ly + 4, esc(r.groups[gi]));
   }
-  ly += 8;
-  const std::pair<const char*, const char*> styles[] = {
-      {"", "memory.current"},
-      {R"( stroke-dasharray="8 4")", "memory.max"},
-      {R"( stroke-dasharray="2 3")", "memory.high"}};
-  for (const auto& [dash, label] : styles) {
+  // A legend row: a line in `dash` style, then its label.
+  auto line_row = [&](const char* dash, const char* label) {
     o += fmt::format(
         R"(<line x1="{0}" y1="{1:.1f}" x2="{2}" y2="{1:.1f}" stroke="#444" stroke-width="1.5"{3}/>)"
         "\n",
@@ -361,7 +357,11 @@ std::string svg_plot(const Scenario& sc, const RunResult& r) {
                      "\n",
                      lx + 24, ly + 4, label);
     ly += 16;
-  }
+  };
+  ly += 8;
+  line_row("", "memory.current");
+  line_row(R"( stroke-dasharray="8 4")", "memory.max");
+  line_row(R"( stroke-dasharray="2 3")", "memory.high");
   ly += 8;
   for (size_t e = 0; e < kEventNames.size(); ++e, ly += 16) {
     o += marker(e, lx + 9, ly, "#444") + "\n";
@@ -371,18 +371,8 @@ std::string svg_plot(const Scenario& sc, const RunResult& r) {
   }
   // The pressure panel's own legend, beside it.
   ly = std::max(ly + 8, kPressTop + 6);
-  const std::pair<const char*, const char*> pressure[] = {
-      {"", "some: any task stalled"}, {R"( stroke-dasharray="4 3")", "full: every task stalled"}};
-  for (const auto& [dash, label] : pressure) {
-    o += fmt::format(
-        R"(<line x1="{0}" y1="{1:.1f}" x2="{2}" y2="{1:.1f}" stroke="#444" stroke-width="1.5"{3}/>)"
-        "\n",
-        lx, ly, lx + 18, dash);
-    o += fmt::format(R"(<text x="{}" y="{:.1f}">{}</text>)"
-                     "\n",
-                     lx + 24, ly + 4, label);
-    ly += 16;
-  }
+  line_row("", "some: any task stalled");
+  line_row(R"( stroke-dasharray="4 3")", "full: every task stalled");
   for (bool trigger : {false, true}) {
     o += signal_marker(trigger, lx + 9, ly, "#444", "") + "\n";
     o += fmt::format(R"(<text x="{}" y="{:.1f}">{}</text>)"
