@@ -64,6 +64,15 @@ int write_reclaim(Group& g, std::string_view text) {
   return 0;
 }
 
+// One "key value\n" line of a flat keyed file.
+template <typename Int>
+void append_line(std::string& s, std::string_view key, Int v) {
+  s.append(key);
+  s += ' ';
+  s += std::to_string(v);
+  s += '\n';
+}
+
 // memory.stat: the kernel's flat "key value" lines, after a fold if enough is pending (or the
 // periodic one is due: TableFile::read ticks first). State items first (bytes), then
 // pgscan/pgsteal (the sums of their per-reason items, as in the kernel) and the event items
@@ -73,12 +82,7 @@ int read_stat(Group& g, std::string* out) {
   ctl.rstat().flush_if_needed(g.stat_node());
   const StatRegistry& reg = ctl.stats();
   std::string s;
-  auto line = [&](std::string_view key, int64_t v) {
-    s.append(key);
-    s += ' ';
-    s += std::to_string(v);
-    s += '\n';
-  };
+  auto line = [&](std::string_view key, int64_t v) { append_line(s, key, v); };
   for (size_t i = 0; i < reg.size(); ++i)
     if (reg.item(i).kind == StatKind::kState) line(reg.item(i).name, g.stat(static_cast<int>(i)));
   line("pgscan", g.stat(StatRegistry::kPgscanDirect) + g.stat(StatRegistry::kPgscanProactive));
@@ -94,12 +98,7 @@ int read_stat(Group& g, std::string* out) {
 int read_wait(Group& g, std::string* out) {
   const WaitStats w = wait_stats(g);
   std::string s;
-  auto line = [&](std::string_view key, uint64_t v) {
-    s.append(key);
-    s += ' ';
-    s += std::to_string(v);
-    s += '\n';
-  };
+  auto line = [&](std::string_view key, uint64_t v) { append_line(s, key, v); };
   line("waiters", w.waiters);
   line("queued_bytes", w.queued_bytes);
   line("reserved_bytes", w.reserved_bytes);
