@@ -41,12 +41,6 @@ namespace {
 constexpr uint64_t kPollIntervalNs = 10'000'000;  // 10 ms
 constexpr int64_t kDefaultAgingNs = 100'000'000;  // 100 ms
 
-// a + b, at most Clock::kMaxNs.
-uint64_t add_sat(uint64_t a, uint64_t b) noexcept {
-  if (a >= Clock::kMaxNs) return Clock::kMaxNs;
-  return b < Clock::kMaxNs - a ? a + b : Clock::kMaxNs;
-}
-
 struct Waiter {
   enum State : uint8_t { kWaiting, kGranted, kRemoved };
   Waiter(Group* g, int64_t n, uint64_t now_ns) noexcept
@@ -236,7 +230,7 @@ WaitStatus charge_or_wait(Group& group, int64_t units, const Deadline& deadline,
         if (w.state != Waiter::kWaiting) break;
         const uint64_t now = clock.now_ns();
         if (stop.stop_requested() || now >= deadline_ns) break;
-        const uint64_t until = std::min(deadline_ns, add_sat(now, kPollIntervalNs));
+        const uint64_t until = std::min(deadline_ns, Clock::after(now, kPollIntervalNs));
         clock.wait_until(w.clock_waiter, guard, until, stop);
         if (w.state != Waiter::kWaiting || stop.stop_requested()) continue;
         if (until < deadline_ns && clock.now_ns() >= until) {
@@ -289,7 +283,8 @@ WaitStatus charge_or_wait(Group& group, int64_t units, const Deadline& deadline,
 
 // `timeout` from now on `clock`, saturated at kMaxNs; a negative timeout is 0.
 uint64_t deadline_after(const Clock& clock, std::chrono::nanoseconds timeout) noexcept {
-  return add_sat(clock.now_ns(), static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
+  return Clock::after(clock.now_ns(),
+                      static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
 }
 
 // A timeout from the call (the _for overloads): measured from when the call started.

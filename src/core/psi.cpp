@@ -193,14 +193,18 @@ void catch_up(PsiGroupState& ps, uint64_t now, FiredList* fired) {
   }
 }
 
+// The controller clock's time for the group's timeline, which never runs backwards. Readings
+// past Clock::kMaxNs are taken as that time (clock.hpp): the grid arithmetic then cannot wrap.
+// REQUIRES: ps.mutex held.
+uint64_t timeline_now(Group& g, const PsiGroupState& ps) noexcept {
+  return std::max(std::min(g.controller().clock().now_ns(), Clock::kMaxNs), ps.state_since_ns);
+}
+
 // Brings the group's timeline up to the controller clock (read under the lock, so that it never
 // runs backwards): folds the grid points passed, then returns that time and the totals at it.
 // REQUIRES: ps.mutex held.
 uint64_t advance(Group& g, PsiGroupState& ps, uint64_t tot[2], FiredList* fired) {
-  // Readings past Clock::kMaxNs are taken as that time (clock.hpp): the grid arithmetic below
-  // then cannot wrap.
-  const uint64_t now =
-      std::max(std::min(g.controller().clock().now_ns(), Clock::kMaxNs), ps.state_since_ns);
+  const uint64_t now = timeline_now(g, ps);
   catch_up(ps, now, fired);
   totals_at(ps, now, tot);
   return now;
@@ -290,9 +294,7 @@ PsiStats psi_stats(Group& group) {
 void psi_stall_totals(Group& group, uint64_t out_ns[2]) noexcept {
   PsiGroupState& ps = state_of(group);
   internal::LockGuard lock(ps.mutex);
-  const uint64_t now =
-      std::max(std::min(group.controller().clock().now_ns(), Clock::kMaxNs), ps.state_since_ns);
-  totals_at(ps, now, out_ns);
+  totals_at(ps, timeline_now(group, ps), out_ns);
 }
 
 std::string format_psi(const PsiStats& st) {

@@ -423,11 +423,22 @@ class Loader {
       error(node, "steps: expected a list of steps");
       return;
     }
-    for (auto step_it = node.begin(); step_it != node.end(); ++step_it) {
+    load_step_list(node, "", &out->steps);
+  }
+
+  // The steps of a list (the scenario's, or a lane's when `lane` names its member), in order.
+  // False when any is malformed.
+  bool load_step_list(const YAML::Node& list, const std::string& lane, std::vector<Step>* out) {
+    // What a lane may do: nothing that creates or destroys (see load_parallel).
+    static const std::set<std::string> kInLane = {"set",     "write",   "cache", "charge", "release",
+                                                  "reclaim", "tick",    "expect", "print"};
+    bool ok = true;
+    for (auto step_it = list.begin(); step_it != list.end(); ++step_it) {
       const YAML::Node s = *step_it;  // a handle; the iterator yields temporaries
-      if (too_many()) return;
+      if (too_many()) return false;
       if (!s.IsMap() || s.size() != 1) {
         error(s, "a step is a map with exactly one key (the step's name), e.g. `- tick: 1s`");
+        ok = false;
         continue;
       }
       auto it = s.begin();
@@ -435,13 +446,26 @@ class Loader {
       const YAML::Node body = it->second;
       if (!key.IsScalar()) {
         error(key, "a step's key must be its name");
+        ok = false;
         continue;
       }
       Step step;
       step.kind = key.Scalar();
       step.mark = mark_of(key);
-      if (load_step(step.kind, key, body, &step)) out->steps.push_back(std::move(step));
+      if (!lane.empty() && !kInLane.count(step.kind) && kKnownSteps.count(step.kind)) {
+        error(key, "parallel lane " + lane + ": `" + step.kind +
+                       "` cannot run in a lane (a lane creates and destroys nothing: do it "
+                       "before or after the block)");
+        ok = false;
+        continue;
+      }
+      if (load_step(step.kind, key, body, &step)) {
+        out->push_back(std::move(step));
+      } else {
+        ok = false;
+      }
     }
+    return ok;
   }
 
   bool load_step(const std::string& kind, const YAML::Node& key, const YAML::Node& v, Step* step) {
@@ -996,11 +1020,9 @@ class Loader {
   }
 
   // ---- parallel ---------------------------------------------------------------------------------
+  // Lanes may not create or destroy (load_step_list refuses those steps, `parallel` included),
+  // so that every reference checked here holds whatever the interleaving.
   bool load_parallel(const YAML::Node& v, Step* step) {
-    if (in_lane_) {
-      error(v, "parallel: a lane cannot hold another `parallel` block");
-      return false;
-    }
     if (!v.IsMap() || v.size() == 0) {
       error(v, "parallel: expected a map of lanes, member name → list of steps");
       return false;
@@ -1029,33 +1051,7 @@ class Loader {
         ok = false;
         continue;
       }
-      for (auto it = body.begin(); it != body.end(); ++it) {
-        const YAML::Node s = *it;
-        if (too_many()) break;
-        if (!s.IsMap() || s.size() != 1 || !s.begin()->first.IsScalar()) {
-          error(s, "a step is a map with exactly one key (the step's name), e.g. `- tick: 1s`");
-          ok = false;
-          continue;
-        }
-        Step st;
-        st.kind = s.begin()->first.Scalar();
-        st.mark = mark_of(s.begin()->first);
-        static const std::set<std::string> kInLane = {"set",    "write",  "cache", "charge",
-                                                      "release", "reclaim", "tick",  "expect",
-                                                      "print"};
-        if (!kInLane.count(st.kind) && kKnownSteps.count(st.kind)) {
-          error(s.begin()->first, "parallel lane " + lane.member + ": `" + st.kind +
-                                      "` cannot run in a lane (a lane creates and destroys "
-                                      "nothing: do it before or after the block)");
-          ok = false;
-          continue;
-        }
-        if (load_step(st.kind, s.begin()->first, s.begin()->second, &st)) {
-          lane.steps.push_back(std::move(st));
-        } else {
-          ok = false;
-        }
-      }
+      ok = load_step_list(body, lane.member, &lane.steps) && ok;
       p.lanes.push_back(std::move(lane));
     }
     in_lane_ = false;

@@ -361,8 +361,7 @@ class Runner {
           const uint64_t n = static_cast<uint64_t>(count);
           const uint64_t ns = n > memcg::Clock::kMaxNs / cost ? memcg::Clock::kMaxNs : n * cost;
           if (tl_in_handler > 0) {
-            tl_owed_ns = ns < memcg::Clock::kMaxNs - tl_owed_ns ? tl_owed_ns + ns
-                                                                 : memcg::Clock::kMaxNs;
+            tl_owed_ns = memcg::Clock::after(tl_owed_ns, ns);
           } else {
             clock_.sleep_ns(ns);
           }

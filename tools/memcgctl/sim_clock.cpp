@@ -23,10 +23,7 @@ SimClock::~SimClock() = default;
 
 bool SimClock::in_lane() noexcept { return tl_lane != nullptr; }
 
-uint64_t SimClock::later(uint64_t ns) const noexcept {
-  const uint64_t now = now_ns();
-  return ns < kMaxNs - now ? now + ns : kMaxNs;
-}
+uint64_t SimClock::later(uint64_t ns) const noexcept { return after(now_ns(), ns); }
 
 void SimClock::advance(uint64_t ns) noexcept {
   // Only one thread moves time at a time (the runner between steps, or the scheduler).

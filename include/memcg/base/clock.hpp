@@ -31,6 +31,10 @@ class Clock {
   // times at or below it leaves room for every `time + period` the library computes; later
   // readings are taken as this time.
   static constexpr uint64_t kMaxNs = INT64_MAX;
+  // t + d, at most kMaxNs: a later time that never wraps around to the past.
+  static constexpr uint64_t after(uint64_t t, uint64_t d) noexcept {
+    return t >= kMaxNs ? kMaxNs : (d < kMaxNs - t ? t + d : kMaxNs);
+  }
 
   virtual ~Clock() = default;
   // Monotonic time in nanoseconds. Never goes backwards. Should stay at or below kMaxNs.
@@ -83,8 +87,8 @@ class ManualClock final : public Clock {
   void advance(uint64_t ns) noexcept {
     uint64_t now = now_.load(std::memory_order_relaxed);
     // acq_rel, as a plain fetch_add would be: readers that see the new time see what came first.
-    while (!now_.compare_exchange_weak(now, ns < kMaxNs - now ? now + ns : kMaxNs,
-                                       std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    while (!now_.compare_exchange_weak(now, after(now, ns), std::memory_order_acq_rel,
+                                       std::memory_order_relaxed)) {
     }
   }
   uint64_t total_slept_ns() const noexcept { return slept_.load(std::memory_order_relaxed); }
