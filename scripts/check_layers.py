@@ -5,9 +5,8 @@ The layer order is written once, in LAYERS below (docs/ARCHITECTURE.md describes
 A file belongs to the layer of its folder: include/memcg/<layer>/... and src/<layer>/...
 (a layer's internal/ subfolder is the same layer). A file may include headers of its own layer
 and of the layers below it; the optional components at the top may not include each other.
-The umbrella header <memcg/memcg.hpp> is above every core layer, and the forwarding headers at
-the old flat paths (include/memcg/*.hpp, include/memcg/internal/*.hpp) are checked to forward
-only. Usage: scripts/check_layers.py [repository root]; exit status 1 lists the violations.
+The umbrella header <memcg/memcg.hpp> is above every core layer and is the only header at the
+top of include/memcg/. Usage: scripts/check_layers.py [repository root]; exit status 1 lists the violations.
 """
 import pathlib
 import re
@@ -35,9 +34,7 @@ def layer_of_header(path):
     if parts[0] != "memcg" or len(parts) < 2:
         return None
     if len(parts) == 2:
-        return "umbrella" if parts[1] == "memcg.hpp" else "compat"
-    if parts[1] == "internal":
-        return "compat"
+        return "umbrella" if parts[1] == "memcg.hpp" else "flat"
     return parts[1]
 
 
@@ -59,12 +56,7 @@ def main():
         incs = [(n, m.group(1)) for n, line in enumerate(lines, 1) if (m := INCLUDE.match(line))]
         checked += 1
         if own == "flat":
-            errors.append(f"{rel}: a source outside a layer folder (src/<layer>/)")
-            continue
-        if own == "compat":
-            ok = [i for _, i in incs]
-            if len(ok) != 1 or layer_of_header(ok[0]) not in RANK:
-                errors.append(f"{rel}: an old include path must only forward to one layer header")
+            errors.append(f"{rel}: a file outside a layer folder (include/memcg/<layer>/, src/<layer>/)")
             continue
         if own != "umbrella" and own not in RANK:
             errors.append(f"{rel}: folder '{own}' is not a layer (scripts/check_layers.py LAYERS)")
@@ -75,9 +67,7 @@ def main():
                 if not inc.startswith("memcg/"):
                     continue  # a header next to the source, in its own folder
                 target = layer_of_header(inc)
-                if target == "compat":
-                    errors.append(f"{rel}:{n}: includes the deprecated path <{inc}>")
-                elif target == "umbrella" or target not in RANK:
+                if target == "umbrella" or target not in RANK:
                     errors.append(f"{rel}:{n}: includes <{inc}>, not a layer header")
                 elif RANK[target] > rank or (RANK[target] == rank and target != own
                                              and own != "umbrella"):

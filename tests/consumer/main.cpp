@@ -1,8 +1,8 @@
 // Uses the installed library: a two-level tree, one failing charge, and the events it raised.
 #include <memcg/memcg.hpp>
-// One header by its layer path, one by its old flat path (deprecated, kept for one release).
+// One header by its layer path as well as the umbrella.
 #include <memcg/core/group.hpp>
-#include <memcg/controller.hpp>
+#include <memcg/core/controller.hpp>
 
 #include <cstdio>
 

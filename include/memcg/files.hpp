@@ -1,4 +1,0 @@
-// Deprecated include path, kept for one release: include <memcg/files/files.hpp> (or <memcg/memcg.hpp>).
-// The headers are now in one folder per layer (docs/ARCHITECTURE.md); this file forwards there.
-#pragma once
-#include "memcg/files/files.hpp"
