@@ -1,0 +1,338 @@
+// The scenario loader: the steps that change state (loader.hpp).
+#include "loader.hpp"
+
+#include "memcg/base/errors.hpp"
+#include "memcg/files/parse.hpp"
+
+namespace memcgctl::detail {
+
+bool Loader::load_set(const YAML::Node& v, Step* step) {
+  Entries groups;
+  if (!v.IsMap()) {
+    error(v, "set: expected { GROUP: { FILE: VALUE, ... }, ... }");
+    return false;
+  }
+  if (!entries(v, "set", {}, &groups)) return false;
+  SetStep set;
+  const size_t before = errors_->size();
+  for (const auto& [gk, gv] : groups) {
+    const std::string g = gk.Scalar();
+    if (!group_ref(gk, g, "set")) continue;
+    Entries knobs;
+    if (!gv.IsMap()) {
+      error(gv, "set " + g + ": expected { FILE: VALUE, ... }");
+      continue;
+    }
+    if (entries(gv, "set " + g, {}, &knobs))
+      for (const auto& [kk, kv] : knobs) knob(kk, kv, g, &set.knobs);
+  }
+  step->body = std::move(set);
+  return errors_->size() == before;
+}
+
+bool Loader::load_write(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "write", {"group", "file", "value", "expect"}, &e)) return false;
+  WriteStep w;
+  bool ok =
+      required(v, e, "write", "group", &w.group) && group_ref(*find(e, "group"), w.group, "write");
+  ok = required(v, e, "write", "file", &w.file) && ok;
+  if (ok && !valid_file_name(w.file)) {
+    error(*find(e, "file"), "write: `" + w.file + "` is not an interface file name");
+    ok = false;
+  }
+  ok = required(v, e, "write", "value", &w.value) && ok;
+  if (const YAML::Node* x = find(e, "expect")) {
+    w.has_expect = true;
+    ok = errno_value(*x, "write expect", &w.expect) && ok;
+  }
+  step->body = std::move(w);
+  return ok;
+}
+
+bool Loader::load_cache(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "cache", {"name", "group", "grow", "shrink", "drop", "referenced"},
+                            &e))
+    return false;
+  CacheStep c;
+  if (!required(v, e, "cache", "name", &c.name)) return false;
+  const int ops = !!find(e, "grow") + !!find(e, "shrink") + !!find(e, "drop");
+  if (ops != 1) {
+    error(v, "cache " + c.name + ": give exactly one of `grow`, `shrink` or `drop`");
+    return false;
+  }
+  bool ok = true;
+  const auto existing = caches_.find(c.name);
+  if (const YAML::Node* g = find(e, "group")) {
+    ok = scalar(*g, "cache group", &c.group) && group_ref(*g, c.group, "cache " + c.name);
+    if (ok && existing != caches_.end() && existing->second != c.group) {
+      error(*g,
+            "cache " + c.name + " belongs to `" + existing->second + "`, not `" + c.group + "`");
+      ok = false;
+    }
+  }
+  if (const YAML::Node* r = find(e, "referenced")) {
+    std::string s;
+    uint64_t pct = 0;
+    if (scalar(*r, "cache referenced", &s)) {
+      std::string_view sv = s;
+      if (!sv.empty() && sv.back() == '%') sv.remove_suffix(1);
+      if (!parse_uint(sv, &pct) || pct > 100) {
+        error(*r, "cache referenced: expected a percentage from 0% to 100%, not `" + s + "`");
+        ok = false;
+      }
+    } else {
+      ok = false;
+    }
+    if (existing != caches_.end()) {
+      error(*r, "cache " + c.name + ": `referenced` is set when the cache is created");
+      ok = false;
+    }
+    c.referenced_percent = static_cast<int>(pct);
+    c.has_referenced = true;
+  }
+  if (const YAML::Node* n = find(e, "grow")) {
+    c.op = CacheStep::Op::kGrow;
+    ok = step_size(*n, "cache grow", &c.bytes) && ok;
+    if (existing == caches_.end()) {
+      if (in_lane_) {
+        error(v, "cache " + c.name +
+                     ": a lane cannot create a cache (create it before the "
+                     "`parallel` block)");
+        ok = false;
+      } else if (c.group.empty() && !find(e, "group")) {
+        error(v, "cache " + c.name + ": a new cache needs a `group`");
+        ok = false;
+      } else if (ok) {
+        caches_[c.name] = c.group;
+      }
+    }
+  } else {
+    if (existing == caches_.end()) {
+      error(v, "cache " + c.name + ": no such cache (create it with `grow` and a `group`)");
+      ok = false;
+    }
+    if (const YAML::Node* n = find(e, "shrink")) {
+      c.op = CacheStep::Op::kShrink;
+      ok = size(*n, "cache shrink", &c.bytes) && ok;
+    } else {
+      c.op = CacheStep::Op::kDrop;
+      bool drop = false;
+      const YAML::Node& d = *find(e, "drop");
+      if (boolean(d, "cache drop", &drop) && !drop) {
+        error(d, "cache drop: only `drop: true` means something");
+        ok = false;
+      }
+    }
+  }
+  step->body = std::move(c);
+  return ok;
+}
+
+bool Loader::load_member(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "member", {"name", "group", "immune"}, &e)) return false;
+  MemberStep m;
+  bool ok = required(v, e, "member", "name", &m.name);
+  ok = required(v, e, "member", "group", &m.group) && ok &&
+       group_ref(*find(e, "group"), m.group, "member " + m.name);
+  if (const YAML::Node* i = find(e, "immune")) ok = boolean(*i, "member immune", &m.immune) && ok;
+  if (ok && members_.count(m.name)) {
+    error(*find(e, "name"), "member `" + m.name + "` exists already");
+    ok = false;
+  }
+  if (ok) members_[m.name] = m.group;
+  step->body = std::move(m);
+  return ok;
+}
+
+bool Loader::member_ref(const YAML::Node& map, const Entries& e, const std::string& what,
+                        std::string* out) {
+  if (!required(map, e, what, "member", out)) return false;
+  if (!members_.count(*out)) {
+    error(*find(e, "member"), what + ": no member `" + *out + "`" +
+                                  (exited_.count(*out) ? " (it exited before this step)" : ""));
+    return false;
+  }
+  return true;
+}
+
+bool Loader::load_charge(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "charge", {"member", "size", "expect", "bulk", "wait"}, &e))
+    return false;
+  ChargeStep c;
+  bool ok = member_ref(v, e, "charge", &c.member);
+  if (const YAML::Node* b = find(e, "bulk")) ok = boolean(*b, "charge bulk", &c.bulk) && ok;
+  if (const YAML::Node* w = find(e, "wait")) {
+    if (find(e, "bulk") && ok && !c.bulk) {
+      error(*find(e, "bulk"),
+            "charge: a waiting charge asks for the whole size in one call "
+            "(`bulk: false` contradicts `wait`)");
+      ok = false;
+    }
+    c.wait = true;
+    c.bulk = true;
+    ok = duration(*w, "charge wait", kMaxWaitNs, "60m (one hour)", &c.wait_ns) && ok;
+  }
+  if (const YAML::Node* n = find(e, "size")) {
+    ok = step_size(*n, "charge size", &c.bytes) && ok;
+  } else {
+    error(v, "charge: missing `size`");
+    ok = false;
+  }
+  if (const YAML::Node* x = find(e, "expect")) {
+    std::string s;
+    c.has_expect = true;
+    if (!scalar(*x, "charge expect", &s)) {
+      ok = false;
+    } else if (s == "ok") {
+      c.expect = ChargeStep::Outcome::kOk;
+    } else if (s == "killed") {
+      c.expect = ChargeStep::Outcome::kKilled;
+    } else if (s == "failed") {
+      c.expect = ChargeStep::Outcome::kFailed;
+    } else if (s == "timed_out" && c.wait) {
+      c.expect = ChargeStep::Outcome::kTimedOut;
+    } else {
+      if (s == "timed_out")
+        error(*x,
+              "charge expect: timed_out needs `wait` (a charge that does not wait never "
+              "times out)");
+      else
+        error(*x, std::string("charge expect: expected ok, killed") +
+                      (c.wait ? ", failed or timed_out" : " or failed") + ", not `" + s + "`");
+      ok = false;
+    }
+  }
+  step->body = std::move(c);
+  return ok;
+}
+
+bool Loader::load_release(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "release", {"member", "size"}, &e)) return false;
+  ReleaseStep r;
+  bool ok = member_ref(v, e, "release", &r.member);
+  if (const YAML::Node* n = find(e, "size")) {
+    r.all = false;
+    ok = size(*n, "release size", &r.bytes) && ok;
+  }
+  step->body = std::move(r);
+  return ok;
+}
+
+bool Loader::load_exit(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "exit", {"member"}, &e)) return false;
+  ExitStep x;
+  if (!member_ref(v, e, "exit", &x.member)) return false;
+  members_.erase(x.member);
+  exited_.insert(x.member);
+  step->body = std::move(x);
+  return true;
+}
+
+bool Loader::load_reclaim(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "reclaim", {"group", "size", "expect"}, &e)) return false;
+  ReclaimStep r;
+  bool ok = required(v, e, "reclaim", "group", &r.group) &&
+            group_ref(*find(e, "group"), r.group, "reclaim");
+  if (required(v, e, "reclaim", "size", &r.size)) {
+    memcg::ReclaimRequest req;
+    if (memcg::parse_reclaim(r.size, &req) != 0) {
+      error(*find(e, "size"), "reclaim size: `" + r.size +
+                                  "` is rejected by memory.reclaim (a size, then optional "
+                                  "`swappiness=N`)");
+      ok = false;
+    }
+  } else {
+    ok = false;
+  }
+  if (const YAML::Node* x = find(e, "expect")) {
+    r.has_expect = true;
+    ok = errno_value(*x, "reclaim expect", &r.expect) && ok;
+  }
+  step->body = std::move(r);
+  return ok;
+}
+
+bool Loader::load_remove(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "remove", {"group"}, &e)) return false;
+  RemoveStep r;
+  if (!required(v, e, "remove", "group", &r.group)) return false;
+  const YAML::Node& g = *find(e, "group");
+  if (!group_ref(g, r.group, "remove", /*allow_root=*/false)) return false;
+  const std::string prefix = r.group + "/";
+  for (const auto& other : online_) {
+    if (other.compare(0, prefix.size(), prefix) == 0) {
+      error(g, "remove: `" + r.group + "` still has the child `" + other + "`");
+      return false;
+    }
+  }
+  for (const auto& [name, group] : members_) {
+    if (group == r.group) {
+      error(g, "remove: `" + r.group + "` still has the member `" + name + "` (exit it first)");
+      return false;
+    }
+  }
+  for (const auto& [name, h] : handles_) {
+    if (h.second == r.group) {
+      error(g, "remove: `" + r.group + "` still has the " + h.first + " `" + name + "`" +
+                   (h.first == "peak" ? " (close it first)" : " (it stays open to the end)"));
+      return false;
+    }
+  }
+  online_.erase(r.group);
+  step->body = std::move(r);
+  return true;
+}
+
+bool Loader::load_tick(const YAML::Node& v, Step* step) {
+  TickStep t;
+  if (!duration(v, "tick", kMaxVirtualNs, "100 years", &t.ns)) return false;
+  step->body = t;
+  return true;
+}
+
+bool Loader::load_parallel(const YAML::Node& v, Step* step) {
+  if (!v.IsMap() || v.size() == 0) {
+    error(v, "parallel: expected a map of lanes, member name → list of steps");
+    return false;
+  }
+  if (v.size() > kMaxLanes) {
+    error(v, "parallel: more than " + std::to_string(kMaxLanes) + " lanes");
+    return false;
+  }
+  Entries lanes;
+  if (!entries(v, "parallel", {}, &lanes)) return false;
+  ParallelStep p;
+  bool ok = true;
+  in_lane_ = true;
+  for (const auto& [k, body] : lanes) {
+    ParallelStep::Lane lane;
+    lane.member = k.Scalar();
+    lane.mark = mark_of(k);
+    if (!members_.count(lane.member)) {
+      error(k, "parallel: no member `" + lane.member + "`" +
+                   (exited_.count(lane.member) ? " (it exited before this step)" : "") +
+                   ": each lane is named after the member it runs as");
+      ok = false;
+    }
+    if (!body.IsSequence()) {
+      error(body, "parallel lane " + lane.member + ": expected a list of steps");
+      ok = false;
+      continue;
+    }
+    ok = load_step_list(body, lane.member, &lane.steps) && ok;
+    p.lanes.push_back(std::move(lane));
+  }
+  in_lane_ = false;
+  step->body = std::move(p);
+  return ok;
+}
+
+}  // namespace memcgctl::detail

@@ -1,0 +1,236 @@
+// The scenario runner: the steps that change state (runner.hpp).
+#include "runner.hpp"
+
+namespace memcgctl::detail {
+
+memcg::GroupRef Runner::group(const std::string& path, StepResult* res) {
+  memcg::GroupRef g = ctl_.lookup(path);
+  if (!g) {
+    res->failed = true;
+    res->message = "no group " + path;
+  }
+  return g;
+}
+
+bool Runner::perform(const Step& st, StepResult* res) {
+  return std::visit([&](const auto& body) { return perform_body(st, body, res); }, st.body);
+}
+
+bool Runner::perform_body(const Step&, const SetStep& set, StepResult* res) {
+  for (const Knob& k : set.knobs)
+    if (!write_knob(k)) return false;
+  Json written = Json::object();
+  for (const Knob& k : set.knobs) written[k.group][k.file] = k.value;
+  res->detail["written"] = std::move(written);
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const WriteStep& w, StepResult* res) {
+  memcg::GroupRef g = group(w.group, res);
+  if (!g) return true;
+  const int err = memcg::write_file(*g, w.file, w.value);
+  res->detail["result"] = memcg::errno_name(err);
+  if (w.has_expect) {
+    res->checked = true;
+    res->passed = err == w.expect;
+    res->detail["expect"] = memcg::errno_name(w.expect);
+    if (!res->passed)
+      res->message = "write " + w.group + " " + w.file + " \"" + w.value + "\": expected " +
+                     memcg::errno_name(w.expect) + ", got " + error_text(err);
+  }
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const CacheStep& c, StepResult* res) {
+  auto it = caches_.find(c.name);
+  if (it == caches_.end()) {
+    memcg::GroupRef g = group(c.group, res);
+    if (!g) return true;
+    it =
+        caches_.emplace(c.name, std::make_unique<memcg::LruCache>(*g, c.name, c.referenced_percent))
+            .first;
+    if (const uint64_t cost = s_.config.reclaim_cost_ns) {
+      // Freeing takes time on the freeing thread: inside a charge's reclaim that is a stall.
+      it->second->set_evict_callback([this, cost](uint64_t, int64_t count) {
+        const uint64_t n = static_cast<uint64_t>(count);
+        const uint64_t ns = n > memcg::Clock::kMaxNs / cost ? memcg::Clock::kMaxNs : n * cost;
+        if (tl_in_handler > 0) {
+          tl_owed_ns = memcg::Clock::after(tl_owed_ns, ns);
+        } else {
+          clock_.sleep_ns(ns);
+        }
+      });
+    }
+  }
+  memcg::LruCache& cache = *it->second;
+  const int64_t units = units_of(c.bytes);
+  switch (c.op) {
+    case CacheStep::Op::kGrow: {
+      int64_t grown = 0;
+      // One unit per call: the first charge that fails stops the growth.
+      while (grown < units && cache.grow(1) == 1) ++grown;
+      res->detail["grown"] = grown * unit_;
+      res->detail["requested"] = units * unit_;
+      if (grown < units) {
+        res->detail["stopped"] = "a charge failed";
+        res->notes.push_back("cache " + c.name + " grew " + human_size(grown * unit_) + " of " +
+                             human_size(units * unit_) + ": a charge failed");
+      }
+      break;
+    }
+    case CacheStep::Op::kShrink:
+      res->detail["freed"] = cache.shrink(units) * unit_;
+      break;
+    case CacheStep::Op::kDrop:
+      res->detail["freed"] = cache.size() * unit_;
+      cache.drop();
+      break;
+  }
+  res->detail["size"] = cache.size() * unit_;
+  res->detail["evicted"] = cache.evicted() * unit_;
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const MemberStep& m, StepResult* res) {
+  memcg::GroupRef g = group(m.group, res);
+  if (!g) return true;
+  auto state = std::make_unique<MemberState>();
+  MemberState* sp = state.get();
+  // Killing a member releases its pinned memory, like the exit of a killed process.
+  auto on_kill = [sp](memcg::Member& victim) {
+    sp->killed = true;
+    victim.uncharge(victim.charged());
+  };
+  state->member =
+      std::make_unique<memcg::Member>(*g, m.name, on_kill, m.immune ? memcg::Member::kImmune : 0);
+  members_[m.name] = std::move(state);
+  return true;
+}
+
+void Runner::report_kills(StepResult* res) {
+  Json killed = Json::array();
+  for (auto& [name, st] : members_) {
+    if (st->killed && !reported_kills_.count(name)) {
+      reported_kills_.insert(name);
+      killed.push_back(name);
+    }
+  }
+  if (killed.empty()) return;
+  std::string note = "killed by the OOM killer:";
+  for (const auto& name : killed) note += " " + name.get<std::string>();
+  res->notes.push_back(std::move(note));
+  res->detail["killed"] = std::move(killed);
+}
+
+bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {
+  MemberState& st = *members_.at(c.member);
+  const int64_t units = units_of(c.bytes);
+  int64_t done = 0;
+  ChargeStep::Outcome outcome = ChargeStep::Outcome::kOk;
+  if (c.wait && units > 0 && !st.killed) {
+    // One call that may wait on the virtual clock; in a lane, the others run meanwhile.
+    const uint64_t start = clock_.now_ns();
+    const memcg::WaitStatus ws = st.member->charge_wait(units, std::chrono::nanoseconds(c.wait_ns));
+    res->detail["waited_ns"] = clock_.now_ns() - start;
+    res->detail["wait_status"] = memcg::wait_status_name(ws);
+    if (ws == memcg::WaitStatus::kOk) {
+      done = units;
+    } else {
+      outcome = ws == memcg::WaitStatus::kTimedOut ? ChargeStep::Outcome::kTimedOut
+                                                   : ChargeStep::Outcome::kFailed;
+    }
+  } else if (c.bulk && units > 0 && !st.killed) {
+    // One call for the whole size: the library's memory.high and memory.max handling sees
+    // one large charge.
+    if (memcg::charged(st.member->charge(units))) {
+      done = units;
+    } else {
+      outcome = st.killed ? ChargeStep::Outcome::kKilled : ChargeStep::Outcome::kFailed;
+    }
+  }
+  while (!c.bulk && done < units) {
+    if (st.killed) {
+      outcome = ChargeStep::Outcome::kKilled;
+      break;
+    }
+    if (!memcg::charged(st.member->charge(1))) {
+      outcome = st.killed ? ChargeStep::Outcome::kKilled : ChargeStep::Outcome::kFailed;
+      break;
+    }
+    ++done;
+  }
+  if (st.killed) {
+    outcome = ChargeStep::Outcome::kKilled;
+    // A charge retried after the kill may have landed: a killed member holds nothing.
+    st.member->uncharge(st.member->charged());
+  }
+  res->detail["charged"] = done * unit_;
+  res->detail["outcome"] = outcome_name(outcome);
+  if (c.has_expect) {
+    res->checked = true;
+    res->passed = outcome == c.expect;
+    res->detail["expect"] = outcome_name(c.expect);
+    if (!res->passed)
+      res->message = "charge " + c.member + " " + human_size(c.bytes) + ": expected " +
+                     outcome_name(c.expect) + ", got " + outcome_name(outcome) + " after " +
+                     human_size(done * unit_);
+  }
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const ReleaseStep& r, StepResult* res) {
+  memcg::Member& m = *members_.at(r.member)->member;
+  const int64_t units = r.all ? m.charged() : units_of(r.bytes);
+  res->detail["released"] = m.uncharge(units) * unit_;
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const ExitStep& x, StepResult* res) {
+  auto it = members_.find(x.member);
+  res->detail["released"] = it->second->member->charged() * unit_;
+  members_.erase(it);
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const ReclaimStep& r, StepResult* res) {
+  memcg::GroupRef g = group(r.group, res);
+  if (!g) return true;
+  const uint64_t before = g->current();
+  const int err = memcg::write_file(*g, "memory.reclaim", r.size);
+  res->detail["result"] = memcg::errno_name(err);
+  res->detail["reclaimed"] = before > g->current() ? before - g->current() : 0;
+  if (r.has_expect) {
+    res->checked = true;
+    res->passed = err == r.expect;
+    res->detail["expect"] = memcg::errno_name(r.expect);
+    if (!res->passed)
+      res->message = "reclaim " + r.group + " " + r.size + ": expected " +
+                     memcg::errno_name(r.expect) + ", got " + error_text(err);
+  } else if (err == ENOENT) {
+    res->failed = true;
+    res->message = "reclaim " + r.group + " " + r.size + ": " + error_text(err);
+  }
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const RemoveStep& r, StepResult* res) {
+  const int err = ctl_.remove(r.group);
+  res->detail["result"] = memcg::errno_name(err);
+  if (err) {
+    res->failed = true;
+    res->message = "remove " + r.group + ": " + memcg::errno_name(err);
+  }
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const TickStep& t, StepResult*) {
+  if (SimClock::in_lane()) {
+    clock_.yield_for(t.ns);  // the lane runs for t.ns while the others go on
+    return true;
+  }
+  clock_.advance(t.ns);
+  on_tick();
+  return true;
+}
+
+}  // namespace memcgctl::detail
