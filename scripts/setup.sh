@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libxml2-utils
+  dpkg-dev
   libjemalloc-dev
   libcpp-httplib-dev prometheus prometheus-cpp-dev
   clang-19 libclang-rt-19-dev

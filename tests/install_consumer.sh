@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the built library into a scratch prefix, then builds and runs a consumer project
-# against it twice: through find_package(memcg) and through pkg-config.
+# Installs the built library (static or shared) into a scratch prefix, then builds and runs a
+# consumer project against it twice: through find_package(memcg) and through pkg-config.
 # Usage: install_consumer.sh <build-dir> <source-dir>
 set -euo pipefail
 build=$1
@@ -21,5 +21,6 @@ if [[ -x "$work/build/consumer_prometheus_cpp" ]]; then "$work/build/consumer_pr
 libdir=$(find "$work/prefix" -name memcg.pc -printf '%h\n' | head -n1)
 PKG_CONFIG_PATH="$libdir" g++ -o "$work/consumer_pc" "$src/tests/consumer/main.cpp" \
   $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs memcg)
-"$work/consumer_pc"
+# A shared build: pkg-config gives no run path, the loader is told where the library is.
+LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/consumer_pc"
 echo "install_consumer: find_package and pkg-config consumers both ran"

@@ -3,10 +3,18 @@
 // One header by its layer path as well as the umbrella.
 #include <memcg/core/group.hpp>
 #include <memcg/core/controller.hpp>
+#include <memcg/base/version.hpp>
 
 #include <cstdio>
+#include <cstring>
 
 int main() {
+  // The library linked is the one these headers describe (a stale shared object would not be).
+  const memcg::Version v = memcg::version();
+  std::printf("memcg %s\n", v.text);
+  if (std::strcmp(v.text, MEMCG_VERSION_STRING) != 0 || v.major != MEMCG_VERSION_MAJOR ||
+      v.minor != MEMCG_VERSION_MINOR || v.patch != MEMCG_VERSION_PATCH)
+    return 5;
   memcg::Controller ctl;
   memcg::GroupRef a;
   if (ctl.create("a", &a) != 0) return 1;

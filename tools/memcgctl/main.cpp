@@ -18,15 +18,13 @@
 #include <iostream>
 
 #include "load.hpp"
+#include "memcg/base/version.hpp"
 #include "report.hpp"
 #include "run.hpp"
 #ifdef MEMCGCTL_HAVE_TOP
 #include "top.hpp"
 #endif
 
-#ifndef MEMCGCTL_VERSION
-#define MEMCGCTL_VERSION "unknown"
-#endif
 
 namespace {
 
@@ -84,7 +82,7 @@ int run(const std::string& file, bool json, const std::string& plot) {
 
 int main(int argc, char** argv) {
   CLI::App app{"memcgctl: run memcg scenario files against the library on a virtual clock"};
-  app.set_version_flag("--version", std::string("memcgctl ") + MEMCGCTL_VERSION);
+  app.set_version_flag("--version", std::string("memcgctl ") + memcg::version().text);
   app.require_subcommand(1);
 
   std::string file, plot;

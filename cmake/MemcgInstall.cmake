@@ -1,0 +1,80 @@
+# Install rules in three components, and the Debian packages made of them (cpack -G DEB):
+#
+#   runtime      the shared libraries                       -> libmemcg<SOVERSION> (e.g. libmemcg0.1)
+#   development  headers, archives or .so links, CMake package, pkg-config -> libmemcg-dev
+#   tools        memcgctl                                   -> memcg-tools
+#
+# `cmake --install B --component X` installs one of them alone. Every library install rule is
+# memcg_install_library()'s (cmake/MemcgLibrary.cmake); memcgctl's is optional, so installing
+# after building only the libraries (target memcg_libraries) works.
+memcg_install_library(memcg EXPORT memcgTargets)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/memcg DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        COMPONENT development)
+install(FILES ${PROJECT_BINARY_DIR}/include/memcg/base/version.hpp
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/memcg/base COMPONENT development)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/memcgConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/memcgConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/memcg)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/memcgConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/memcgConfig.cmake ${PROJECT_BINARY_DIR}/memcgConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/memcg COMPONENT development)
+# memcg.pc finds the prefix from where it is installed: as many `..` as the library directory
+# has parts (lib, or lib/x86_64-linux-gnu under /usr).
+file(RELATIVE_PATH MEMCG_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/memcg.pc.in ${PROJECT_BINARY_DIR}/memcg.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/memcg.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+        COMPONENT development)
+
+# ---- Debian packages ----
+# Built from a configuration with CMAKE_INSTALL_PREFIX=/usr (the Debian library directory) and,
+# for the runtime package to hold anything, MEMCG_SHARED=ON (tests/package_check.sh).
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME memcg)
+set(CPACK_PACKAGE_VERSION ${memcg_VERSION})
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${memcg_DESCRIPTION}")
+set(CPACK_PACKAGE_CONTACT "memcg maintainers <memcg@localhost>")
+set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
+set(CPACK_DEB_COMPONENT_INSTALL ON)
+set(CPACK_COMPONENTS_ALL development)
+if(MEMCG_SHARED)
+  list(PREPEND CPACK_COMPONENTS_ALL runtime)
+endif()
+if(MEMCG_BUILD_TOOLS)
+  list(APPEND CPACK_COMPONENTS_ALL tools)
+endif()
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION libs)
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME libmemcg${MEMCG_SOVERSION})
+set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_NAME libmemcg-dev)
+set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_SECTION libdevel)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME memcg-tools)
+set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)
+set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "memcg: Linux memory-cgroup semantics for C++ applications (shared libraries)")
+set(CPACK_COMPONENT_DEVELOPMENT_DESCRIPTION "memcg: headers, CMake package and pkg-config file")
+set(CPACK_COMPONENT_TOOLS_DESCRIPTION "memcg: memcgctl, the scenario runner")
+# What the shared objects and memcgctl link (libstdc++6, libjemalloc2, libyaml-cpp0.7, ...):
+# computed by dpkg-shlibdeps; libmemcg itself is found in the build tree.
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR})
+# The development files need the Debian -dev packages of what the optional components use:
+# memcgConfig.cmake and the link lines look for them.
+set(dev_depends)
+if(MEMCG_SHARED)
+  list(APPEND dev_depends "libmemcg${MEMCG_SOVERSION} (= ${memcg_VERSION})")
+endif()
+if(TARGET memcg_jemalloc)
+  list(APPEND dev_depends libjemalloc-dev)
+endif()
+if(TARGET memcg_http)
+  list(APPEND dev_depends "libcpp-httplib-dev, pkg-config")
+endif()
+if(TARGET memcg_prometheus_cpp)
+  list(APPEND dev_depends prometheus-cpp-dev)
+endif()
+list(JOIN dev_depends ", " CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS)
+if(MEMCG_SHARED)
+  set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "libmemcg${MEMCG_SOVERSION} (= ${memcg_VERSION})")
+endif()
+include(CPack)

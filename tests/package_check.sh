@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The shared build, its install components and its Debian packages, as a user gets them:
+#   1. configures memcg shared (MEMCG_SHARED=ON, prefix /usr), builds the libraries only and
+#      installs them (memcgctl's rule is optional), then memcgctl; checks the SONAME and that
+#      only the memcg namespace is exported;
+#   2. `cmake --install --component X` for runtime, development and tools: each installs its
+#      part alone; install_consumer.sh then runs its find_package and pkg-config consumers on it;
+#   3. cpack -G DEB: libmemcg<SOVERSION>, libmemcg-dev, memcg-tools with their Depends;
+#   4. extracts the packages (dpkg-deb -x, nothing goes into the system) and builds and runs the
+#      find_package consumer against the extracted tree, and the extracted memcgctl --version.
+# Usage: package_check.sh <source-dir> [work-dir]   (uses ccache when it is installed)
+set -euo pipefail
+src=$(cd "$1" && pwd)
+work=${2:-$(mktemp -d)}
+[[ -n ${2:-} ]] || trap 'rm -rf "$work"' EXIT
+mkdir -p "$work"
+build=$work/build
+fail() { echo "package_check: $*" >&2; exit 1; }
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMCG_SHARED=ON \
+  -DCMAKE_INSTALL_PREFIX=/usr -DMEMCG_BUILD_TESTS=OFF -DMEMCG_BUILD_BENCH=OFF \
+  -DMEMCG_BUILD_EXAMPLES=OFF -DMEMCG_BUILD_TOOLS=ON "${launcher[@]}" >/dev/null
+cmake --build "$build" --target memcg_libraries -j "${JOBS:-2}" >/dev/null
+# Installing after building only the libraries: everything but memcgctl, and no error.
+rm -f "$build/tools/memcgctl/memcgctl"
+DESTDIR=$work/libs-only cmake --install "$build" >/dev/null
+[[ -e $work/libs-only/usr/include/memcg/memcg.hpp && ! -e $work/libs-only/usr/bin/memcgctl ]] ||
+  fail "install after building the libraries only"
+cmake --build "$build" --target memcgctl -j "${JOBS:-2}" >/dev/null
+version=$(sed -n 's/^#define MEMCG_VERSION_STRING "\(.*\)"/\1/p' "$build/include/memcg/base/version.hpp")
+soversion=$(objdump -p "$build/libmemcg.so" | awk '/SONAME/ {print $2}')
+[[ $soversion == libmemcg.so.${version%.*} ]] || fail "SONAME $soversion for version $version"
+# Exported: the memcg namespace (and operator new/delete of memcg::hook), nothing else.
+for lib in $(find "$build" -name 'libmemcg*.so' -not -path '*/CMakeFiles/*'); do
+  others=$(nm -D --defined-only "$lib" | c++filt | cut -d' ' -f3- |
+           grep -v -E '(^|for |to )memcg::|^operator (new|delete)' || true)
+  [[ -z $others ]] || fail "$(basename "$lib") exports symbols outside memcg: $(head -3 <<<"$others")"
+done
+
+# ---- components, each alone ----
+for c in runtime development tools; do
+  DESTDIR=$work/comp-$c cmake --install "$build" --component $c >/dev/null
+done
+files() { (cd "$work/comp-$1" && find . -type f -o -type l | sort); }
+files runtime | grep -q -v -E '\.so\.[0-9.]+$' && fail "runtime holds more than shared objects"
+files runtime | grep -q 'libmemcg\.so\.' || fail "runtime has no libmemcg.so.*"
+files development | grep -q 'include/memcg/memcg.hpp' || fail "development has no headers"
+files development | grep -q 'include/memcg/base/version.hpp' || fail "development has no version.hpp"
+files development | grep -q -E 'bin/|\.so\.[0-9]' && fail "development holds runtime files or tools"
+[[ $(files tools) == "./usr/bin/memcgctl" ]] || fail "tools holds $(files tools)"
+"$src/tests/install_consumer.sh" "$build" "$src"
+
+# ---- Debian packages ----
+(cd "$build" && cpack -G DEB -B "$work/debs" >/dev/null)
+debs=("$work"/debs/*.deb)
+((${#debs[@]} == 3)) || fail "expected 3 packages, got: ${debs[*]##*/}"
+libpkg=libmemcg${version%.*}
+depends() { dpkg-deb -f "$work/debs/$1"_*.deb Depends; }
+depends "$libpkg" | grep -q 'libstdc++6' || fail "$libpkg Depends: $(depends "$libpkg")"
+depends libmemcg-dev | grep -q "$libpkg (= $version)" || fail "libmemcg-dev Depends: $(depends libmemcg-dev)"
+depends memcg-tools | grep -q "$libpkg (= $version)" || fail "memcg-tools Depends: $(depends memcg-tools)"
+depends memcg-tools | grep -q 'libyaml-cpp' || fail "memcg-tools Depends: $(depends memcg-tools)"
+if [[ -n $(find "$build/src/jemalloc" -name '*.so' 2>/dev/null) ]]; then
+  depends "$libpkg" | grep -q libjemalloc2 || fail "$libpkg Depends: $(depends "$libpkg")"
+  depends libmemcg-dev | grep -q libjemalloc-dev || fail "libmemcg-dev Depends: $(depends libmemcg-dev)"
+fi
+for d in "${debs[@]}"; do
+  echo "package_check: $(dpkg-deb -f "$d" Package) $(dpkg-deb -f "$d" Version): $(dpkg-deb -f "$d" Depends)"
+  dpkg-deb -x "$d" "$work/root"
+done
+root=$work/root
+libdir=$(dirname "$(find "$root" -name 'libmemcg.so.*.*.*' | head -n1)")
+cmake -S "$src/tests/consumer" -B "$work/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$root/usr" >/dev/null
+cmake --build "$work/consumer" >/dev/null
+LD_LIBRARY_PATH=$libdir "$work/consumer/consumer"
+[[ $(LD_LIBRARY_PATH=$libdir "$root/usr/bin/memcgctl" --version) == "memcgctl $version" ]] ||
+  fail "memcgctl --version"
+echo "package_check: shared build, components and packages all checked (memcg $version)"
