@@ -173,6 +173,50 @@ TEST(HostBinding, FollowsChangesOnItsPeriod) {
   b.stop();
 }
 
+// inotify on the binding's memory.events: a change there is followed at once, long before the
+// period (an hour here).
+TEST(HostBinding, FollowsMemoryEventsThroughInotify) {
+  memcg::testing::Watchdog dog("FollowsMemoryEventsThroughInotify", std::chrono::seconds(60));
+  FixtureTree t;
+  container(t);
+  Controller ctl;
+  BindOptions o = fixture_options(t);
+  o.period_ms = 3'600'000;
+  HostBinding b(ctl, o);
+  std::string err;
+  ASSERT_EQ(b.start(&err), 0) << err;
+  EXPECT_EQ(b.status().refreshes, 1u);
+  t.write("sys/fs/cgroup/svc/memory.max", std::to_string(2 * G) + "\n");
+  t.write("sys/fs/cgroup/svc/memory.events", "low 0\nhigh 3\nmax 1\noom 0\noom_kill 0\n");
+  EXPECT_TRUE(wait_for([&] { return b.status().cgroup.limit == 2 * G; }))
+      << "no refresh after memory.events changed";
+  b.stop();
+}
+
+// The library does not throttle at the root, so the binding reclaims the root's excess over the
+// high it derived from the kernel's.
+TEST(HostBinding, RootOverItsHighIsReclaimed) {
+  FixtureTree t;
+  container(t, 0, 0);
+  t.write("sys/fs/cgroup/svc/memory.max", "max\n");
+  t.write("sys/fs/cgroup/svc/memory.high", std::to_string(96 * M) + "\n");
+  Controller ctl;
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  LruCache cache(*g, "c");
+  ASSERT_EQ(cache.grow(80 * M / 4096), 80 * M / 4096);
+  HostBinding b(ctl, fixture_options(t));
+  std::string err;
+  ASSERT_EQ(b.refresh(&err), 0) << err;
+  const HostStatus s = b.status();
+  EXPECT_EQ(s.applied.headroom, 32 * M);  // the floor: 5 % of 96M is less
+  EXPECT_EQ(s.applied.high, 64 * M);
+  EXPECT_EQ(s.applied.max, kNoLimit);
+  EXPECT_EQ(s.high_reclaims, 1u);
+  EXPECT_LE(ctl.root().current(), 64 * M);
+  EXPECT_GE(s.reclaimed_bytes, 16 * M);
+}
+
 // A tenant's cache within its memory.min and another's unprotected cache: a pressure event from
 // the test's eventfd reclaims from the unprotected one only; further events inside the interval
 // are counted and skipped; stop is bounded.
