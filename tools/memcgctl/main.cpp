@@ -3,6 +3,8 @@
 //   memcgctl run FILE [--json] [--plot FILE.svg]
 //   memcgctl validate FILE
 //   memcgctl top [--url URL] [--interval 1s] [--sort current|peak|pressure|events] [--once]
+//   memcgctl host [--root PREFIX] [--cgroup-version 1|2]
+//   memcgctl snapshot DIR
 //
 // `top` watches a running process that serves memcg::http (built when cpp-httplib is found).
 //
@@ -23,6 +25,9 @@
 #include "run.hpp"
 #ifdef MEMCGCTL_HAVE_TOP
 #include "top.hpp"
+#endif
+#ifdef MEMCGCTL_HAVE_HOST
+#include "host_cmd.hpp"
 #endif
 
 
@@ -110,6 +115,20 @@ int main(int argc, char** argv) {
   top_cmd->add_flag("--once", top.once, "print one snapshot and exit");
 #endif
 
+#ifdef MEMCGCTL_HAVE_HOST
+  std::string host_root, snap_dir;
+  int host_version = 0;
+  CLI::App* host_cmd =
+      app.add_subcommand("host", "print the process's kernel memory cgroup and its binding");
+  host_cmd->add_option("--root", host_root, "read every file under this prefix (fixture trees)");
+  host_cmd->add_option("--cgroup-version", host_version, "1 or 2 only (default: v2, else v1)")
+      ->check(CLI::IsMember({0, 1, 2}));
+  CLI::App* snap_cmd =
+      app.add_subcommand("snapshot", "print a scenario of a cgroup v2 subtree's knobs and usage");
+  snap_cmd->add_option("DIR", snap_dir, "a cgroup v2 directory with the memory controller")
+      ->required();
+#endif
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -117,6 +136,10 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitMalformed;
   }
   if (*run_cmd) return run(file, json, plot);
+#ifdef MEMCGCTL_HAVE_HOST
+  if (*host_cmd) return memcgctl::run_host(host_root, host_version, std::cout, std::cerr);
+  if (*snap_cmd) return memcgctl::run_snapshot(snap_dir, std::cout, std::cerr);
+#endif
 #ifdef MEMCGCTL_HAVE_TOP
   if (*top_cmd) {
     if (!memcgctl::parse_interval_ms(interval, &top.interval_ms)) {

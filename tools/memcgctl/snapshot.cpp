@@ -1,0 +1,151 @@
+// `memcgctl snapshot DIR`: a scenario from a real cgroup v2 subtree (host_cmd.hpp).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <ostream>
+#include <vector>
+
+#include "host_cmd.hpp"
+#include "load.hpp"
+#include "memcg/host/discovery.hpp"
+
+namespace memcgctl {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SnapGroup {
+  std::string path;  // scenario path ("top/a/b")
+  std::string dir;
+  std::string knobs[4];  // memory.min, memory.low, memory.high, memory.max as the files say
+  std::string oom_group;
+  uint64_t current = 0;
+  uint64_t children = 0;  // the sum of the children's memory.current
+};
+
+constexpr const char* kKnobs[4] = {"memory.min", "memory.low", "memory.high", "memory.max"};
+
+// A cgroup name the scenario's group paths accept (Controller::create's rule).
+bool valid_name(const std::string& n) {
+  if (n.empty() || n.size() > 255 || n == "." || n == "..") return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.' || c == ':' || c == '@' || c == '+';
+  });
+}
+
+// One value file; the limit files are checked with the kernel's grammar, "max" kept as is.
+bool read_value(const std::string& file, bool limit, std::string* v, uint64_t* n,
+                std::ostream& err) {
+  std::string text;
+  if (int e = memcg::host::read_small_file(file, &text)) {
+    err << "memcgctl snapshot: " << file << ": cannot read (errno " << e << ")\n";
+    return false;
+  }
+  uint64_t value = 0;
+  const int rc = limit ? memcg::host::parse_limit_file(text, &value)
+                       : memcg::host::parse_u64_file(text, &value);
+  if (rc) {
+    err << "memcgctl snapshot: " << file << ": malformed value\n";
+    return false;
+  }
+  if (v) *v = value == memcg::host::kNoLimit ? "max" : std::to_string(value);
+  if (n) *n = value;
+  return true;
+}
+
+// Reads `dir` and, in name order, every descendant with the memory controller (a directory
+// with memory.current); pre-order. `limit` bounds the groups.
+bool collect(const std::string& dir, const std::string& path, std::vector<SnapGroup>* out,
+             std::ostream& err) {
+  if (out->size() >= kMaxGroups) {
+    err << "memcgctl snapshot: more than " << kMaxGroups << " groups: a scenario cannot hold them\n";
+    return false;
+  }
+  SnapGroup g;
+  g.path = path;
+  g.dir = dir;
+  for (int i = 0; i < 4; ++i)
+    if (!read_value(dir + "/" + kKnobs[i], true, &g.knobs[i], nullptr, err)) return false;
+  uint64_t oom = 0;
+  if (!read_value(dir + "/memory.oom.group", false, nullptr, &oom, err)) return false;
+  g.oom_group = oom ? "1" : "0";
+  if (!read_value(dir + "/memory.current", false, nullptr, &g.current, err)) return false;
+  const size_t self = out->size();
+  out->push_back(std::move(g));
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+    if (!e.is_symlink() && e.is_directory() && fs::exists(e.path() / "memory.current"))
+      names.push_back(e.path().filename().string());
+  if (ec) {
+    err << "memcgctl snapshot: " << dir << ": " << ec.message() << "\n";
+    return false;
+  }
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    if (!valid_name(n)) {
+      err << "memcgctl snapshot: " << dir << "/" << n << ": not a valid group name\n";
+      return false;
+    }
+    const size_t child = out->size();
+    if (!collect(dir + "/" + n, path + "/" + n, out, err)) return false;
+    (*out)[self].children += (*out)[child].current;
+  }
+  return true;
+}
+
+}  // namespace
+
+int run_snapshot(const std::string& dir_arg, std::ostream& out, std::ostream& err) {
+  std::string dir = dir_arg;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (!fs::exists(dir + "/memory.current") || !fs::exists(dir + "/memory.max")) {
+    err << "memcgctl snapshot: " << dir
+        << ": not a cgroup v2 group with the memory controller (no memory.current or memory.max)\n";
+    return 1;
+  }
+  std::string top = fs::path(dir).filename().string();
+  if (!valid_name(top)) top = "snapshot";
+  std::vector<SnapGroup> groups;
+  if (!collect(dir, top, &groups, err)) return 1;
+
+  std::string y;
+  y += fmt::format("# A snapshot of the cgroup v2 subtree {} (memcgctl snapshot): each cgroup's\n", dir);
+  y += "# memory.min/low, its own usage (memory.current less its children's) as a bulk charge,\n";
+  y += "# then its memory.high/max and memory.oom.group.\n";
+  y += fmt::format("name: \"snapshot of {}\"\n", top);
+  y += "groups:\n";
+  for (const SnapGroup& g : groups)
+    y += fmt::format("  \"{}\": {{ memory.min: {}, memory.low: {} }}\n", g.path, g.knobs[0],
+                     g.knobs[1]);
+  y += "steps:\n";
+  size_t members = 0;
+  for (const SnapGroup& g : groups) {
+    const uint64_t own = g.current > g.children ? g.current - g.children : 0;
+    if (own < 4096) continue;  // less than a unit: nothing a charge could hold
+    const std::string m = fmt::format("m{}", ++members);
+    y += fmt::format("  - member: {{ name: {}, group: \"{}\" }}\n", m, g.path);
+    // A charge step holds at most kMaxStepUnits units of 4 KiB.
+    constexpr uint64_t kStepBytes = kMaxStepUnits * 4096;
+    for (uint64_t left = own / 4096 * 4096; left > 0;) {
+      const uint64_t n = std::min(left, kStepBytes);
+      y += fmt::format("  - charge: {{ member: {}, size: {}, bulk: true }}\n", m, n);
+      left -= n;
+    }
+  }
+  for (const SnapGroup& g : groups)
+    y += fmt::format("  - set: {{ \"{}\": {{ memory.high: {}, memory.max: {}, memory.oom.group: {} }} }}\n",
+                     g.path, g.knobs[2], g.knobs[3], g.oom_group);
+  y += fmt::format("  - print: {{ group: all, file: memory.current }}\n");
+  if (y.size() > kMaxScenarioBytes) {
+    err << "memcgctl snapshot: the scenario would be " << y.size() << " bytes, more than "
+        << kMaxScenarioBytes << "\n";
+    return 2;
+  }
+  out << y;
+  return 0;
+}
+
+}  // namespace memcgctl
