@@ -138,6 +138,10 @@ void on_connection(void* cls, MHD_Connection* c, void** socket_context,
                    MHD_ConnectionNotificationCode code) {
   Impl& s = *static_cast<Impl*>(cls);
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    {
+      std::lock_guard<std::mutex> lock(s.conns_mutex);
+      if (s.pending_starts > 0) --s.pending_starts;
+    }
     const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     auto* conn = new (std::nothrow) Conn;
     if (conn == nullptr || info == nullptr) {
@@ -215,6 +219,10 @@ MHD_Result check_headers(Impl& s, MHD_Connection* c, Request& r, const char* met
   r.method = m == "GET" || m == "HEAD" ? Method::kRead : m == "POST" ? Method::kPost : Method::kOther;
   if (r.method == Method::kOther)
     return reply(c, 405, "method not allowed", {{"Allow", "GET, HEAD, POST"}});
+  // A body of unknown length (chunked) could only be refused once past the limit, and
+  // libmicrohttpd cannot answer in the middle of a body: it is refused before it is read.
+  if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding") != nullptr)
+    return reply(c, 411, "a request body needs Content-Length");
   if (const char* len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length")) {
     char* end = nullptr;
     errno = 0;
@@ -332,14 +340,13 @@ MHD_Result on_request(void* cls, MHD_Connection* c, const char*, const char* met
       return res;
     }
     if (*upload_size != 0) {
-      // The body, as it comes (chunked or not); what is over the limit is never kept.
+      // The body, as it comes (at most its Content-Length); nothing over the limit is kept.
       r->body_bytes += *upload_size;
       if (r->body_bytes > s.options.max_body_bytes) {
         *upload_size = 0;
-        if (r->answered) return MHD_YES;
-        r->answered = true;
-        // Answered before the rest of the body; the connection closes after it.
-        return reply(c, 413, "request body too large");
+        // Only a body longer than its Content-Length said (checked before the body) gets here,
+        // and libmicrohttpd cannot answer in the middle of a body: close.
+        return MHD_NO;
       }
       if (r->method == Method::kPost && !r->answered) r->body.append(upload, *upload_size);
       *upload_size = 0;
@@ -371,7 +378,9 @@ MHD_Daemon* Impl::start_daemon() {
   return MHD_start_daemon(
       flags, 0, nullptr, nullptr, &on_request, this,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(options.max_header_bytes),
-      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(options.threads + options.max_queued),
+      // The acceptor enforces max_connections; libmicrohttpd's own limit (split evenly among its
+      // workers) is a backstop with room for an uneven split.
+      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(2 * max_connections + 8 * options.threads),
       MHD_OPTION_PER_IP_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections_per_peer),
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.keep_alive_timeout.count()),
       MHD_OPTION_THREAD_POOL_SIZE, pool,

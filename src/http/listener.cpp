@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "server_impl.hpp"
@@ -17,6 +18,7 @@ namespace memcg::http::detail {
 namespace {
 
 constexpr int kTickMs = 100;               // deadline granularity
+constexpr int kFullTickMs = 10;            // how often a full server looks for room
 constexpr auto kShortageBackoff = std::chrono::milliseconds(100);
 constexpr auto kRebindInterval = std::chrono::seconds(1);
 constexpr int kAcceptBurst = 64;           // accepts per wakeup before deadlines are looked at
@@ -70,23 +72,43 @@ void Impl::accept_loop() {
   SteadyClock::time_point paused_until{}, rebind_at{};
   while (!stopping.load()) {
     const SteadyClock::time_point now = SteadyClock::now();
-    const bool poll_listener = listen_fd >= 0 && now >= paused_until;
+    // At the connection limit, further clients wait in the kernel's listen backlog (bounded by
+    // the kernel) until a connection closes, rather than being accepted and dropped.
+    size_t room;
+    {
+      std::lock_guard<std::mutex> lock(conns_mutex);
+      // A connection handed over is registered by a worker a moment later; one that never is
+      // (the worker failed it) stops counting after a second.
+      if (pending_starts > 0 && now - last_add > std::chrono::seconds(1)) pending_starts = 0;
+      const size_t open = conns.size() + pending_starts;
+      room = open < max_connections ? max_connections - open : 0;
+    }
+    const bool poll_listener = listen_fd >= 0 && now >= paused_until && room > 0;
     pollfd fds[2] = {{wake_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}};
-    ::poll(fds, poll_listener ? 2 : 1, kTickMs);
+    ::poll(fds, poll_listener ? 2 : 1, room > 0 ? kTickMs : kFullTickMs);
     if (stopping.load()) break;
 
     if (poll_listener && fds[1].revents != 0) {
-      for (int i = 0; i < kAcceptBurst; ++i) {
+      const int burst = static_cast<int>(std::min<size_t>(room, kAcceptBurst));
+      for (int i = 0; i < burst; ++i) {
         sockaddr_storage peer{};
         socklen_t len = sizeof peer;
         const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len,
                                  SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0) {
-          // Over a connection limit (or out of memory) libmicrohttpd closes it at once.
-          if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), len) == MHD_YES)
+          // Over the per-peer limit (or out of memory) libmicrohttpd closes it at once.
+          {
+            std::lock_guard<std::mutex> lock(conns_mutex);
+            ++pending_starts;
+            last_add = SteadyClock::now();
+          }
+          if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), len) == MHD_YES) {
             accepted.fetch_add(1, std::memory_order_relaxed);
-          else
+          } else {
             refused.fetch_add(1, std::memory_order_relaxed);
+            std::lock_guard<std::mutex> lock(conns_mutex);
+            if (pending_starts > 0) --pending_starts;
+          }
           continue;
         }
         const int err = errno;

@@ -59,6 +59,7 @@ struct Impl {
 
   Controller& ctl;
   const ServerOptions options;
+  const size_t max_connections = options.threads + options.max_queued;
 
   // ---- set by start(), cleared by stop() ----
   MHD_Daemon* daemon = nullptr;
@@ -78,6 +79,8 @@ struct Impl {
   // ---- connections (handlers.cpp registers, listener.cpp enforces deadlines) ----
   std::mutex conns_mutex;
   std::unordered_set<Conn*> conns;  // guarded by conns_mutex
+  size_t pending_starts = 0;        // handed over, not registered yet; guarded by conns_mutex
+  SteadyClock::time_point last_add{};  // guarded by conns_mutex
   void set_deadline(Conn* c, std::chrono::milliseconds from_now);
 
   // ---- answers in flight (generated documents) ----

@@ -67,10 +67,11 @@ struct ServerOptions {
   // Worker threads serving the connections. 1..64. Connections are multiplexed: an idle or slow
   // client does not hold a worker; a worker is busy only while it renders an answer.
   size_t threads = 4;
-  // Connections open at once, beyond one per worker (threads + max_queued in all). 1..4096. A
-  // connection over the limit is accepted and closed at once (counted in ServerStats::refused).
+  // Connections open at once, beyond one per worker (threads + max_queued in all). 1..4096. At
+  // the limit no connection is accepted: further clients wait in the kernel's listen backlog.
   size_t max_queued = 64;
-  // Connections open at once from one peer address. 1..4096.
+  // Connections open at once from one peer address. 1..4096. One over it is accepted and closed
+  // at once (counted in ServerStats::refused).
   size_t max_connections_per_peer = 16;
   // Bytes of the request line and all header lines of one request together (what a connection
   // buffers for them): past it the request gets 414 or 431 and the connection is closed. Any one
@@ -101,7 +102,7 @@ struct ServerOptions {
 // What the server met since start(): monotonic counts, for monitoring and tests.
 struct ServerStats {
   uint64_t accepted = 0;        // connections handed to the workers
-  uint64_t refused = 0;         // connections closed at once: over a connection limit
+  uint64_t refused = 0;         // connections closed at once: over the per-peer limit
   uint64_t timed_out = 0;       // connections closed by read_timeout or write_timeout
   uint64_t accept_errors = 0;   // accept() failures (EMFILE, ENFILE, ENOMEM, ENOBUFS, ...)
   uint64_t listener_losses = 0; // the listening socket failed and was closed (see running())
