@@ -204,7 +204,7 @@ TEST(HttpLimitsTest, ReadsDeliverNoNotificationOnServerThreads) {
   Server server(ctl);
   ASSERT_EQ(server.start(), 0);
   httplib::Client c("127.0.0.1", server.port());
-  for (const char* path : {"/v1/groups/a/memory.events", "/metrics", "/v1/groups",
+  for (const char* path : {"/v1/groups/a/memory.events", "/v1/groups/a/memory.stat", "/metrics", "/v1/groups",
                            "/v1/groups/a/memory.pressure"}) {
     auto r = c.Get(path);
     ASSERT_TRUE(r) << path;
