@@ -10,7 +10,7 @@ packages=(
   libxml2-utils
   dpkg-dev
   libjemalloc-dev
-  libcpp-httplib-dev prometheus prometheus-cpp-dev
+  libcpp-httplib-dev libmicrohttpd-dev prometheus prometheus-cpp-dev
   clang-19 libclang-rt-19-dev
 )
 

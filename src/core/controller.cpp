@@ -1,5 +1,6 @@
 #include "memcg/core/controller.hpp"
 #include "memcg/base/internal/lock.hpp"
+#include "memcg/base/internal/defer_callbacks.hpp"
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 
 #include "controller_registry.hpp"
@@ -229,7 +230,8 @@ void Controller::tick() {
     stock_->fold_stats();
     rstat_->flush(root_->stat_node());
   }
-  internal::deliver_due_notifications(*this);
+  // A reader that must not run callbacks leaves them queued (defer_callbacks.hpp).
+  if (!internal::callbacks_deferred()) internal::deliver_due_notifications(*this);
 }
 
 void Controller::walk(Group& from, const std::function<void(Group&)>& fn,

@@ -2,6 +2,7 @@
 // memory.pressure file.
 #include "memcg/core/psi.hpp"
 #include "memcg/base/internal/lock.hpp"
+#include "memcg/base/internal/defer_callbacks.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -157,6 +158,8 @@ void evaluate(const std::shared_ptr<PsiTriggerEntry>& tp, uint64_t now, const ui
   }
   // One event per window; a breach inside the limit waits, it is not dropped.
   if (t.fired_once && now < t.last_event_ns + window) return;
+  // A reader that must not run callbacks (defer_callbacks.hpp) leaves the event pending.
+  if (internal::callbacks_deferred()) return;
   t.pending = false;
   t.fired_once = true;
   t.last_event_ns = now;

@@ -1,5 +1,5 @@
 // memcg::http::Server: a small HTTP endpoint that lets people and monitoring systems watch one
-// Controller while the process runs (optional component memcg::http, built on cpp-httplib).
+// Controller while the process runs (optional component memcg::http, built on libmicrohttpd).
 //
 //   GET  /metrics                    the Prometheus text exposition (render_prometheus), content
 //                                    type "text/plain; version=0.0.4; charset=utf-8"
@@ -10,27 +10,34 @@
 //   POST /v1/groups/<path>/<file>    write_file() with the request body; only when writes are
 //                                    enabled, and only with "Authorization: Bearer <token>"
 //
-// Statuses: 400 malformed path ("..", ".", empty or control characters: no path ever leaves the
-// group tree), 404 unknown group or file, 405 method not allowed (writes disabled, read-only or
-// write-only file), 401 missing bearer token, 403 wrong token, 413 body over the size limit. A
+// Statuses: 400 malformed path ("..", ".", empty, or a control character or non-ASCII byte, raw or
+// percent-encoded: no path ever leaves the group tree), 404 unknown group or file, 405 method not
+// allowed (writes disabled, read-only or write-only file), 401 missing bearer token, 403 wrong
+// token, 413 body over the size limit, 431 too many headers, 503 too many answers in flight. A
 // refused write maps write_file()'s error: EINVAL and ERANGE 400, ENOENT 404, EBUSY 409, EAGAIN
 // and EINTR 503, anything else 500; the body names the errno ("EBUSY\n"). A refused request
-// changes nothing.
+// changes nothing. Answers are whole documents: ranges are never served (Accept-Ranges: none).
+//
+// Every resource a client can make the server use is bounded by the options below whatever it
+// sends (docs/http.md lists each bound and what happens past it): the bytes of the request line
+// and headers, their number, the body, connections open at once in total and per peer address,
+// the time to send a request and to take its answer, and the answers held at once.
 //
 // Safety defaults: binds 127.0.0.1 (another address only when ServerOptions::address says so; a
-// numeric IPv4 or IPv6 address, never a name to resolve); a fixed number of worker threads with a
-// bounded queue of accepted connections (when it is full the acceptor waits, and further clients
-// wait in the kernel's backlog); a request body limit; read, write and keep-alive timeouts; writes
-// off; responses are never compressed (compressing a large exposition costs far more CPU than
-// rendering it, and a client could ask for it on every request). There is no TLS: put a proxy in
-// front of it to expose it beyond the host.
+// numeric IPv4 or IPv6 address, never a name to resolve); writes off; responses never compressed.
+// There is no TLS: put a proxy in front of it to expose it beyond the host.
+//
+// Threads: an acceptor (which also enforces the per-request deadlines), `threads` workers that
+// multiplex the connections (an idle or slow client holds a connection slot, never a worker), and
+// one writer that runs POSTed writes. Reads run no application callback: notifications a read
+// would deliver (event listeners, PSI triggers) are left for the threads that normally deliver
+// them. A write may reclaim, run application reclaimers and the OOM killer with its kill
+// callbacks, on the writer thread; the request waits for it at most read_timeout (then 202).
 //
 // Charging: the server's threads are never attached to a group (attach.hpp), so with the global
 // hook (hook.hpp) linked nothing they allocate is charged to a tenant; start() and stop() make
 // their own allocations as the library does (uncharged), so they may be called from an attached
-// thread whose group is full. Serving never blocks charging: the charge hot path takes no lock;
-// requests read through the file layer and render_prometheus(), which take the tree lock in
-// shared mode and per-group locks of the slow paths (PSI), as any other reader does.
+// thread whose group is full. Serving never blocks charging: the charge hot path takes no lock.
 //
 // Thread safety: start(), stop() and the accessors may be called from any thread; one Server is
 // driven by one owner (start and stop are not meant to race each other).
@@ -38,6 +45,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -47,24 +55,43 @@ class Controller;
 
 namespace memcg::http {
 
+namespace detail {
+struct Impl;  // src/http/server_impl.hpp
+}
+
 struct ServerOptions {
   // Numeric address to bind: "127.0.0.1" (default, loopback only), "::1", "0.0.0.0", ...
   std::string address = "127.0.0.1";
   // TCP port; 0 picks a free one (see Server::port()). 0..65535.
   int port = 0;
-  // Worker threads serving connections. 1..64. A connection holds its worker for as long as it
-  // is kept alive, idle time included (see keep_alive_timeout).
+  // Worker threads serving the connections. 1..64. Connections are multiplexed: an idle or slow
+  // client does not hold a worker; a worker is busy only while it renders an answer.
   size_t threads = 4;
-  // Accepted connections waiting for a worker before the acceptor stops accepting. 1..4096.
+  // Connections open at once, beyond one per worker (threads + max_queued in all). 1..4096. At
+  // the limit no connection is accepted: further clients wait in the kernel's listen backlog.
   size_t max_queued = 64;
-  // Largest request body accepted; larger ones get 413. 1..1 MiB. Knob writes are a few bytes.
+  // Connections open at once from one peer address. 1..4096. One over it is accepted and closed
+  // at once (counted in ServerStats::refused).
+  size_t max_connections_per_peer = 16;
+  // Bytes of the request line and all header lines of one request together (what a connection
+  // buffers for them): past it the request gets 414 or 431 and the connection is closed. Any one
+  // line is bounded by it as well. 4 KiB..1 MiB.
+  size_t max_header_bytes = 16 * 1024;
+  // Header lines of one request; more get 431. 1..1024.
+  size_t max_headers = 64;
+  // Largest request body accepted, with Content-Length or chunked; larger ones get 413.
+  // 1..1 MiB. Knob writes are a few bytes.
   size_t max_body_bytes = 16 * 1024;
-  // How long a worker waits for a request's bytes, and for the client to take the response.
+  // Generated documents (/metrics, /v1/groups) being rendered or sent at once; more get 503
+  // (with Retry-After). 1..64. What bounds the memory of answers: each is a whole document.
+  size_t max_answers_in_flight = 4;
+  // A request (line, headers and body) must arrive within read_timeout of the connection's
+  // opening or of the previous answer's end; an answer must be taken within write_timeout.
+  // Past either the connection is closed. 1 ms..300 s.
   std::chrono::milliseconds read_timeout{5000};
   std::chrono::milliseconds write_timeout{5000};
-  // An idle keep-alive connection is closed after this long. 1..300 s. Short by default: an
-  // idle connection keeps a worker from serving others, and scrapers come back every few
-  // seconds at most (memcgctl top's default interval is 1 s).
+  // A connection silent for this long is closed: an idle keep-alive connection, or a client that
+  // stops sending or reading mid-request. 1..300 s.
   std::chrono::seconds keep_alive_timeout{1};
   // POST /v1/groups/<path>/<file> is served only when true, and then `token` (non-empty, at
   // most 4096 bytes, printable ASCII without spaces) must be given as a bearer token.
@@ -72,35 +99,53 @@ struct ServerOptions {
   std::string token;
 };
 
+// What the server met since start(): monotonic counts, for monitoring and tests.
+struct ServerStats {
+  uint64_t accepted = 0;        // connections handed to the workers
+  uint64_t refused = 0;         // connections closed at once: over the per-peer limit
+  uint64_t timed_out = 0;       // connections closed by read_timeout or write_timeout
+  uint64_t accept_errors = 0;   // accept() failures (EMFILE, ENFILE, ENOMEM, ENOBUFS, ...)
+  uint64_t listener_losses = 0; // the listening socket failed and was closed (see running())
+  uint64_t writes_abandoned = 0;  // writes still running when stop() returned
+};
+
 class Server {
  public:
-  // REQUIRES: `controller` outlives the server. Throws std::invalid_argument when an option is
-  // out of range (the message names it).
+  // REQUIRES: `controller` outlives the server (and any write stop() abandoned). Throws
+  // std::invalid_argument when an option is out of range (the message names it).
   explicit Server(Controller& controller, ServerOptions options = {});
   // Stops the server if it runs.
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds, listens and starts serving on a background thread. Returns 0 once connections are
+  // Binds, listens and starts serving on background threads. Returns 0 once connections are
   // accepted, else an errno with `error` (if given) saying what failed: EALREADY when running,
   // EINVAL for an address that is not numeric, EADDRINUSE (or the bind's own errno) when the
-  // port cannot be bound. A failed start leaves the server stopped and may be retried.
-  // Throws only what the system throws when out of resources (std::bad_alloc, std::system_error
-  // when a thread cannot be created).
+  // port cannot be bound, EAGAIN or ENOMEM when a thread or the server's memory cannot be had,
+  // EMFILE/ENFILE when descriptors run out. A failed start leaves the server stopped and may be
+  // retried. Throws nothing.
   int start(std::string* error = nullptr);
-  // Stops accepting, lets the requests being served finish (bounded by the timeouts), joins the
-  // threads. Does nothing when stopped. After it returns, no handler runs.
+  // Stops accepting, closes every connection (answers being sent are cut), joins the threads.
+  // Returns within read_timeout plus one second whatever clients do; a render in progress is
+  // waited for. A write still running in an application callback (a reclaimer or an OOM kill
+  // callback that blocks) is then left to finish on its own thread (ServerStats::
+  // writes_abandoned): the controller must outlive it. Does nothing when stopped. After it
+  // returns, no read handler runs and no further write starts.
   void stop();
 
+  // True while started and listening. False after stop(), and while the listening socket is
+  // lost (an accept() error that is not about one client or a resource shortage): the server
+  // then binds the same address and port again every second and is true again once it could.
   bool running() const noexcept;
-  // The bound port while running (the chosen one when options().port was 0), else 0.
+  // The bound port while started (the chosen one when options().port was 0), else 0.
   int port() const noexcept;
   const ServerOptions& options() const noexcept;
+  // Counts since the last start() (kept after stop()).
+  ServerStats stats() const noexcept;
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<detail::Impl> impl_;
 };
 
 }  // namespace memcg::http

@@ -1,0 +1,393 @@
+// The request side of memcg::http::Server: libmicrohttpd's callbacks, the request checks (path,
+// headers, body, token) and the answers. Runs on libmicrohttpd's worker threads; no exception
+// leaves a callback (they are C callbacks): a failure answers 500 or 503, or closes.
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <string_view>
+
+#include "memcg/base/internal/defer_callbacks.hpp"
+#include "memcg/files/files.hpp"
+#include "memcg/files/prometheus.hpp"
+#include "memcg/http/json.hpp"
+#include "server_impl.hpp"
+#include "target.hpp"
+
+namespace memcg::http::detail {
+namespace {
+
+constexpr const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
+constexpr const char* kTextType = "text/plain; charset=utf-8";
+
+enum class Method : uint8_t { kRead, kPost, kOther };
+
+// One request (libmicrohttpd's per-request context): created by the URI callback, which sees
+// the raw target before libmicrohttpd decodes it, freed by the completion callback.
+struct Request {
+  std::string raw_target;  // bounded by max_header_bytes (it was in the connection's buffer)
+  std::string path;        // decoded, checked
+  int target_status = 0;   // 0, or the status the target earns (400)
+  Method method = Method::kOther;
+  bool headers_seen = false;
+  bool answered = false;   // an answer was queued before the body ended
+  std::string body;        // at most max_body_bytes
+  size_t body_bytes = 0;   // received, kept or not
+  std::string group, file; // of a POST
+};
+
+// A generated answer: the body lives until libmicrohttpd has sent it or dropped the connection;
+// then it gives back its place among the answers in flight (when it took one).
+struct Answer {
+  std::string body;
+  std::atomic<size_t>* gate = nullptr;
+};
+
+void free_answer(void* cls) {
+  auto* a = static_cast<Answer*>(cls);
+  if (a->gate != nullptr) a->gate->fetch_sub(1, std::memory_order_relaxed);
+  delete a;
+}
+
+struct Header {
+  const char* name;
+  const char* value;
+};
+
+// Queues `body` with `status`. `gate` (may be null) is released when the answer is freed, here
+// on any failure too. MHD_NO when the answer cannot be queued (the connection is then closed).
+MHD_Result send(MHD_Connection* c, unsigned status, std::string body, const char* type,
+                std::atomic<size_t>* gate = nullptr,
+                std::initializer_list<Header> extra = {}) {
+  Answer* a = new (std::nothrow) Answer;
+  if (a == nullptr) {
+    if (gate != nullptr) gate->fetch_sub(1, std::memory_order_relaxed);
+    return MHD_NO;
+  }
+  a->gate = gate;
+  a->body = std::move(body);
+  MHD_Response* r = MHD_create_response_from_buffer_with_free_callback_cls(
+      a->body.size(), a->body.data(), &free_answer, a);
+  if (r == nullptr) {
+    free_answer(a);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  // Documents are generated per request: no ranges, ever (a multi-range answer would be many
+  // copies of the document).
+  MHD_add_response_header(r, MHD_HTTP_HEADER_ACCEPT_RANGES, "none");
+  for (const Header& h : extra) MHD_add_response_header(r, h.name, h.value);
+  const MHD_Result ok = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);  // drops our reference; the answer lives while queued
+  return ok;
+}
+
+MHD_Result reply(MHD_Connection* c, unsigned status, std::string_view text,
+                 std::initializer_list<Header> extra = {}) {
+  std::string body(text);
+  body += '\n';
+  return send(c, status, std::move(body), kTextType, nullptr, extra);
+}
+
+std::string errno_name(int err) {
+  const char* name = ::strerrorname_np(err);
+  return name != nullptr ? name : "E" + std::to_string(err);
+}
+
+int status_for_write_error(int err) {
+  switch (err) {
+    case EINVAL:
+    case ERANGE:
+      return 400;
+    case ENOENT:
+      return 404;
+    case EACCES:
+      return 405;
+    case EBUSY:
+      return 409;
+    case EAGAIN:
+    case EINTR:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+Conn* conn_of(MHD_Connection* c) {
+  const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return info != nullptr ? static_cast<Conn*>(info->socket_context) : nullptr;
+}
+
+// ---- libmicrohttpd's notifications ----
+
+void* on_target(void*, const char* uri, MHD_Connection*) {
+  auto* r = new (std::nothrow) Request;
+  if (r == nullptr) return nullptr;
+  try {
+    r->raw_target = uri;
+    r->target_status = decode_target(r->raw_target, &r->path);
+  } catch (...) {
+    delete r;
+    return nullptr;
+  }
+  return r;
+}
+
+void on_connection(void* cls, MHD_Connection* c, void** socket_context,
+                   MHD_ConnectionNotificationCode code) {
+  Impl& s = *static_cast<Impl*>(cls);
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    {
+      std::lock_guard<std::mutex> lock(s.conns_mutex);
+      if (s.pending_starts > 0) --s.pending_starts;
+    }
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    auto* conn = new (std::nothrow) Conn;
+    if (conn == nullptr || info == nullptr) {
+      // Without a record the connection has no deadline: cut it (its close notification, with
+      // a null context, follows).
+      delete conn;
+      if (info != nullptr) ::shutdown(info->connect_fd, SHUT_RDWR);
+      return;
+    }
+    conn->fd = info->connect_fd;
+    conn->deadline = SteadyClock::now() + s.options.read_timeout;
+    std::lock_guard<std::mutex> lock(s.conns_mutex);
+    try {
+      s.conns.insert(conn);
+    } catch (...) {
+      delete conn;
+      ::shutdown(info->connect_fd, SHUT_RDWR);
+      return;
+    }
+    *socket_context = conn;
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    auto* conn = static_cast<Conn*>(*socket_context);
+    if (conn == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(s.conns_mutex);
+      s.conns.erase(conn);
+    }
+    delete conn;
+    *socket_context = nullptr;
+  }
+}
+
+void on_completed(void* cls, MHD_Connection* c, void** con_cls, MHD_RequestTerminationCode) {
+  Impl& s = *static_cast<Impl*>(cls);
+  delete static_cast<Request*>(*con_cls);
+  *con_cls = nullptr;
+  // The next request on the connection must arrive within read_timeout from now.
+  if (Conn* conn = conn_of(c)) s.set_deadline(conn, s.options.read_timeout);
+}
+
+// ---- the checks before the body ----
+
+// Constant time for the expected token's length: the loop always runs over `expected`, and the
+// given token's length only decides the result.
+bool same_token(std::string_view given, std::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= static_cast<unsigned char>(g ^ static_cast<unsigned char>(expected[i]));
+  }
+  return diff == 0;
+}
+
+// "Bearer <token>", the scheme in any case (RFC 9110: auth schemes are case-insensitive).
+bool bearer_matches(std::string_view auth, std::string_view token) {
+  constexpr std::string_view kScheme = "bearer";
+  if (auth.size() <= kScheme.size() || auth[kScheme.size()] != ' ') return false;
+  for (size_t i = 0; i < kScheme.size(); ++i)
+    if ((auth[i] | 0x20) != kScheme[i]) return false;
+  std::string_view rest = auth.substr(kScheme.size());
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  while (!rest.empty() && (rest.back() == ' ' || rest.back() == '\t')) rest.remove_suffix(1);
+  return same_token(rest, token);
+}
+
+// The first call of a request, its headers complete: anything refused on them is answered
+// before the body is read. MHD_YES to go on, or the result of the refusal.
+MHD_Result check_headers(Impl& s, MHD_Connection* c, Request& r, const char* method,
+                         bool* refused) {
+  *refused = true;
+  const int n = MHD_get_connection_values(c, MHD_HEADER_KIND, nullptr, nullptr);
+  if (n < 0 || static_cast<size_t>(n) > s.options.max_headers)
+    return reply(c, 431, "too many header lines");
+  const std::string_view m = method;
+  r.method = m == "GET" || m == "HEAD" ? Method::kRead : m == "POST" ? Method::kPost : Method::kOther;
+  if (r.method == Method::kOther)
+    return reply(c, 405, "method not allowed", {{"Allow", "GET, HEAD, POST"}});
+  // A body of unknown length (chunked) could only be refused once past the limit, and
+  // libmicrohttpd cannot answer in the middle of a body: it is refused before it is read.
+  if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding") != nullptr)
+    return reply(c, 411, "a request body needs Content-Length");
+  if (const char* len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length")) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(len, &end, 10);
+    if (errno == 0 && end != len && v > s.options.max_body_bytes)
+      return reply(c, 413, "request body too large");
+  }
+  if (r.method == Method::kPost && is_file_target(r.path)) {
+    if (!s.options.allow_writes)
+      return reply(c, 405, "writes are disabled", {{"Allow", "GET, HEAD"}});
+    const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (auth == nullptr)
+      return reply(c, 401, "bearer token required", {{"WWW-Authenticate", "Bearer"}});
+    if (!bearer_matches(auth, s.options.token)) return reply(c, 403, "wrong token");
+    if (r.target_status != 0 || !split_file_path(r.path, &r.group, &r.file))
+      return reply(c, 400, "invalid path");
+    // memory.pressure and memory.peak keep state per open file (a trigger, a reset point) that
+    // a one-shot write would discard at once: refused rather than silently doing nothing.
+    if (r.file == "memory.pressure" || r.file == "memory.peak")
+      return reply(c, 405, "per-open-file state: not writable over HTTP", {{"Allow", "GET, HEAD"}});
+  }
+  *refused = false;
+  return MHD_YES;
+}
+
+// ---- the answers ----
+
+MHD_Result get_file(Impl& s, MHD_Connection* c, const Request& r) {
+  std::string group_path, file;
+  if (!split_file_path(r.path, &group_path, &file)) return reply(c, 400, "invalid path");
+  GroupRef g = s.ctl.lookup(group_path);
+  if (!g) return reply(c, 404, "no such group");
+  std::string text;
+  if (int err = read_file(*g, file, &text)) {
+    if (err == ENOENT) return reply(c, 404, "no such file");
+    if (err == EACCES) return reply(c, 405, "write-only file", {{"Allow", "POST"}});
+    return reply(c, 500, errno_name(err));
+  }
+  return send(c, 200, std::move(text), kTextType);
+}
+
+// A whole generated document, within max_answers_in_flight.
+template <typename Render>
+MHD_Result document(Impl& s, MHD_Connection* c, const char* type, Render render) {
+  if (s.answers_in_flight.fetch_add(1, std::memory_order_relaxed) >= s.options.max_answers_in_flight) {
+    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    return reply(c, 503, "too many answers in flight", {{"Retry-After", "1"}});
+  }
+  std::string body;
+  try {
+    body = render();
+  } catch (...) {
+    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    throw;
+  }
+  return send(c, 200, std::move(body), type, &s.answers_in_flight);
+}
+
+MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
+  // Reads deliver no notification here: they stay for the threads that deliver them.
+  internal::DeferCallbacks defer;
+  if (r.target_status != 0) return reply(c, 400, "invalid path");
+  if (r.path == "/healthz") return reply(c, 200, "ok");
+  if (r.path == "/metrics")
+    return document(s, c, kMetricsType, [&] { return render_prometheus(s.ctl); });
+  if (r.path == "/v1/groups")
+    return document(s, c, "application/json", [&] { return render_groups_json(s.ctl); });
+  if (is_file_target(r.path)) return get_file(s, c, r);
+  return reply(c, 404, "not found");
+}
+
+MHD_Result serve_write(Impl& s, MHD_Connection* c, Request& r) {
+  if (!is_file_target(r.path)) return reply(c, 404, "not found");
+  GroupRef g = s.ctl.lookup(r.group);
+  if (!g) return reply(c, 404, "no such group");
+  auto job = std::make_shared<WriteJob>();
+  job->group = std::move(g);
+  job->file = r.file;
+  job->text = std::move(r.body);
+  Writer& w = *s.writer;
+  std::unique_lock<std::mutex> lock(w.mutex);
+  if (w.stopping) return reply(c, 503, "the server is stopping");
+  if (w.job) return reply(c, 503, "another write is running", {{"Retry-After", "1"}});
+  w.job = job;
+  w.cv.notify_all();
+  const auto until = SteadyClock::now() + s.options.read_timeout;
+  w.cv.wait_until(lock, until, [&] { return job->done || w.stopping; });
+  if (!job->done) {
+    if (!job->started) {  // stopping: it never will
+      w.job.reset();
+      return reply(c, 503, "the server is stopping");
+    }
+    return reply(c, 202, "the write is still running");
+  }
+  lock.unlock();
+  const int err = job->result;
+  if (err == 0) return reply(c, 200, "ok");
+  if (err == ENOENT) return reply(c, 404, "no such file");
+  if (err == EACCES)
+    return reply(c, 405, errno_name(err), {{"Allow", "GET, HEAD"}});
+  return reply(c, status_for_write_error(err), errno_name(err));
+}
+
+MHD_Result on_request(void* cls, MHD_Connection* c, const char*, const char* method,
+                      const char*, const char* upload, size_t* upload_size, void** con_cls) {
+  Impl& s = *static_cast<Impl*>(cls);
+  auto* r = static_cast<Request*>(*con_cls);
+  if (r == nullptr) return MHD_NO;  // no memory for its record: close
+  try {
+    if (!r->headers_seen) {
+      r->headers_seen = true;
+      bool refused = false;
+      const MHD_Result res = check_headers(s, c, *r, method, &refused);
+      if (refused) r->answered = true;
+      return res;
+    }
+    if (*upload_size != 0) {
+      // The body, as it comes (at most its Content-Length); nothing over the limit is kept.
+      r->body_bytes += *upload_size;
+      if (r->body_bytes > s.options.max_body_bytes) {
+        *upload_size = 0;
+        // Only a body longer than its Content-Length said (checked before the body) gets here,
+        // and libmicrohttpd cannot answer in the middle of a body: close.
+        return MHD_NO;
+      }
+      if (r->method == Method::kPost && !r->answered) r->body.append(upload, *upload_size);
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    if (r->answered) return MHD_YES;
+    r->answered = true;
+    // The answer must be taken within write_timeout.
+    if (Conn* conn = conn_of(c)) s.set_deadline(conn, s.options.write_timeout);
+    return r->method == Method::kPost ? serve_write(s, c, *r) : serve_read(s, c, *r);
+  } catch (const std::bad_alloc&) {
+    return reply(c, 503, "out of memory");
+  } catch (...) {
+    return reply(c, 500, "internal error");
+  }
+}
+
+}  // namespace
+
+void Impl::set_deadline(Conn* c, std::chrono::milliseconds from_now) {
+  std::lock_guard<std::mutex> lock(conns_mutex);
+  c->deadline = SteadyClock::now() + from_now;
+}
+
+MHD_Daemon* Impl::start_daemon() {
+  const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                         MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+  const unsigned pool = options.threads > 1 ? static_cast<unsigned>(options.threads) : 0;
+  return MHD_start_daemon(
+      flags, 0, nullptr, nullptr, &on_request, this,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(options.max_header_bytes),
+      // The acceptor enforces max_connections; libmicrohttpd's own limit (split evenly among its
+      // workers) is a backstop with room for an uneven split.
+      MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned>(2 * max_connections + 8 * options.threads),
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, static_cast<unsigned>(options.max_connections_per_peer),
+      MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(options.keep_alive_timeout.count()),
+      MHD_OPTION_THREAD_POOL_SIZE, pool,
+      MHD_OPTION_NOTIFY_CONNECTION, &on_connection, this,
+      MHD_OPTION_NOTIFY_COMPLETED, &on_completed, this,
+      MHD_OPTION_URI_LOG_CALLBACK, &on_target, this,
+      MHD_OPTION_END);
+}
+
+}  // namespace memcg::http::detail

@@ -1,0 +1,165 @@
+// The acceptor of memcg::http::Server: accepts connections and hands them to libmicrohttpd's
+// workers, enforces the per-request deadlines (read_timeout, write_timeout) that
+// libmicrohttpd's inactivity timeout cannot, and survives every accept() error: one client's
+// errors are skipped, a descriptor or memory shortage is counted and waited out, and a failed
+// listening socket is closed, reported (running() false) and bound again every second.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "server_impl.hpp"
+
+namespace memcg::http::detail {
+namespace {
+
+constexpr int kTickMs = 100;               // deadline granularity
+constexpr int kFullTickMs = 10;            // how often a full server looks for room
+constexpr auto kShortageBackoff = std::chrono::milliseconds(100);
+constexpr auto kRebindInterval = std::chrono::seconds(1);
+constexpr int kAcceptBurst = 64;           // accepts per wakeup before deadlines are looked at
+
+// Errors of one connection that accept() reports (accept(2): Linux passes pending network
+// errors of the new socket on): skip it and go on.
+bool client_error(int err) {
+  switch (err) {
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case EPERM:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+    case ETIMEDOUT:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool shortage(int err) { return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM; }
+
+}  // namespace
+
+int listen_on(const sockaddr* addr, socklen_t len) {
+  const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -errno;
+  const int yes = 1;
+  // SO_REUSEADDR only: SO_REUSEPORT would let a second server (of any program of this user)
+  // bind the same port and take a share of the connections.
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  if (addr->sa_family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &yes, sizeof yes);
+  if (::bind(fd, addr, len) != 0 || ::listen(fd, 128) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  return fd;
+}
+
+void Impl::accept_loop() {
+  // A descriptor held in reserve: when descriptors run out, it is given up to accept and close
+  // the waiting client, so that clients are refused instead of piling up in the backlog.
+  int spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  SteadyClock::time_point paused_until{}, rebind_at{};
+  while (!stopping.load()) {
+    const SteadyClock::time_point now = SteadyClock::now();
+    // At the connection limit, further clients wait in the kernel's listen backlog (bounded by
+    // the kernel) until a connection closes, rather than being accepted and dropped.
+    size_t room;
+    {
+      std::lock_guard<std::mutex> lock(conns_mutex);
+      // A connection handed over is registered by a worker a moment later; one that never is
+      // (the worker failed it) stops counting after a second.
+      if (pending_starts > 0 && now - last_add > std::chrono::seconds(1)) pending_starts = 0;
+      const size_t open = conns.size() + pending_starts;
+      room = open < max_connections ? max_connections - open : 0;
+    }
+    const bool poll_listener = listen_fd >= 0 && now >= paused_until && room > 0;
+    pollfd fds[2] = {{wake_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}};
+    ::poll(fds, poll_listener ? 2 : 1, room > 0 ? kTickMs : kFullTickMs);
+    if (stopping.load()) break;
+
+    if (poll_listener && fds[1].revents != 0) {
+      const int burst = static_cast<int>(std::min<size_t>(room, kAcceptBurst));
+      for (int i = 0; i < burst; ++i) {
+        sockaddr_storage peer{};
+        socklen_t len = sizeof peer;
+        const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len,
+                                 SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+          // Over the per-peer limit (or out of memory) libmicrohttpd closes it at once.
+          {
+            std::lock_guard<std::mutex> lock(conns_mutex);
+            ++pending_starts;
+            last_add = SteadyClock::now();
+          }
+          if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), len) == MHD_YES) {
+            accepted.fetch_add(1, std::memory_order_relaxed);
+          } else {
+            refused.fetch_add(1, std::memory_order_relaxed);
+            std::lock_guard<std::mutex> lock(conns_mutex);
+            if (pending_starts > 0) --pending_starts;
+          }
+          continue;
+        }
+        const int err = errno;
+        if (err == EAGAIN || err == EWOULDBLOCK) break;
+        if (client_error(err)) continue;
+        accept_errors.fetch_add(1, std::memory_order_relaxed);
+        if (shortage(err)) {
+          if ((err == EMFILE || err == ENFILE) && spare >= 0) {
+            ::close(spare);
+            const int victim = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+            if (victim >= 0) {
+              ::close(victim);
+              refused.fetch_add(1, std::memory_order_relaxed);
+            }
+            spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+          }
+          paused_until = SteadyClock::now() + kShortageBackoff;
+          break;
+        }
+        // The listening socket itself failed (EBADF, EINVAL, ENOTSOCK, ...).
+        listener_losses.fetch_add(1, std::memory_order_relaxed);
+        listening.store(false);
+        ::close(listen_fd);
+        listen_fd = -1;
+        rebind_at = SteadyClock::now() + kRebindInterval;
+        break;
+      }
+    }
+
+    if (listen_fd < 0 && SteadyClock::now() >= rebind_at) {
+      const int fd = listen_on(reinterpret_cast<const sockaddr*>(&bound), bound_len);
+      if (fd >= 0) {
+        listen_fd = fd;
+        listening.store(true);
+      } else {
+        rebind_at = SteadyClock::now() + kRebindInterval;
+      }
+    }
+
+    // Deadlines: a connection past its own is shut down; libmicrohttpd then sees the end of the
+    // stream and closes it (a registered descriptor is never closed before it is unregistered).
+    const SteadyClock::time_point t = SteadyClock::now();
+    std::lock_guard<std::mutex> lock(conns_mutex);
+    for (Conn* c : conns) {
+      if (c->cut || t < c->deadline) continue;
+      c->cut = true;
+      ::shutdown(c->fd, SHUT_RDWR);
+      timed_out.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (spare >= 0) ::close(spare);
+}
+
+}  // namespace memcg::http::detail

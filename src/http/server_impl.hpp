@@ -1,0 +1,102 @@
+// The state of one running memcg::http::Server, shared by its parts: the acceptor
+// (listener.cpp), the request handlers run by libmicrohttpd's workers (handlers.cpp), the writer
+// (writer.cpp) and start/stop (server.cpp). Not installed.
+#pragma once
+
+#include <microhttpd.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include "memcg/core/controller.hpp"
+#include "memcg/http/server.hpp"
+
+namespace memcg::http::detail {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// One TCP connection, registered from libmicrohttpd's connection-start notification to its
+// close notification (which comes before the descriptor is closed), so the acceptor may
+// shutdown(2) a registered descriptor without ever touching a reused one.
+struct Conn {
+  int fd = -1;
+  SteadyClock::time_point deadline{};  // guarded by Impl::conns_mutex
+  bool cut = false;                    // shut down once; guarded by Impl::conns_mutex
+};
+
+// One POSTed write, shared by the request that waits for it and the writer thread.
+struct WriteJob {
+  GroupRef group;
+  std::string file, text;
+  int result = 0;
+  bool started = false;  // guarded by Writer::mutex
+  bool done = false;     // guarded by Writer::mutex
+};
+
+// The writer thread's state. Shared with the thread, which may outlive the server when stop()
+// abandons a write that blocks in an application callback.
+struct Writer {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::shared_ptr<WriteJob> job;  // the write to run or running; guarded by mutex
+  bool stopping = false;          // guarded by mutex
+  bool exited = false;            // guarded by mutex
+};
+
+// Starts the writer thread. Throws std::system_error when it cannot be created.
+std::thread start_writer(const std::shared_ptr<Writer>& writer);
+
+struct Impl {
+  Impl(Controller& c, ServerOptions o) : ctl(c), options(std::move(o)) {}
+
+  Controller& ctl;
+  const ServerOptions options;
+  const size_t max_connections = options.threads + options.max_queued;
+
+  // ---- set by start(), cleared by stop() ----
+  MHD_Daemon* daemon = nullptr;
+  int listen_fd = -1;         // owned by the acceptor while it runs
+  int wake_fd = -1;           // eventfd: wakes the acceptor for stop()
+  int family = AF_INET;
+  sockaddr_storage bound{};   // the bound address, to bind again after a loss
+  socklen_t bound_len = 0;
+  std::thread acceptor;
+  std::thread writer_thread;
+  std::shared_ptr<Writer> writer;
+  std::atomic<bool> started{false};
+  std::atomic<bool> listening{false};
+  std::atomic<bool> stopping{false};
+  std::atomic<int> port{0};
+
+  // ---- connections (handlers.cpp registers, listener.cpp enforces deadlines) ----
+  std::mutex conns_mutex;
+  std::unordered_set<Conn*> conns;  // guarded by conns_mutex
+  size_t pending_starts = 0;        // handed over, not registered yet; guarded by conns_mutex
+  SteadyClock::time_point last_add{};  // guarded by conns_mutex
+  void set_deadline(Conn* c, std::chrono::milliseconds from_now);
+
+  // ---- answers in flight (generated documents) ----
+  std::atomic<size_t> answers_in_flight{0};
+
+  // ---- counters (ServerStats) ----
+  std::atomic<uint64_t> accepted{0}, refused{0}, timed_out{0}, accept_errors{0},
+      listener_losses{0}, writes_abandoned{0};
+
+  // The acceptor's loop (listener.cpp).
+  void accept_loop();
+  // The libmicrohttpd daemon over `options`, or null with errno set (handlers.cpp).
+  MHD_Daemon* start_daemon();
+};
+
+// Creates, binds and listens on a socket for `addr`; the descriptor, or -errno.
+int listen_on(const sockaddr* addr, socklen_t len);
+
+}  // namespace memcg::http::detail

@@ -1,0 +1,40 @@
+// The writer thread of memcg::http::Server: runs POSTed writes one at a time, off the workers,
+// because a write may reclaim and run the OOM killer, calling application reclaimers and kill
+// callbacks that the server cannot bound. The request waits for it (server_impl.hpp).
+#include <cerrno>
+#include <new>
+
+#include "memcg/files/files.hpp"
+#include "server_impl.hpp"
+
+namespace memcg::http::detail {
+
+std::thread start_writer(const std::shared_ptr<Writer>& writer) {
+  return std::thread([w = writer] {
+    std::unique_lock<std::mutex> lock(w->mutex);
+    for (;;) {
+      w->cv.wait(lock, [&] { return w->stopping || (w->job && !w->job->started); });
+      if (w->stopping) break;  // a write not started yet never starts
+      std::shared_ptr<WriteJob> job = w->job;
+      job->started = true;
+      lock.unlock();
+      int result;
+      try {
+        result = write_file(*job->group, job->file, job->text);
+      } catch (const std::bad_alloc&) {
+        result = ENOMEM;
+      } catch (...) {
+        result = EIO;
+      }
+      lock.lock();
+      job->result = result;
+      job->done = true;
+      w->job.reset();
+      w->cv.notify_all();
+    }
+    w->exited = true;
+    w->cv.notify_all();
+  });
+}
+
+}  // namespace memcg::http::detail

@@ -1,0 +1,406 @@
+// memcg::http::Server against hostile clients on loopback: each case checks that the server's
+// memory stays within a few MiB over its configured bounds, what it answers, that a
+// well-behaved client (another peer address) is served meanwhile, and that stop() returns within
+// read_timeout plus a second while the attack goes on. Short timeouts keep every case fast.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../watchdog.hpp"
+#include "hostile_client.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/files/prometheus.hpp"
+#include "memcg/http/server.hpp"
+
+namespace memcg::http {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Attacker;
+using testing::Clock;
+using testing::connect_from;
+using testing::read_until_closed;
+using testing::rss_bytes;
+using testing::send_all;
+using testing::status_of;
+
+constexpr const char* kToken = "hostile-test-token";
+constexpr const char* kAttacker = "127.0.0.2";
+// Growth of the resident set allowed over the configured bounds (allocator arenas, stacks; more
+// under sanitizers, whose quarantine keeps freed blocks resident).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr size_t kSlack = 32u << 20;
+#else
+constexpr size_t kSlack = 8u << 20;
+#endif
+
+ServerOptions hostile_options() {
+  ServerOptions o;
+  o.threads = 2;
+  o.max_queued = 30;  // 32 connections at once
+  o.max_connections_per_peer = 8;
+  o.max_header_bytes = 16 * 1024;
+  o.max_headers = 64;
+  o.max_body_bytes = 16 * 1024;
+  o.max_answers_in_flight = 4;
+  o.read_timeout = 1500ms;
+  o.write_timeout = 1500ms;
+  o.keep_alive_timeout = 1s;
+  o.allow_writes = true;
+  o.token = kToken;
+  return o;
+}
+
+// A tree of 200 groups (an exposition of some 400 KB) served with the options above.
+struct Fixture {
+  Controller ctl;
+  std::vector<GroupRef> groups;
+  std::unique_ptr<Server> server;
+  size_t rss_before = 0;
+  size_t document = 0;
+
+  Fixture() {
+    for (int i = 0; i < 200; ++i) {
+      GroupRef g;
+      EXPECT_EQ(ctl.create("g" + std::to_string(i), &g), 0);
+      groups.push_back(g);
+    }
+    server = std::make_unique<Server>(ctl, hostile_options());
+    std::string error;
+    EXPECT_EQ(server->start(&error), 0) << error;
+    document = render_prometheus(ctl).size();
+    // Warm up: the allocator's arenas and the workers' first answers.
+    for (int i = 0; i < 4; ++i) EXPECT_TRUE(well_behaved_ok());
+    rss_before = rss_bytes();
+  }
+
+  int port() const { return server->port(); }
+
+  // A well-behaved client on 127.0.0.1: two reads, answered in full.
+  bool well_behaved_ok() {
+    httplib::Client c("127.0.0.1", server->port());
+    c.set_connection_timeout(2, 0);
+    c.set_read_timeout(3, 0);
+    auto a = c.Get("/healthz");
+    auto b = c.Get("/v1/groups/g1/memory.max");
+    return a && a->status == 200 && a->body == "ok\n" && b && b->status == 200 &&
+           b->body == "max\n";
+  }
+
+  void expect_memory_bounded(size_t bounds, const char* what) {
+    const size_t now = rss_bytes();
+    const size_t grown = now > rss_before ? now - rss_before : 0;
+    EXPECT_LE(grown, bounds + kSlack) << what << ": RSS grew by " << grown << " bytes";
+  }
+
+  // stop() while `attack` runs: within read_timeout plus one second.
+  void expect_stop_bounded(std::unique_ptr<Attacker> attack) {
+    std::this_thread::sleep_for(300ms);
+    const auto t0 = Clock::now();
+    server->stop();
+    const auto took = Clock::now() - t0;
+    EXPECT_LE(took, hostile_options().read_timeout + 1s)
+        << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+    EXPECT_FALSE(server->running());
+    attack->stop();
+  }
+};
+
+// What one hostile connection got back.
+struct Outcome {
+  std::atomic<int> status{-1};
+  std::atomic<size_t> sent{0};
+  std::atomic<bool> closed{false};
+};
+
+// One connection from the attacker's address that sends `head` and then `filler` over and over
+// (up to `limit` bytes) and reads what the server answers.
+std::unique_ptr<Attacker> endless(int port, std::string head, std::string filler, size_t limit,
+                                  Outcome* out) {
+  return std::make_unique<Attacker>(8s, [=, first = true, fd = -1]() mutable {
+    if (first) {
+      first = false;
+      fd = connect_from(port, kAttacker);
+      if (fd < 0 || !send_all(fd, head)) {
+        out->closed = true;
+        return false;
+      }
+      out->sent += head.size();
+    }
+    if (out->sent < limit && send_all(fd, filler)) {
+      out->sent += filler.size();
+      return true;
+    }
+    bool closed = false;
+    const std::string answer = read_until_closed(fd, 3s, &closed);
+    out->status = status_of(answer);
+    out->closed = closed;
+    ::close(fd);
+    return false;
+  });
+}
+
+void wait_done(const Attacker& a, std::chrono::seconds limit) {
+  const auto end = Clock::now() + limit;
+  while (!a.done() && Clock::now() < end) std::this_thread::sleep_for(20ms);
+}
+
+constexpr size_t kFlood = 64u << 20;  // what an endless sender tries to push
+const std::string kFiller(64 * 1024, 'a');
+
+TEST(HttpHostileTest, EndlessHeaderLineIsCutAtTheHeaderBound) {
+  memcg::testing::Watchdog dog("endless header line", 60s);
+  Fixture f;
+  Outcome o;
+  auto attack = endless(f.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Long: ", kFiller, kFlood, &o);
+  EXPECT_TRUE(f.well_behaved_ok());
+  wait_done(*attack, 10s);
+  EXPECT_TRUE(attack->done());
+  EXPECT_TRUE(o.status == 431 || o.status == 0) << o.status;
+  EXPECT_TRUE(o.closed);
+  EXPECT_LT(o.sent, kFlood) << "the server kept reading an endless header line";
+  f.expect_memory_bounded(0, "endless header line");
+  EXPECT_TRUE(f.well_behaved_ok());
+  Outcome o2;
+  f.expect_stop_bounded(endless(f.port(), "GET / HTTP/1.1\r\nX: ", kFiller, kFlood, &o2));
+}
+
+TEST(HttpHostileTest, EndlessRequestLineIsCutAtTheHeaderBound) {
+  memcg::testing::Watchdog dog("endless request line", 60s);
+  Fixture f;
+  Outcome o;
+  auto attack = endless(f.port(), "GET /", kFiller, kFlood, &o);
+  EXPECT_TRUE(f.well_behaved_ok());
+  wait_done(*attack, 10s);
+  EXPECT_TRUE(attack->done());
+  EXPECT_TRUE(o.status == 414 || o.status == 431 || o.status == 400 || o.status == 0) << o.status;
+  EXPECT_TRUE(o.closed);
+  EXPECT_LT(o.sent, kFlood) << "the server kept reading an endless request line";
+  f.expect_memory_bounded(0, "endless request line");
+  EXPECT_TRUE(f.well_behaved_ok());
+  Outcome o2;
+  f.expect_stop_bounded(endless(f.port(), "GET /", kFiller, kFlood, &o2));
+}
+
+std::string chunked_post() {
+  return std::string("POST /v1/groups/g1/memory.high HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ") +
+         kToken + "\r\nTransfer-Encoding: chunked\r\n\r\n";
+}
+
+TEST(HttpHostileTest, EndlessChunkedBodyIsRefusedBeforeItIsRead) {
+  memcg::testing::Watchdog dog("endless chunked body", 60s);
+  Fixture f;
+  Outcome o;
+  const std::string chunk = "10000\r\n" + kFiller + "\r\n";
+  auto attack = endless(f.port(), chunked_post(), chunk, kFlood, &o);
+  EXPECT_TRUE(f.well_behaved_ok());
+  wait_done(*attack, 10s);
+  EXPECT_TRUE(attack->done());
+  EXPECT_EQ(o.status, 411);  // Length Required: the size is checked before a body is read
+  EXPECT_TRUE(o.closed);
+  EXPECT_LT(o.sent, kFlood);
+  EXPECT_EQ(f.groups[1]->high(), kUnlimited) << "a refused write changed the knob";
+  f.expect_memory_bounded(0, "endless chunked body");
+  EXPECT_TRUE(f.well_behaved_ok());
+  Outcome o2;
+  f.expect_stop_bounded(endless(f.port(), chunked_post(), chunk, kFlood, &o2));
+}
+
+TEST(HttpHostileTest, EndlessContentLengthBodyGets413) {
+  memcg::testing::Watchdog dog("endless content-length body", 60s);
+  Fixture f;
+  for (const char* method : {"POST", "GET"}) {
+    Outcome o;
+    const std::string head = std::string(method) +
+                             " /v1/groups/g1/memory.high HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                             "Bearer " + kToken + "\r\nContent-Length: 1000000000000\r\n\r\n";
+    auto attack = endless(f.port(), head, kFiller, kFlood, &o);
+    EXPECT_TRUE(f.well_behaved_ok());
+    wait_done(*attack, 10s);
+    EXPECT_TRUE(attack->done());
+    EXPECT_EQ(o.status, 413) << method;
+    EXPECT_TRUE(o.closed) << method;
+    EXPECT_LT(o.sent, kFlood) << method;
+  }
+  // A body within the declared length but over the limit, sent in one go.
+  {
+    Outcome o;
+    const std::string head = std::string("POST /v1/groups/g1/memory.high HTTP/1.1\r\nHost: x\r\n"
+                                         "Authorization: Bearer ") + kToken +
+                             "\r\nContent-Length: 16385\r\n\r\n" + std::string(16385, '1');
+    auto attack = endless(f.port(), head, "", 0, &o);
+    wait_done(*attack, 10s);
+    EXPECT_EQ(o.status, 413);
+  }
+  EXPECT_EQ(f.groups[1]->high(), kUnlimited);
+  f.expect_memory_bounded(0, "endless content-length body");
+  Outcome o2;
+  f.expect_stop_bounded(endless(
+      f.port(), "PUT / HTTP/1.1\r\nContent-Length: 100000000000\r\n\r\n", kFiller, kFlood, &o2));
+}
+
+TEST(HttpHostileTest, ManyHeadersGet431) {
+  memcg::testing::Watchdog dog("many headers", 60s);
+  Fixture f;
+  // Short lines: within the header bytes for the first hundred, over max_headers at once.
+  std::string head = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 100; ++i) head += "X" + std::to_string(i) + ": 1\r\n";
+  {
+    Outcome o;
+    auto attack = endless(f.port(), head + "\r\n", "", 0, &o);
+    wait_done(*attack, 10s);
+    EXPECT_EQ(o.status, 431);
+  }
+  // Endless short header lines: cut at the header bytes.
+  Outcome o;
+  std::string lines;
+  for (int i = 0; i < 4096; ++i) lines += "X: 1\r\n";
+  auto attack = endless(f.port(), "GET /healthz HTTP/1.1\r\n", lines, kFlood, &o);
+  EXPECT_TRUE(f.well_behaved_ok());
+  wait_done(*attack, 10s);
+  EXPECT_TRUE(o.status == 431 || o.status == 0) << o.status;
+  EXPECT_TRUE(o.closed);
+  EXPECT_LT(o.sent, kFlood);
+  f.expect_memory_bounded(0, "many headers");
+  EXPECT_TRUE(f.well_behaved_ok());
+  Outcome o2;
+  f.expect_stop_bounded(endless(f.port(), "GET / HTTP/1.1\r\n", lines, kFlood, &o2));
+}
+
+// One header line every 300 ms: never silent for the inactivity timeout, so only the whole
+// request's deadline (read_timeout) ends it.
+std::unique_ptr<Attacker> slow_headers(int port, Outcome* out, Clock::time_point* closed_at) {
+  return std::make_unique<Attacker>(20s, [=, fd = -1, n = 0]() mutable {
+    if (fd < 0) {
+      fd = connect_from(port, kAttacker);
+      if (fd < 0 || !send_all(fd, "GET /healthz HTTP/1.1\r\n")) return false;
+    }
+    bool closed = false;
+    read_until_closed(fd, 300ms, &closed);
+    if (closed || !send_all(fd, "X" + std::to_string(n++) + ": 1\r\n")) {
+      *closed_at = Clock::now();
+      out->closed = true;
+      ::close(fd);
+      return false;
+    }
+    return true;
+  });
+}
+
+TEST(HttpHostileTest, SlowHeadersAreCutAtTheReadTimeout) {
+  memcg::testing::Watchdog dog("slow headers", 60s);
+  Fixture f;
+  Outcome o;
+  Clock::time_point closed_at{};
+  const auto t0 = Clock::now();
+  auto attack = slow_headers(f.port(), &o, &closed_at);
+  EXPECT_TRUE(f.well_behaved_ok());
+  wait_done(*attack, 10s);
+  ASSERT_TRUE(o.closed);
+  const auto lived = closed_at - t0;
+  EXPECT_GE(lived, 1200ms);
+  EXPECT_LE(lived, hostile_options().read_timeout + 700ms)
+      << std::chrono::duration_cast<std::chrono::milliseconds>(lived).count() << " ms";
+  EXPECT_GE(f.server->stats().timed_out, 1u);
+  EXPECT_TRUE(f.well_behaved_ok());
+  Outcome o2;
+  Clock::time_point unused{};
+  f.expect_stop_bounded(slow_headers(f.port(), &o2, &unused));
+}
+
+// `n` connections from the attacker's address that send nothing; the count still open after
+// `hold`, and after `hold` + `more`.
+std::unique_ptr<Attacker> idle_connections(int port, int n, std::vector<int>* fds) {
+  return std::make_unique<Attacker>(10s, [=]() {
+    for (int i = 0; i < n; ++i) {
+      const int fd = connect_from(port, kAttacker);
+      if (fd >= 0) fds->push_back(fd);
+    }
+    return false;
+  });
+}
+
+int still_open(const std::vector<int>& fds) {
+  int open = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    char c;
+    if (::poll(&p, 1, 0) == 0 || (::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0)) ++open;
+  }
+  return open;
+}
+
+TEST(HttpHostileTest, ManyIdleConnectionsAreLimitedPerPeerAndClosed) {
+  memcg::testing::Watchdog dog("many idle connections", 60s);
+  Fixture f;
+  std::vector<int> fds;
+  auto attack = idle_connections(f.port(), 200, &fds);
+  wait_done(*attack, 10s);
+  ASSERT_EQ(fds.size(), 200u);  // the kernel completes the handshakes; the server then decides
+  std::this_thread::sleep_for(300ms);
+  EXPECT_LE(still_open(fds), 8) << "over max_connections_per_peer";
+  EXPECT_TRUE(f.well_behaved_ok());
+  EXPECT_GE(f.server->stats().refused, 190u);
+  std::this_thread::sleep_for(hostile_options().read_timeout + 500ms);
+  EXPECT_EQ(still_open(fds), 0) << "idle connections outlived the timeouts";
+  for (int fd : fds) ::close(fd);
+  f.expect_memory_bounded(0, "many idle connections");
+  std::vector<int> fds2;
+  f.expect_stop_bounded(idle_connections(f.port(), 50, &fds2));
+  for (int fd : fds2) ::close(fd);
+}
+
+TEST(HttpHostileTest, RangesAreIgnoredTheWholeDocumentIsSent) {
+  memcg::testing::Watchdog dog("many ranges", 60s);
+  Fixture f;
+  std::string ranges = "bytes=0-10";
+  for (int i = 0; i < 1000; ++i) ranges += ",0-10";
+  httplib::Client c("127.0.0.1", f.port());
+  c.set_read_timeout(5, 0);
+  auto res = c.Get("/metrics", {{"Range", ranges}});
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Accept-Ranges"), "none");
+  EXPECT_FALSE(res->has_header("Content-Range"));
+  EXPECT_GE(res->body.size(), f.document - 4096);  // the whole exposition (values move a little)
+  EXPECT_LE(res->body.size(), f.document + 4096);
+  f.expect_memory_bounded(4 * f.document, "many ranges");
+}
+
+// Connections from the attacker's address, as fast as it can, each asking for /metrics and
+// reading nothing: the answers in flight are bounded, the rest is refused.
+std::unique_ptr<Attacker> flood(int port, std::vector<int>* fds) {
+  return std::make_unique<Attacker>(3s, [=]() {
+    const int fd = connect_from(port, kAttacker);
+    if (fd >= 0) {
+      send_all(fd, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+      fds->push_back(fd);
+    }
+    return fds->size() < 2000;
+  });
+}
+
+TEST(HttpHostileTest, ConnectionFloodOverTheLimitIsRefused) {
+  memcg::testing::Watchdog dog("connection flood", 60s);
+  Fixture f;
+  std::vector<int> fds;
+  auto attack = flood(f.port(), &fds);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(f.well_behaved_ok());
+  wait_done(*attack, 10s);
+  EXPECT_TRUE(f.well_behaved_ok());
+  const ServerStats st = f.server->stats();
+  EXPECT_GT(st.refused, 0u);
+  EXPECT_GT(st.accepted, 0u);
+  f.expect_memory_bounded(4 * f.document, "connection flood");
+  for (int fd : fds) ::close(fd);
+  std::vector<int> fds2;
+  f.expect_stop_bounded(flood(f.port(), &fds2));
+  for (int fd : fds2) ::close(fd);
+}
+
+}  // namespace
+}  // namespace memcg::http
