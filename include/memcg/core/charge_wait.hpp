@@ -12,8 +12,9 @@
 //
 // Granting charges exactly the asked units to the waiter's group (no batch into the stock); a
 // waiter that returns anything but kOk holds nothing. See docs/charge_wait.md for the fairness
-// policy (first come first served, a bypass for requests that fit, an aging bound after which the
-// oldest waiter reserves freed memory before anyone else).
+// policy (priority classes, arrival order within a class, a bypass for requests that fit, an
+// aging bound per class after which the oldest waiter reserves freed memory before anyone else,
+// across the nested limits of its path).
 //
 // Cost: the charge and uncharge hot paths are unchanged; with no waiter on a limit of a group's
 // path (the group and its ancestors), the uncharge slow path and uncharge_direct() under it
