@@ -5,8 +5,10 @@
 //  - WaitNoWaiterPair: try_charge(1) + uncharge(1) in a process with no waiter (the stock hit,
 //    for comparison with Pair/memcg of charge_bench, which this code must leave unchanged).
 //  - WaitUnchargeSlowWithWaiter: uncharge(65) + try_charge(65) (a stock miss each way, so the
-//    uncharge takes the slow path) while a waiter sits on another group of the controller: the
-//    cost that one waiter anywhere adds to an uncharge slow path (the queue lookup).
+//    uncharge takes the slow path) with no waiter (/0), a waiter on another group of the same
+//    controller (/1), a waiter in another controller (/2): a waiter off the uncharging group's
+//    path must cost it nothing. /3: a waiter on the group's parent, where the uncharge goes to
+//    the counters and serves the queue.
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -75,27 +77,43 @@ void BM_WaitNoWaiterPair(benchmark::State& state) {
 BENCHMARK(BM_WaitNoWaiterPair);
 
 void BM_WaitUnchargeSlowWithWaiter(benchmark::State& state) {
-  Controller ctl;
-  GroupRef g, full;
+  Controller ctl, other;
+  GroupRef g, full, top, under, full_other;
   ctl.create("g", &g);
   ctl.create("full", &full);
-  full->set_max(ctl.unit_size());
-  try_charge(*full, 1);
+  ctl.create("top", &top);
+  ctl.create("top/under", &under);
+  other.create("full", &full_other);
+  for (Group* f : {full.get(), full_other.get()}) {
+    f->set_max(ctl.unit_size());
+    try_charge(*f, 1);
+  }
+  top->set_max(1024 * ctl.unit_size());
+  // 0: no waiter; 1: a waiter on another group of the controller; 2: a waiter in another
+  // controller; 3: a waiter on the parent of the uncharging group (its path: the uncharge then
+  // goes to the counters and serves the queue, for comparison).
+  Group* wait_on = state.range(0) == 1   ? full.get()
+                   : state.range(0) == 2 ? full_other.get()
+                   : state.range(0) == 3 ? top.get()
+                                         : nullptr;
+  Group& charged = state.range(0) == 3 ? *under : *g;
   std::jthread waiter;
-  if (state.range(0) == 1) {
-    waiter = std::jthread([&](std::stop_token st) {
-      try_charge_wait(*full, 1, Clk::now() + std::chrono::hours(1), st);
+  if (wait_on != nullptr) {
+    // On `top`: more than its limit, so it never fits and stays queued for the whole run.
+    const int64_t units = wait_on == top.get() ? 2048 : 1;
+    waiter = std::jthread([&, wait_on, units](std::stop_token st) {
+      try_charge_wait(*wait_on, units, Clk::now() + std::chrono::hours(1), st);
     });
-    while (wait_stats(*full).waiters == 0) std::this_thread::yield();
+    while (wait_stats(*wait_on).waiters == 0) std::this_thread::yield();
   }
   for (auto _ : state) {
-    benchmark::DoNotOptimize(try_charge(*g, 65));
-    uncharge(*g, 65);
+    benchmark::DoNotOptimize(try_charge(charged, 65));
+    uncharge(charged, 65);
   }
   waiter = {};
-  uncharge_direct(*full, 1);
+  for (Group* f : {full.get(), full_other.get()}) uncharge_direct(*f, 1);
 }
-BENCHMARK(BM_WaitUnchargeSlowWithWaiter)->Arg(0)->Arg(1);
+BENCHMARK(BM_WaitUnchargeSlowWithWaiter)->Arg(0)->Arg(1)->Arg(2)->Arg(3);
 
 }  // namespace
 }  // namespace memcg

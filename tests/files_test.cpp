@@ -113,12 +113,17 @@ TEST_F(Files, EventsPrintSevenLinesInOrderAndLocalDiffers) {
             "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\nwait 0\n");
 }
 
-// memory.wait: eight keyed lines, all 0 where no charge ever waited (values while one waits:
-// charge_wait_test).
+// memory.wait: eight keyed lines, then the wait times and seven lines per class, all 0 where no
+// charge ever waited (values while one waits: charge_wait_*_test).
 TEST_F(Files, WaitFileWithoutWaiters) {
+  std::string per_class;
+  for (const char* c : {"high", "normal", "low"})
+    for (const char* k : {"waiters", "queued_bytes", "waits", "granted", "timed_out", "cancelled",
+                          "removed"})
+      per_class += std::string(c) + "_" + k + " 0\n";
   EXPECT_EQ(read(*b, "memory.wait"),
             "waiters 0\nqueued_bytes 0\nreserved_bytes 0\nwaits 0\ngranted 0\ntimed_out 0\n"
-            "cancelled 0\nremoved 0\n");
+            "cancelled 0\nremoved 0\nlast_wait_usec 0\nmax_wait_usec 0\n" + per_class);
   std::unique_ptr<File> f;
   ASSERT_EQ(open_file(*a, "memory.wait", &f), 0);
   EXPECT_TRUE(f->readable());

@@ -164,14 +164,23 @@ void parse_into(const std::string& text, std::map<std::string, Family>* out) {
       ASSERT_EQ(timestamp.find_first_not_of("-0123456789"), std::string::npos);
     }
 
-    auto it = families.find(s.name);
+    // A histogram's samples are name_bucket, name_sum and name_count of the family `name`.
+    std::string fam = s.name;
+    if (families.find(fam) == families.end())
+      for (const std::string suffix : {"_bucket", "_sum", "_count"})
+        if (fam.size() > suffix.size() &&
+            fam.compare(fam.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          const auto base = families.find(fam.substr(0, fam.size() - suffix.size()));
+          if (base != families.end() && base->second.type == "histogram") fam = base->first;
+        }
+    auto it = families.find(fam);
     ASSERT_NE(it, families.end()) << "sample without HELP/TYPE";
     ASSERT_FALSE(it->second.help.empty()) << "sample before HELP";
     ASSERT_FALSE(it->second.type.empty()) << "sample before TYPE";
-    if (s.name != current) {
-      ASSERT_EQ(closed.count(s.name), 0u) << "family samples not contiguous";
+    if (fam != current) {
+      ASSERT_EQ(closed.count(fam), 0u) << "family samples not contiguous";
       if (!current.empty()) closed.insert(current);
-      current = s.name;
+      current = fam;
     }
     std::string key = s.name;
     for (const auto& [k, v] : s.labels) key += "|" + k + "=" + v;
@@ -327,9 +336,25 @@ TEST(PrometheusTest, WaitGaugesWhileAChargeWaits) {
   }
   clock.advance(3'600'000'000'000);  // the hour passes
   waiter.join();
-  const auto after = parse_exposition(render_prometheus(ctl));
+  const std::string after_text = render_prometheus(ctl);
+  const auto after = parse_exposition(after_text);
   EXPECT_EQ(value_of(after, "memcg_memory_wait_waiters", {{"group", "pool"}}), 0);
   EXPECT_EQ(value_of(after, "memcg_memory_wait_queued_bytes", {{"group", "pool"}}), 0);
+  // The wait time: one charge waited the hour, on the controller's clock.
+  EXPECT_EQ(after.at("memcg_memory_wait_seconds").type, "histogram");
+  EXPECT_NE(after_text.find("memcg_memory_wait_seconds_bucket{group=\"pool\",le=\"10.000000000\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(after_text.find("memcg_memory_wait_seconds_bucket{group=\"pool\",le=\"+Inf\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(after_text.find("memcg_memory_wait_seconds_sum{group=\"pool\"} 3600.000000000\n"),
+            std::string::npos);
+  EXPECT_NE(after_text.find("memcg_memory_wait_seconds_count{group=\"pool\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(after_text.find("memcg_memory_wait_seconds_count{group=\"pool/kid\"} 0\n"),
+            std::string::npos);
+  if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
+    EXPECT_TRUE(testing::promtool_accepts("promtool", after_text));
+  }
   uncharge(*kid, 2);
 }
 

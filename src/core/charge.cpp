@@ -236,8 +236,9 @@ void internal::uncharge_slow(Group& group, int64_t units, int kind) noexcept {
     refuse_uncharge(group);
     return;
   }
-  // A charge waits (charge_wait.hpp): the units go to the counters, where a waiter can use them.
-  if (internal::any_charge_waiters()) [[unlikely]] {
+  // A charge waits on this group's path (charge_wait.hpp): the units go to the counters, where
+  // the waiter can use them.
+  if (internal::charge_waiters_on_path(group)) [[unlikely]] {
     uncharge_direct(group, units, kind);
     return;
   }
@@ -316,6 +317,10 @@ void ChargeHandle::release() noexcept {
   group_->put();
   group_ = nullptr;
   bytes_ = 0;
+}
+
+void internal::charged_after_wait(Group& group, int64_t units) noexcept {
+  check_high(group, units, kMayBlock);
 }
 
 void handle_pending_high() noexcept {

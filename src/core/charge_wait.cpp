@@ -1,12 +1,14 @@
-// Waiting charges (charge_wait.hpp): one wait state per controller, one FIFO queue per group
-// whose memory.max held; each waiter blocks in the controller's Clock::wait_until() and is woken
-// with Clock::wake(). The policy is in dispatch().
+// Waiting charges (charge_wait.hpp): one queue per group whose memory.max held, with its own
+// mutex, hung on the group; a small per-controller state for the aging bound and the teardown.
+// Each waiter blocks in the controller's Clock::wait_until() and is woken with Clock::wake().
+// The policy is in dispatch_path().
 #include "memcg/core/charge_wait.hpp"
 
 #include <algorithm>
-#include <list>
+#include <cerrno>
 #include <mutex>
-#include <unordered_map>
+#include <new>
+#include <utility>
 
 #include "memcg/base/clock.hpp"
 #include "memcg/base/internal/lock.hpp"
@@ -20,7 +22,6 @@
 namespace memcg {
 
 namespace internal {
-std::atomic<long> g_charge_waiters{0};
 
 struct ChargeHandleAccess {
   static void fill(ChargeHandle& h, Group& group, uint64_t bytes, int kind) noexcept {
@@ -30,9 +31,81 @@ struct ChargeHandleAccess {
     h.kind_ = kind;
   }
 };
+
+// One waiting charge. It lives on the waiting thread's stack (nothing is allocated to queue it)
+// and is linked into the queue of the group whose limit held while it waits.
+struct Waiter {
+  enum State : uint8_t { kWaiting, kGranted, kRemoved };
+  Waiter(Group* g, int64_t n, int c) noexcept : group(g), units(n), cls(c) {}
+  Waiter* prev = nullptr;  // in its class's list, arrival order; guarded by the queue's mutex
+  Waiter* next = nullptr;
+  Group* group;            // charged group (a reference is held while waiting)
+  int64_t units;           // asked
+  int64_t reserved = 0;    // already charged to `group` for it (aged waiters)
+  uint64_t since_ns = 0;   // queued at, on the controller's clock
+  uint64_t arrival = 0;    // the queue's arrival number: orders waiters queued at the same time
+  uint64_t aged_seen = 0;  // the queue's dispatch epoch in which round 1 looked at it
+  uint64_t seen = 0;       // ...in which it was served or reserved for (round 2 skips it)
+  const int cls;           // WaitPriority kLow..kHigh
+  State state = kWaiting;
+  ClockWaiter clock_waiter;  // what the controller's clock blocks and wakes
+};
+
+struct WaiterList {
+  Waiter* head = nullptr;
+  Waiter* tail = nullptr;
+  void push_back(Waiter* w) noexcept {
+    w->prev = tail;
+    w->next = nullptr;
+    (tail ? tail->next : head) = w;
+    tail = w;
+  }
+  void erase(Waiter* w) noexcept {
+    (w->prev ? w->prev->next : head) = w->next;
+    (w->next ? w->next->prev : tail) = w->prev;
+    w->prev = w->next = nullptr;
+  }
+};
+
+// The charges waiting on one group's memory.max, and what became of those that waited.
+struct WaitQueue {
+  explicit WaitQueue(Group& g) noexcept : owner(&g) {}
+  std::mutex mu;  // a leaf but for the other queues of a path, taken root first
+  Group* const owner;
+  // Guarded by mu.
+  WaiterList lists[kWaitPriorities];
+  uint64_t epoch = 0;  // dispatches so far
+  uint64_t arrivals = 0;
+  WaitStats::Class counts[kWaitPriorities];
+  uint64_t last_wait_ns = 0, max_wait_ns = 0, wait_ns_sum = 0;
+  uint64_t buckets[WaitStats::kBuckets] = {};
+  // The class of the owner's own charges that ask for kDefault.
+  std::atomic<uint8_t> default_cls{static_cast<uint8_t>(WaitPriority::kNormal)};
+  // In ControllerWaits::queues; guarded by ControllerWaits::mu.
+  WaitQueue* ctl_prev = nullptr;
+  WaitQueue* ctl_next = nullptr;
+};
+
+struct ControllerWaits {
+  // Taken by waiters on entry and exit, by a queue's creation and freeing, by a removal and by
+  // ~Controller; never by an uncharge. Before any queue's mutex.
+  std::mutex mu;
+  std::atomic<int64_t> aging_ns;
+  std::atomic<bool> dying{false};  // written under mu; read under a queue's mutex too
+  int active = 0;                  // threads inside a wait (guarded by mu)
+  ClockWaiter* destroyer = nullptr;  // ~Controller, waiting for `active` to drop to 0
+  WaitQueue* queues = nullptr;       // every queue of the controller
+  explicit ControllerWaits(int64_t aging) noexcept : aging_ns(aging) {}
+};
+
 }  // namespace internal
 
 namespace {
+
+using internal::ControllerWaits;
+using internal::WaitAccess;
+using internal::Waiter;
+using internal::WaitQueue;
 
 // How often a waiter looks for room by itself: units hidden in per-CPU stocks are given back by
 // a drain, not by an uncharge, and an uncharge that raced with the waiter's enqueue may have
@@ -40,65 +113,53 @@ namespace {
 // Measured on the controller's clock, like the deadline.
 constexpr uint64_t kPollIntervalNs = 10'000'000;  // 10 ms
 constexpr int64_t kDefaultAgingNs = 100'000'000;  // 100 ms
+// Queues of one path served together (root first). A path with more levels that have waiters
+// serves the ones nearest the root together; the others are served by their own waiters' looks.
+constexpr int kMaxJointQueues = 16;
 
-struct Waiter {
-  enum State : uint8_t { kWaiting, kGranted, kRemoved };
-  Waiter(Group* g, int64_t n, uint64_t now_ns) noexcept
-      : group(g), units(n), reserved(0), since_ns(now_ns) {}
-  Group* group;       // charged group (a reference is held while waiting)
-  int64_t units;      // asked
-  int64_t reserved;   // already charged to `group` for it (aged waiters)
-  uint64_t since_ns;  // queued at, on the controller's clock
-  State state = kWaiting;
-  ClockWaiter clock_waiter;  // what the controller's clock blocks and wakes
-};
+// The wait state of `ctl`, created by the first caller that needs it (allocated with no lock
+// held; a loser of the race frees its copy).
+ControllerWaits* controller_waits(Controller& ctl) noexcept {
+  auto& slot = WaitAccess::state(ctl);
+  ControllerWaits* cw = slot.load(std::memory_order_acquire);
+  if (cw != nullptr) return cw;
+  internal::HookBypass bypass;  // the library's own state is never charged
+  auto* fresh = new (std::nothrow) ControllerWaits(kDefaultAgingNs);
+  if (fresh == nullptr) return nullptr;
+  if (slot.compare_exchange_strong(cw, fresh, std::memory_order_acq_rel)) return fresh;
+  delete fresh;
+  return cw;
+}
 
-// Ends a wait: the state is final, the clock wakes the thread. Under the wait state's mutex.
+// The queue of `g`, created if need be: allocated before any lock, installed and listed under
+// the controller's wait mutex. Null if the allocation failed.
+WaitQueue* queue_of(ControllerWaits& cw, Group& g) noexcept {
+  auto& slot = WaitAccess::queue(g);
+  if (WaitQueue* q = slot.load(std::memory_order_acquire)) return q;
+  internal::HookBypass bypass;
+  auto* fresh = new (std::nothrow) WaitQueue(g);
+  if (fresh == nullptr) return nullptr;
+  WaitQueue* q = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(cw.mu);
+    q = slot.load(std::memory_order_acquire);
+    if (q == nullptr) {
+      q = fresh;
+      fresh = nullptr;
+      q->ctl_next = cw.queues;
+      if (cw.queues) cw.queues->ctl_prev = q;
+      cw.queues = q;
+      slot.store(q, std::memory_order_seq_cst);  // pairs with charge_wait_group_removed()
+    }
+  }
+  delete fresh;  // lost the race: after the lock
+  return q;
+}
+
+// Ends a wait: the state is final, the clock wakes the thread. Under the waiter's queue mutex.
 void finish(Clock& clock, Waiter& w, Waiter::State state) noexcept {
   w.state = state;
   clock.wake(w.clock_waiter);
-}
-
-struct Queue {
-  std::list<Waiter*> waiters;  // arrival order
-  bool gone = false;           // the group was removed: erase once empty
-  uint64_t waits = 0, granted = 0, timed_out = 0, cancelled = 0, removed = 0;
-};
-
-struct CtlWaits {
-  std::mutex mu;  // a leaf: nothing else is locked under it
-  std::unordered_map<const Group*, Queue> queues;
-  std::atomic<int64_t> aging_ns{kDefaultAgingNs};
-  int active = 0;  // threads inside a wait holding a reference into the controller
-  bool dying = false;
-  ClockWaiter* destroyer = nullptr;  // ~Controller, waiting for `active` to drop to 0
-};
-
-std::mutex g_registry_mu;  // taken before any CtlWaits::mu
-std::unordered_map<const Controller*, CtlWaits*>& registry() {
-  static auto* r = new std::unordered_map<const Controller*, CtlWaits*>();
-  return *r;
-}
-
-// Finds (or creates) the wait state of `ctl` and returns it locked: the registry lock is held
-// until the state's own lock is taken, so ~Controller cannot free it in between.
-// Callers hold a HookBypass for as long as they hold the lock (the rule of internal/lock.hpp; a
-// plain std::unique_lock is what the condition variables take).
-CtlWaits* lock_state(const Controller& ctl, bool create, std::unique_lock<std::mutex>& out) {
-  std::lock_guard<std::mutex> reg(g_registry_mu);
-  auto& r = registry();
-  auto it = r.find(&ctl);
-  CtlWaits* cw = nullptr;
-  if (it != r.end()) {
-    cw = it->second;
-  } else if (create) {
-    cw = new CtlWaits();
-    r.emplace(&ctl, cw);
-  } else {
-    return nullptr;
-  }
-  out = std::unique_lock<std::mutex>(cw->mu);
-  return cw;
 }
 
 // The least room over every level from `g` to the root, and the least max.
@@ -111,34 +172,133 @@ void room_and_limit(const Group& g, int64_t& room, int64_t& limit) noexcept {
   }
 }
 
-// The policy, under cw.mu. Waiters are looked at in arrival order:
-//  - one whose (remaining) units fit is granted, whatever waits before it (the bypass: a small
-//    request that fits is never held behind a large one that does not);
-//  - the first one that does not fit and has waited for the aging bound or longer stops the
-//    scan: nobody after it is served, and the room there is is reserved for it (charged to its
-//    group) until it is whole. Freed memory then goes to the oldest waiter first, so it cannot
-//    starve while memory is freed. A waiter larger than some limit on its path can never be whole
-//    and does not block anyone (it waits for its deadline or for a limit to be raised).
-void dispatch(CtlWaits& cw, Queue& q, Clock& clock) noexcept {
+// The aging bound of a class: half for kHigh, twice for kLow (charge_wait.hpp).
+uint64_t aging_of(int cls, uint64_t aging) noexcept {
+  if (cls == static_cast<int>(WaitPriority::kHigh)) return aging / 2;
+  if (cls == static_cast<int>(WaitPriority::kLow)) return aging > UINT64_MAX / 2 ? UINT64_MAX : 2 * aging;
+  return aging;
+}
+
+// When `w` is aged (since + its class's bound, saturated).
+uint64_t aged_at(const Waiter& w, uint64_t aging) noexcept {
+  const uint64_t a = aging_of(w.cls, aging);
+  return w.since_ns > UINT64_MAX - a ? UINT64_MAX : w.since_ns + a;
+}
+
+// Arrival order: the clock first, the queue's count for waiters queued at the same time.
+bool earlier(const Waiter& a, const Waiter& b) noexcept {
+  return a.since_ns != b.since_ns ? a.since_ns < b.since_ns : a.arrival < b.arrival;
+}
+
+struct Locked {
+  WaitQueue* q[kMaxJointQueues];
+  int n = 0;
+};
+
+// The policy, with every queue of `l` locked (they are the queues of one path). Freed room is
+// offered in two rounds:
+//  1. aged waiters (waited their class's aging bound; never one larger than a limit on its path,
+//     which can never be whole), the earliest aged first, across every queue of the path and
+//     every class: granted if their (remaining) units fit, else the room there is on their path
+//     is reserved for them (charged to their group) and they wait for the rest. A reserve takes
+//     the room of the level that holds, so nobody younger whose charge goes through that level
+//     gets it first: the oldest waiter cannot starve while memory is freed, whatever queue of the
+//     path it is on (an outer limit's waiter against a nested limit's ones).
+//  2. every other waiter, higher classes first, arrival order within a class across the queues:
+//     granted if it fits, whatever waits before it (the bypass: a small request that fits is never
+//     held behind a large one that does not).
+void dispatch_locked(Locked& l, Clock& clock, uint64_t aging) noexcept {
   const uint64_t now = clock.now_ns();
-  const auto aging = static_cast<uint64_t>(cw.aging_ns.load(std::memory_order_relaxed));
-  for (Waiter* w : q.waiters) {
-    if (w->state != Waiter::kWaiting) continue;
-    const int64_t need = w->units - w->reserved;
-    if (w->group->memory().try_charge(need) == nullptr) {
-      w->reserved = w->units;
-      finish(clock, *w, Waiter::kGranted);
+  for (int i = 0; i < l.n; ++i) ++l.q[i]->epoch;
+  auto seen = [&](const Waiter* w, const WaitQueue* q) { return w->seen == q->epoch; };
+  // Round 1.
+  for (;;) {
+    Waiter* best = nullptr;
+    WaitQueue* best_q = nullptr;
+    uint64_t best_at = 0;
+    for (int i = 0; i < l.n; ++i)
+      for (auto& list : l.q[i]->lists)
+        for (Waiter* w = list.head; w; w = w->next) {
+          if (w->state != Waiter::kWaiting || w->aged_seen == l.q[i]->epoch) continue;
+          const uint64_t at = aged_at(*w, aging);
+          // A clock that reads earlier than `since` (only a broken one) leaves the waiter young.
+          if (now < w->since_ns || now < at) continue;
+          if (best == nullptr || at < best_at ||
+              (at == best_at && earlier(*w, *best))) {
+            best = w;
+            best_q = l.q[i];
+            best_at = at;
+          }
+        }
+    if (best == nullptr) break;
+    best->aged_seen = best_q->epoch;
+    const int64_t need = best->units - best->reserved;
+    if (best->group->memory().try_charge(need) == nullptr) {
+      best->seen = best_q->epoch;
+      best->reserved = best->units;
+      finish(clock, *best, Waiter::kGranted);
       continue;
     }
-    // A clock that reads earlier than `since` (only a broken one) leaves the waiter young.
-    if (now < w->since_ns || now - w->since_ns < aging) continue;
     int64_t room, limit;
-    room_and_limit(*w->group, room, limit);
-    if (w->units > limit) continue;  // can never fit: blocks nobody
-    if (room > 0 && room < need && w->group->memory().try_charge(room) == nullptr)
-      w->reserved += room;
-    break;
+    room_and_limit(*best->group, room, limit);
+    if (best->units > limit) continue;  // can never be whole: blocks nobody; round 2 looks
+    best->seen = best_q->epoch;
+    if (room > 0 && room < need && best->group->memory().try_charge(room) == nullptr)
+      best->reserved += room;
   }
+  // Round 2.
+  for (int cls = kWaitPriorities - 1; cls >= 0; --cls)
+    for (;;) {
+      Waiter* best = nullptr;
+      WaitQueue* best_q = nullptr;
+      for (int i = 0; i < l.n; ++i)
+        for (Waiter* w = l.q[i]->lists[cls].head; w; w = w->next) {
+          if (w->state != Waiter::kWaiting || seen(w, l.q[i])) continue;
+          if (best == nullptr || earlier(*w, *best)) {
+            best = w;
+            best_q = l.q[i];
+          }
+          break;  // the first unseen one of each list is its candidate (arrival order)
+        }
+      if (best == nullptr) break;
+      best->seen = best_q->epoch;
+      if (best->group->memory().try_charge(best->units - best->reserved) == nullptr) {
+        best->reserved = best->units;
+        finish(clock, *best, Waiter::kGranted);
+      }
+    }
+}
+
+// Serves the queues of `from` and its ancestors that have waiters: locks them root first (every
+// caller locks the queues of one path in that order), dispatches, unlocks. No queue lock held
+// by the caller.
+void dispatch_path(Group& from) noexcept {
+  Controller& ctl = from.controller();
+  const ControllerWaits* cw = WaitAccess::state(ctl);
+  if (cw == nullptr) return;
+  internal::HookBypass bypass;  // the rule of internal/lock.hpp for library mutexes
+  Locked l;
+  int total = 0;
+  for (Group* a = &from; a->parent() != nullptr; a = a->parent())
+    if (WaitAccess::count(*a).load(std::memory_order_acquire) != 0 &&
+        WaitAccess::queue(std::as_const(*a)) != nullptr)
+      ++total;
+  int skip = total > kMaxJointQueues ? total - kMaxJointQueues : 0;  // the lowest ones
+  for (Group* a = &from; a->parent() != nullptr && l.n < kMaxJointQueues; a = a->parent()) {
+    WaitQueue* q = WaitAccess::count(*a).load(std::memory_order_acquire) != 0
+                       ? WaitAccess::queue(std::as_const(*a))
+                       : nullptr;
+    if (q == nullptr) continue;
+    if (skip > 0) {
+      --skip;
+      continue;
+    }
+    l.q[l.n++] = q;  // nearest first
+  }
+  if (l.n == 0) return;
+  for (int i = l.n - 1; i >= 0; --i) l.q[i]->mu.lock();  // root first
+  dispatch_locked(l, ctl.clock(), static_cast<uint64_t>(cw->aging_ns.load(std::memory_order_relaxed)));
+  for (int i = 0; i < l.n; ++i) l.q[i]->mu.unlock();
 }
 
 // The group whose counter refused `units`, or null when they fit now (then they are charged).
@@ -153,6 +313,52 @@ Group* charge_or_limiting_group(Group& group, int64_t units) noexcept {
 void account_kind(Group& group, int kind, int64_t units) noexcept {
   if (kind == kNoStatKind) return;
   group.stat_add(kind, units << group.controller().unit_shift(), units);
+}
+
+// What a charge that reached the counters does after them: memory.stat, pgfault, memory.high.
+void after_grant(Group& group, int kind, int64_t units) noexcept {
+  account_kind(group, kind, units);
+  group.stat_add(StatRegistry::kPgfault, 1, 1);
+  internal::charged_after_wait(group, units);
+}
+
+// The class a charge of `group` asking for `p` waits in; -1 for a value out of range.
+int class_of(const Group& group, WaitPriority p) noexcept {
+  if (p == WaitPriority::kDefault) {
+    const WaitQueue* q = WaitAccess::queue(group);
+    return q ? q->default_cls.load(std::memory_order_relaxed)
+             : static_cast<int>(WaitPriority::kNormal);
+  }
+  const int c = static_cast<int>(p);
+  return c < kWaitPriorities ? c : -1;
+}
+
+// The waiter leaves its queue (under its mutex): the totals of its class and the wait time.
+void account_exit(WaitQueue& q, const Waiter& w, WaitStatus status, uint64_t now) noexcept {
+  WaitStats::Class& c = q.counts[w.cls];
+  switch (status) {
+    case WaitStatus::kOk:
+      ++c.granted;
+      break;
+    case WaitStatus::kRemoved:
+      ++c.removed;
+      break;
+    case WaitStatus::kCancelled:
+      ++c.cancelled;
+      break;
+    default:
+      ++c.timed_out;
+      break;
+  }
+  const uint64_t waited = now > w.since_ns ? now - w.since_ns : 0;
+  q.last_wait_ns = waited;
+  q.max_wait_ns = std::max(q.max_wait_ns, waited);
+  q.wait_ns_sum += waited;
+  for (int i = 0; i < WaitStats::kBuckets; ++i)
+    if (waited <= kWaitBucketsNs[i]) {
+      ++q.buckets[i];
+      break;
+    }
 }
 
 }  // namespace
@@ -173,110 +379,132 @@ const char* wait_status_name(WaitStatus s) noexcept {
   return "?";
 }
 
+const char* wait_priority_name(WaitPriority p) noexcept {
+  switch (p) {
+    case WaitPriority::kLow:
+      return "low";
+    case WaitPriority::kNormal:
+      return "normal";
+    case WaitPriority::kHigh:
+      return "high";
+    case WaitPriority::kDefault:
+      return "default";
+  }
+  return "?";
+}
+
 namespace {
 
 // Charges `units` (checked, > 0) to `group` (not the root), waiting on the limit that holds.
 // `deadline()` gives the deadline on the controller's clock; it is called once, only when the
-// ladder failed, so that a charge that succeeds at once reads no clock (as before waits ran on
-// the controller's clock).
+// ladder failed, so that a charge that succeeds at once reads no clock.
 template <class Deadline>
 WaitStatus charge_or_wait(Group& group, int64_t units, const Deadline& deadline,
-                          const std::stop_token& stop, int kind) noexcept {
+                          const std::stop_token& stop, int cls, int kind) noexcept {
   Controller& ctl = group.controller();
   Clock& clock = ctl.clock();
 
-  // The whole ladder first, short of the OOM killer.
+  // The whole ladder first, short of the OOM killer (it looks at memory.high itself).
   if (charged(try_charge(group, units, kMayBlock | kRetryMayFail, kind))) return WaitStatus::kOk;
   if (!group.is_online()) return WaitStatus::kRemoved;
 
   Group* limiting = charge_or_limiting_group(group, units);
   if (limiting == nullptr) {
-    account_kind(group, kind, units);
-    group.stat_add(StatRegistry::kPgfault, 1, 1);
+    after_grant(group, kind, units);
     return WaitStatus::kOk;
   }
   if (stop.stop_requested()) return WaitStatus::kCancelled;
   const uint64_t deadline_ns = deadline();
   if (clock.now_ns() >= deadline_ns) return WaitStatus::kTimedOut;
+  ControllerWaits* cw = controller_waits(ctl);
+  WaitQueue* q = cw ? queue_of(*cw, *limiting) : nullptr;
+  // Nothing to queue on (out of memory for the library's own state): the charge cannot wait.
+  if (q == nullptr) return WaitStatus::kTimedOut;
   // This charge queues: counted on the group whose limit held, like `max`. Raised here, outside
-  // the wait state's mutex and the bypass below, as an event may deliver notifications.
+  // every wait mutex and the bypass below, as an event may deliver notifications.
   limiting->raise(Event::kWait);
 
   group.get();  // held while waiting: the waiter's group outlives any uncharge that serves it
   WaitStatus status = WaitStatus::kOk;
   int64_t give_back = 0;
-  CtlWaits* cw = nullptr;
   bool counted = false;  // cw->active holds this thread
   {
-    internal::HookBypass bypass;  // the queue node and the state are the library's
-    MemStall stall(group);  // waiting is a memory stall (PSI some; full if all attached wait)
-    Waiter w(&group, units, clock.now_ns());
-    std::unique_lock<std::mutex> guard;
-    cw = lock_state(ctl, true, guard);
-    if (cw->dying) {
-      status = WaitStatus::kRemoved;
-    } else {
-      ++cw->active;
-      counted = true;
-      Queue& q = cw->queues[limiting];
-      auto pos = q.waiters.insert(q.waiters.end(), &w);
-      ++q.waits;
-      internal::g_charge_waiters.fetch_add(1, std::memory_order_seq_cst);
-      // The mutex is released inside wait_until and during the poll's drain: any library code
-      // may run then (uncharges that dispatch, a removal), so everything is looked at again
-      // after each return. `q` stays valid: a queue is erased only once empty.
-      for (;;) {
-        dispatch(*cw, q, clock);
-        if (w.state != Waiter::kWaiting) break;
-        const uint64_t now = clock.now_ns();
-        if (stop.stop_requested() || now >= deadline_ns) break;
-        const uint64_t until = std::min(deadline_ns, Clock::after(now, kPollIntervalNs));
-        clock.wait_until(w.clock_waiter, guard, until, stop);
-        if (w.state != Waiter::kWaiting || stop.stop_requested()) continue;
-        if (until < deadline_ns && clock.now_ns() >= until) {
-          // A poll: give back what the stocks of the limiting subtree hide, then look again.
-          guard.unlock();
-          ctl.obj_stock().drain_all(limiting);
-          ctl.stock().drain_all(limiting);
-          guard.lock();
-        }
+    internal::HookBypass bypass;  // the rule of internal/lock.hpp for library mutexes
+    {
+      std::lock_guard<std::mutex> lock(cw->mu);
+      if (!cw->dying.load(std::memory_order_relaxed)) {
+        ++cw->active;
+        counted = true;
       }
-      internal::g_charge_waiters.fetch_sub(1, std::memory_order_relaxed);
-      q.waiters.erase(pos);
-      switch (w.state) {
-        case Waiter::kGranted:
-          status = WaitStatus::kOk;
-          ++q.granted;
-          break;
-        case Waiter::kRemoved:
-          status = WaitStatus::kRemoved;
-          ++q.removed;
-          break;
-        case Waiter::kWaiting:
-          status = stop.stop_requested() ? WaitStatus::kCancelled : WaitStatus::kTimedOut;
-          ++(status == WaitStatus::kCancelled ? q.cancelled : q.timed_out);
-          break;
-      }
-      if (status != WaitStatus::kOk) give_back = w.reserved;
-      if (q.gone && q.waiters.empty()) cw->queues.erase(limiting);
     }
+    if (!counted) status = WaitStatus::kRemoved;
+  }
+  if (counted) {
+    MemStall stall(group);  // waiting is a memory stall (PSI some; full if all attached wait)
+    Waiter w(&group, units, cls);
+    w.since_ns = clock.now_ns();
+    internal::HookBypass bypass;
+    auto& count = WaitAccess::count(*limiting);
+    std::unique_lock<std::mutex> guard(q->mu);
+    count.fetch_add(1, std::memory_order_seq_cst);
+    w.arrival = q->arrivals++;
+    q->lists[cls].push_back(&w);
+    ++q->counts[cls].waits;
+    // A removal or ~Controller that came between the checks above and the enqueue has looked at
+    // the queue already: see it now (both stored before they took this queue's mutex).
+    if (!group.is_online() || cw->dying.load(std::memory_order_seq_cst))
+      w.state = Waiter::kRemoved;
+    // Each look at the queues takes the mutexes of the path root first, so this one is let go
+    // of first. Any library code may run meanwhile (uncharges that dispatch, a removal), so
+    // everything is looked at again after each return.
+    for (;;) {
+      if (w.state != Waiter::kWaiting) break;
+      guard.unlock();
+      dispatch_path(*limiting);
+      guard.lock();
+      if (w.state != Waiter::kWaiting) break;
+      const uint64_t now = clock.now_ns();
+      if (stop.stop_requested() || now >= deadline_ns) break;
+      const uint64_t until = std::min(deadline_ns, Clock::after(now, kPollIntervalNs));
+      clock.wait_until(w.clock_waiter, guard, until, stop);
+      if (w.state != Waiter::kWaiting || stop.stop_requested()) continue;
+      if (until < deadline_ns && clock.now_ns() >= until) {
+        // A poll: give back what the stocks of the limiting subtree hide, then look again.
+        guard.unlock();
+        ctl.obj_stock().drain_all(limiting);
+        ctl.stock().drain_all(limiting);
+        guard.lock();
+      }
+    }
+    q->lists[cls].erase(&w);
+    count.fetch_sub(1, std::memory_order_relaxed);
+    switch (w.state) {
+      case Waiter::kGranted:
+        status = WaitStatus::kOk;
+        break;
+      case Waiter::kRemoved:
+        status = WaitStatus::kRemoved;
+        break;
+      case Waiter::kWaiting:
+        status = stop.stop_requested() ? WaitStatus::kCancelled : WaitStatus::kTimedOut;
+        break;
+    }
+    account_exit(*q, w, status, clock.now_ns());
+    if (status != WaitStatus::kOk) give_back = w.reserved;
   }
   // No lock held from here on.
   if (give_back > 0) {
     group.memory().uncharge(give_back);
     internal::wake_charge_waiters(group);  // the reserve may serve someone else
   }
-  if (status == WaitStatus::kOk) {
-    account_kind(group, kind, units);
-    group.stat_add(StatRegistry::kPgfault, 1, 1);
-  }
+  if (status == WaitStatus::kOk) after_grant(group, kind, units);
   group.put();
   // Last: once `active` drops, a controller being destroyed may free everything (the clock
   // outlives the controller, and ~Controller waits for this wake before it goes on).
   if (counted) {
     internal::HookBypass bypass;
-    std::unique_lock<std::mutex> guard(cw->mu);
-    if (--cw->active == 0 && cw->dying && cw->destroyer != nullptr) clock.wake(*cw->destroyer);
+    std::lock_guard<std::mutex> lock(cw->mu);
+    if (--cw->active == 0 && cw->destroyer != nullptr) clock.wake(*cw->destroyer);
   }
   return status;
 }
@@ -312,159 +540,223 @@ struct AtSteadyDeadline {
 
 template <class Deadline>
 WaitStatus charge_units(Group& group, int64_t units, const Deadline& deadline,
-                        const std::stop_token& stop, int kind) noexcept {
+                        const std::stop_token& stop, const WaitOptions& o) noexcept {
   const Controller& ctl = group.controller();
   if (static_cast<uint64_t>(units) > static_cast<uint64_t>(ctl.max_units())) [[unlikely]]
     return WaitStatus::kInvalid;
+  const int cls = class_of(group, o.priority);
+  if (cls < 0) [[unlikely]]
+    return WaitStatus::kInvalid;
   if (units == 0 || group.is_root()) return WaitStatus::kOk;
-  return charge_or_wait(group, units, deadline, stop, kind);
+  return charge_or_wait(group, units, deadline, stop, cls, o.kind);
 }
 
 template <class Deadline>
 WaitStatus charge_bytes(Group& group, uint64_t bytes, const Deadline& deadline,
-                        const std::stop_token& stop, int kind) noexcept {
+                        const std::stop_token& stop, const WaitOptions& o) noexcept {
   const Controller& ctl = group.controller();
   if (bytes > (static_cast<uint64_t>(ctl.max_units()) << ctl.unit_shift())) [[unlikely]]
     return WaitStatus::kInvalid;
-  return charge_units(group, ctl.to_units_ceil(bytes), deadline, stop, kind);
+  return charge_units(group, ctl.to_units_ceil(bytes), deadline, stop, o);
 }
 
 template <class Deadline>
 WaitStatus charge_handle(ChargeHandle& out, Group& group, uint64_t bytes, const Deadline& deadline,
-                         const std::stop_token& stop, int kind) noexcept {
+                         const std::stop_token& stop, const WaitOptions& o) noexcept {
   out.release();
-  const WaitStatus s = charge_bytes(group, bytes, deadline, stop, kind);
+  const WaitStatus s = charge_bytes(group, bytes, deadline, stop, o);
   if (s == WaitStatus::kOk && !group.is_root() && bytes > 0)
-    internal::ChargeHandleAccess::fill(out, group, bytes, kind);
+    internal::ChargeHandleAccess::fill(out, group, bytes, o.kind);
   return s;
+}
+
+WaitOptions of_kind(int kind) noexcept {
+  WaitOptions o;
+  o.kind = kind;
+  return o;
 }
 
 }  // namespace
 
 WaitStatus try_charge_wait_for(Group& group, int64_t units, std::chrono::nanoseconds timeout,
-                               std::stop_token stop, int kind) noexcept {
-  return charge_units(group, units, AfterTimeout(group, timeout), stop, kind);
+                               std::stop_token stop, const WaitOptions& options) noexcept {
+  return charge_units(group, units, AfterTimeout(group, timeout), stop, options);
+}
+WaitStatus try_charge_bytes_wait_for(Group& group, uint64_t bytes, std::chrono::nanoseconds timeout,
+                                     std::stop_token stop, const WaitOptions& options) noexcept {
+  return charge_bytes(group, bytes, AfterTimeout(group, timeout), stop, options);
+}
+WaitStatus charge_wait_for(ChargeHandle& out, Group& group, uint64_t bytes,
+                           std::chrono::nanoseconds timeout, std::stop_token stop,
+                           const WaitOptions& options) noexcept {
+  return charge_handle(out, group, bytes, AfterTimeout(group, timeout), stop, options);
+}
+WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point deadline,
+                           std::stop_token stop, const WaitOptions& options) noexcept {
+  return charge_units(group, units, AtSteadyDeadline{group, deadline}, stop, options);
+}
+WaitStatus try_charge_bytes_wait(Group& group, uint64_t bytes, WaitClock::time_point deadline,
+                                 std::stop_token stop, const WaitOptions& options) noexcept {
+  return charge_bytes(group, bytes, AtSteadyDeadline{group, deadline}, stop, options);
+}
+WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
+                       WaitClock::time_point deadline, std::stop_token stop,
+                       const WaitOptions& options) noexcept {
+  return charge_handle(out, group, bytes, AtSteadyDeadline{group, deadline}, stop, options);
 }
 
+WaitStatus try_charge_wait_for(Group& group, int64_t units, std::chrono::nanoseconds timeout,
+                               std::stop_token stop, int kind) noexcept {
+  return try_charge_wait_for(group, units, timeout, std::move(stop), of_kind(kind));
+}
 WaitStatus try_charge_bytes_wait_for(Group& group, uint64_t bytes, std::chrono::nanoseconds timeout,
                                      std::stop_token stop, int kind) noexcept {
-  return charge_bytes(group, bytes, AfterTimeout(group, timeout), stop, kind);
+  return try_charge_bytes_wait_for(group, bytes, timeout, std::move(stop), of_kind(kind));
 }
-
 WaitStatus charge_wait_for(ChargeHandle& out, Group& group, uint64_t bytes,
                            std::chrono::nanoseconds timeout, std::stop_token stop,
                            int kind) noexcept {
-  return charge_handle(out, group, bytes, AfterTimeout(group, timeout), stop, kind);
+  return charge_wait_for(out, group, bytes, timeout, std::move(stop), of_kind(kind));
 }
-
 WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point deadline,
                            std::stop_token stop, int kind) noexcept {
-  return charge_units(group, units, AtSteadyDeadline{group, deadline}, stop, kind);
+  return try_charge_wait(group, units, deadline, std::move(stop), of_kind(kind));
 }
-
 WaitStatus try_charge_bytes_wait(Group& group, uint64_t bytes, WaitClock::time_point deadline,
                                  std::stop_token stop, int kind) noexcept {
-  return charge_bytes(group, bytes, AtSteadyDeadline{group, deadline}, stop, kind);
+  return try_charge_bytes_wait(group, bytes, deadline, std::move(stop), of_kind(kind));
 }
-
 WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
                        WaitClock::time_point deadline, std::stop_token stop, int kind) noexcept {
-  return charge_handle(out, group, bytes, AtSteadyDeadline{group, deadline}, stop, kind);
+  return charge_wait(out, group, bytes, deadline, std::move(stop), of_kind(kind));
+}
+
+int set_wait_priority(Group& group, WaitPriority priority) noexcept {
+  if (group.is_root()) return ENOENT;
+  const int c = static_cast<int>(priority);
+  if (c >= kWaitPriorities) return EINVAL;
+  ControllerWaits* cw = controller_waits(group.controller());
+  WaitQueue* q = cw ? queue_of(*cw, group) : nullptr;
+  if (q == nullptr) return ENOMEM;
+  q->default_cls.store(static_cast<uint8_t>(c), std::memory_order_relaxed);
+  return 0;
+}
+
+WaitPriority wait_priority(const Group& group) noexcept {
+  return static_cast<WaitPriority>(class_of(group, WaitPriority::kDefault));
 }
 
 void set_wait_aging(Controller& controller, std::chrono::nanoseconds aging) noexcept {
-  internal::HookBypass bypass;
-  std::unique_lock<std::mutex> guard;
-  CtlWaits* cw = lock_state(controller, true, guard);
+  ControllerWaits* cw = controller_waits(controller);
+  if (cw == nullptr) return;
   cw->aging_ns.store(std::max<int64_t>(0, aging.count()), std::memory_order_relaxed);
-  for (auto& [g, q] : cw->queues) dispatch(*cw, q, controller.clock());
+  // Serve every queue again under the new bound: the controller's mutex keeps the queues (and
+  // their groups, which free them under it) alive; it comes before the queues' ones.
+  internal::HookBypass bypass;
+  std::lock_guard<std::mutex> lock(cw->mu);
+  for (WaitQueue* q = cw->queues; q; q = q->ctl_next)
+    if (WaitAccess::count(*q->owner).load(std::memory_order_acquire) != 0) dispatch_path(*q->owner);
 }
 
 std::chrono::nanoseconds wait_aging(const Controller& controller) noexcept {
-  internal::HookBypass bypass;
-  std::unique_lock<std::mutex> guard;
-  CtlWaits* cw = lock_state(controller, false, guard);
+  const ControllerWaits* cw = WaitAccess::state(controller);
   return std::chrono::nanoseconds(cw ? cw->aging_ns.load(std::memory_order_relaxed)
                                      : kDefaultAgingNs);
 }
 
 WaitStats wait_stats(const Group& group) noexcept {
   WaitStats s;
-  internal::HookBypass bypass;
-  std::unique_lock<std::mutex> guard;
-  CtlWaits* cw = lock_state(group.controller(), false, guard);
-  if (cw == nullptr) return s;
-  auto it = cw->queues.find(&group);
-  if (it == cw->queues.end()) return s;
-  const Queue& q = it->second;
+  WaitQueue* q = WaitAccess::queue(group);
+  if (q == nullptr) return s;
   const unsigned shift = group.controller().unit_shift();
-  for (const Waiter* w : q.waiters) {
-    if (w->state != Waiter::kWaiting) continue;
-    ++s.waiters;
-    s.queued_bytes += static_cast<uint64_t>(w->units) << shift;
-    s.reserved_bytes += static_cast<uint64_t>(w->reserved) << shift;
+  internal::HookBypass bypass;
+  std::lock_guard<std::mutex> lock(q->mu);
+  for (int c = 0; c < kWaitPriorities; ++c) {
+    WaitStats::Class& k = s.by_priority[c];
+    k = q->counts[c];
+    k.waiters = 0;
+    k.queued_bytes = 0;
+    for (const Waiter* w = q->lists[c].head; w; w = w->next) {
+      if (w->state != Waiter::kWaiting) continue;
+      ++k.waiters;
+      k.queued_bytes += static_cast<uint64_t>(w->units) << shift;
+      s.reserved_bytes += static_cast<uint64_t>(w->reserved) << shift;
+    }
+    s.waiters += k.waiters;
+    s.queued_bytes += k.queued_bytes;
+    s.waits += k.waits;
+    s.granted += k.granted;
+    s.timed_out += k.timed_out;
+    s.cancelled += k.cancelled;
+    s.removed += k.removed;
   }
-  s.waits = q.waits;
-  s.granted = q.granted;
-  s.timed_out = q.timed_out;
-  s.cancelled = q.cancelled;
-  s.removed = q.removed;
+  s.last_wait_ns = q->last_wait_ns;
+  s.max_wait_ns = q->max_wait_ns;
+  s.wait_ns_sum = q->wait_ns_sum;
+  for (int i = 0; i < WaitStats::kBuckets; ++i) s.wait_buckets[i] = q->buckets[i];
+  // Cumulative, as a histogram is read.
+  for (int i = 1; i < WaitStats::kBuckets; ++i) s.wait_buckets[i] += s.wait_buckets[i - 1];
   return s;
 }
 
 void internal::wake_charge_waiters_slow(Group& group) noexcept {
-  HookBypass bypass;
-  std::unique_lock<std::mutex> guard;
-  CtlWaits* cw = lock_state(group.controller(), false, guard);
-  if (cw == nullptr) return;
-  for (const Group* a = &group; a; a = a->parent()) {
-    auto it = cw->queues.find(a);
-    if (it != cw->queues.end()) dispatch(*cw, it->second, group.controller().clock());
-  }
+  dispatch_path(group);
 }
 
 void internal::charge_wait_group_removed(Group& group) noexcept {
-  HookBypass bypass;
-  std::unique_lock<std::mutex> guard;
-  CtlWaits* cw = lock_state(group.controller(), false, guard);
+  ControllerWaits* cw = WaitAccess::state(group.controller());
   if (cw == nullptr) return;
   Clock& clock = group.controller().clock();
-  for (auto& [g, q] : cw->queues)
-    for (Waiter* w : q.waiters)
-      if (w->group == &group && w->state == Waiter::kWaiting) finish(clock, *w, Waiter::kRemoved);
-  auto it = cw->queues.find(&group);
-  if (it != cw->queues.end()) {
-    if (it->second.waiters.empty())
-      cw->queues.erase(it);
-    else
-      it->second.gone = true;
+  HookBypass bypass;
+  // The waiters of `group` are on the queues of its path. A queue created after this looked
+  // (seq_cst, against the store in queue_of()) belongs to a waiter that sees the group offline
+  // once it has queued.
+  for (Group* a = &group; a->parent() != nullptr; a = a->parent()) {
+    WaitQueue* q = WaitAccess::queue(*a).load(std::memory_order_seq_cst);
+    if (q == nullptr) continue;
+    std::lock_guard<std::mutex> lock(q->mu);
+    for (auto& list : q->lists)
+      for (Waiter* w = list.head; w; w = w->next)
+        if (w->group == &group && w->state == Waiter::kWaiting) finish(clock, *w, Waiter::kRemoved);
   }
 }
 
-void internal::charge_wait_controller_gone(Controller& controller) noexcept {
+void internal::charge_wait_group_freed(Group& group) noexcept {
+  WaitQueue* q = WaitAccess::queue(group).exchange(nullptr, std::memory_order_acq_rel);
+  if (q == nullptr) return;
   HookBypass bypass;
-  CtlWaits* cw = nullptr;
-  {
-    std::lock_guard<std::mutex> reg(g_registry_mu);
-    auto it = registry().find(&controller);
-    if (it == registry().end()) return;
-    cw = it->second;
-    registry().erase(it);
+  if (ControllerWaits* cw = WaitAccess::state(group.controller())) {
+    std::lock_guard<std::mutex> lock(cw->mu);
+    (q->ctl_prev ? q->ctl_prev->ctl_next : cw->queues) = q->ctl_next;
+    if (q->ctl_next) q->ctl_next->ctl_prev = q->ctl_prev;
   }
+  delete q;  // no lock held
+}
+
+void internal::charge_wait_controller_gone(Controller& controller) noexcept {
+  ControllerWaits* cw = WaitAccess::state(controller).load(std::memory_order_acquire);
+  if (cw == nullptr) return;
+  HookBypass bypass;
   {
     // Waits like a waiter, on the clock: a clock that runs threads one at a time must see that
     // this thread waits for the waiters it just woke.
     Clock& clock = controller.clock();
     ClockWaiter self;
     std::unique_lock<std::mutex> guard(cw->mu);
-    cw->dying = true;
+    cw->dying.store(true, std::memory_order_seq_cst);
+    for (WaitQueue* q = cw->queues; q; q = q->ctl_next) {
+      std::lock_guard<std::mutex> lock(q->mu);
+      for (auto& list : q->lists)
+        for (Waiter* w = list.head; w; w = w->next)
+          if (w->state == Waiter::kWaiting) finish(clock, *w, Waiter::kRemoved);
+    }
     cw->destroyer = &self;
-    for (auto& [g, q] : cw->queues)
-      for (Waiter* w : q.waiters)
-        if (w->state == Waiter::kWaiting) finish(clock, *w, Waiter::kRemoved);
     while (cw->active != 0) clock.wait_until(self, guard, Clock::kMaxNs, {});
     cw->destroyer = nullptr;
   }
+  // The queues stay with their groups, which ~Controller frees after this returns (and then
+  // finds no state to unlist them from).
+  WaitAccess::state(controller).store(nullptr, std::memory_order_release);
   delete cw;
 }
 

@@ -6,6 +6,7 @@
 #include <shared_mutex>
 
 #include "memcg/core/controller.hpp"
+#include "memcg/core/internal/charge_wait_hooks.hpp"
 #include "pressure_state.hpp"
 
 namespace memcg {
@@ -24,7 +25,8 @@ Group::Group(Controller& controller, Group* parent, std::string name, uint64_t i
   if (parent_) parent_->get();
 }
 
-Group::~Group() = default;
+// Its waiting-charge queue (empty by now: every waiter holds a reference) goes with it.
+Group::~Group() { internal::charge_wait_group_freed(*this); }
 
 std::string Group::path() const {
   if (is_root()) return "/";

@@ -202,9 +202,14 @@ ChargeStatus Member::charge(int64_t units, uint32_t flags) noexcept {
 
 WaitStatus Member::charge_wait(int64_t units, std::chrono::nanoseconds timeout,
                                std::stop_token stop) noexcept {
+  return charge_wait(units, timeout, std::move(stop), WaitOptions{});
+}
+
+WaitStatus Member::charge_wait(int64_t units, std::chrono::nanoseconds timeout,
+                               std::stop_token stop, const WaitOptions& options) noexcept {
   if (units < 0) [[unlikely]]
     return WaitStatus::kInvalid;
-  const WaitStatus s = try_charge_wait_for(*group_, units, timeout, std::move(stop));
+  const WaitStatus s = try_charge_wait_for(*group_, units, timeout, std::move(stop), options);
   if (s == WaitStatus::kOk) charged_.fetch_add(units, std::memory_order_relaxed);
   return s;
 }

@@ -107,8 +107,32 @@ int read_wait(Group& g, std::string* out) {
   line("timed_out", w.timed_out);
   line("cancelled", w.cancelled);
   line("removed", w.removed);
+  // Appended after the first eight, so that readers of those keep working.
+  line("last_wait_usec", w.last_wait_ns / 1000);
+  line("max_wait_usec", w.max_wait_ns / 1000);
+  for (int c = kWaitPriorities - 1; c >= 0; --c) {
+    const std::string p = wait_priority_name(static_cast<WaitPriority>(c));
+    const WaitStats::Class& k = w.by_priority[c];
+    line(p + "_waiters", k.waiters);
+    line(p + "_queued_bytes", k.queued_bytes);
+    line(p + "_waits", k.waits);
+    line(p + "_granted", k.granted);
+    line(p + "_timed_out", k.timed_out);
+    line(p + "_cancelled", k.cancelled);
+    line(p + "_removed", k.removed);
+  }
   *out = std::move(s);
   return 0;
+}
+
+// memory.wait.priority (an extension): the class of the group's waiting charges that ask for
+// none ("low", "normal" or "high"; charge_wait.hpp).
+int write_wait_priority(Group& g, std::string_view text, bool) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  for (int c = 0; c < kWaitPriorities; ++c)
+    if (text == wait_priority_name(static_cast<WaitPriority>(c)))
+      return set_wait_priority(g, static_cast<WaitPriority>(c));
+  return EINVAL;
 }
 
 const std::vector<FileSpec>& specs() {
@@ -159,6 +183,12 @@ const std::vector<FileSpec>& specs() {
        }},
       // The library's own files, after the kernel's.
       {"memory.wait", kNonRoot, read_wait, nullptr},
+      {"memory.wait.priority", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = std::string(wait_priority_name(wait_priority(g))) + "\n";
+         return 0;
+       },
+       write_wait_priority},
   };
   return table;
 }

@@ -1,7 +1,10 @@
 #include "memcg/files/prometheus.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "memcg/base/events.hpp"
@@ -52,6 +55,7 @@ struct Snapshot {
   uint64_t current, peak, min, low, high, max;
   uint64_t events[kNumEvents], events_local[kNumEvents];
   uint64_t waiters, queued_bytes;  // memory.wait (non-root groups)
+  uint64_t wait_buckets[WaitStats::kBuckets], wait_ns_sum;  // how long charges waited there
   std::vector<int64_t> stats;  // registry order, then pgscan and pgsteal
 };
 
@@ -84,6 +88,12 @@ void sample(std::string& out, const char* name, const Snapshot& s, const char* k
   out += "} ";
   out += value;
   out += '\n';
+}
+
+// Nanoseconds as seconds with nine decimals ("0.001000000").
+std::string seconds(uint64_t ns) {
+  std::string frac = std::to_string(ns % 1'000'000'000);
+  return std::to_string(ns / 1'000'000'000) + "." + std::string(9 - frac.size(), '0') + frac;
 }
 
 std::string number(uint64_t v) {
@@ -121,6 +131,8 @@ std::string render_prometheus(Controller& ctl) {
         const WaitStats w = s.root ? WaitStats{} : wait_stats(g);
         s.waiters = w.waiters;
         s.queued_bytes = w.queued_bytes;
+        std::copy(std::begin(w.wait_buckets), std::end(w.wait_buckets), s.wait_buckets);
+        s.wait_ns_sum = w.wait_ns_sum;
         s.stats.resize(static_cast<size_t>(nr_items) + 2);
         for (int i = 0; i < nr_items; ++i) s.stats[i] = g.stat(i);
         s.stats[nr_items] =
@@ -166,6 +178,23 @@ std::string render_prometheus(Controller& ctl) {
               "Bytes asked by the charges waiting on the group's memory.max (memory.wait "
               "queued_bytes).",
               [](const Snapshot& s) { return s.queued_bytes; });
+  // How long the charges that queued on the group's memory.max waited (whatever their outcome),
+  // on the controller's clock: memory.wait's last/max as a distribution.
+  family(out, "memcg_memory_wait_seconds", "histogram",
+         "Time charges waited on the group's memory.max before they were granted, timed out, "
+         "cancelled or removed (memory.wait).");
+  for (const Snapshot& s : groups) {
+    if (s.root) continue;
+    for (int i = 0; i < WaitStats::kBuckets; ++i) {
+      const uint64_t le = kWaitBucketsNs[i];
+      const std::string bound = le == UINT64_MAX ? "+Inf" : seconds(le);
+      sample(out, "memcg_memory_wait_seconds_bucket", s, "le", bound,
+             std::to_string(s.wait_buckets[i]));
+    }
+    sample(out, "memcg_memory_wait_seconds_sum", s, nullptr, {}, seconds(s.wait_ns_sum));
+    sample(out, "memcg_memory_wait_seconds_count", s, nullptr, {},
+           std::to_string(s.wait_buckets[WaitStats::kBuckets - 1]));
+  }
 
   auto events = [&](const char* name, const char* help, bool local) {
     family(out, name, "counter", help);

@@ -160,7 +160,8 @@ bool Loader::member_ref(const YAML::Node& map, const Entries& e, const std::stri
 
 bool Loader::load_charge(const YAML::Node& v, Step* step) {
   Entries e;
-  if (!entries_required_map(v, "charge", {"member", "size", "expect", "bulk", "wait"}, &e))
+  if (!entries_required_map(v, "charge", {"member", "size", "expect", "bulk", "wait", "priority"},
+                            &e))
     return false;
   ChargeStep c;
   bool ok = member_ref(v, e, "charge", &c.member);
@@ -175,6 +176,24 @@ bool Loader::load_charge(const YAML::Node& v, Step* step) {
     c.wait = true;
     c.bulk = true;
     ok = duration(*w, "charge wait", kMaxWaitNs, "60m (one hour)", &c.wait_ns) && ok;
+  }
+  if (const YAML::Node* p = find(e, "priority")) {
+    std::string s;
+    if (!scalar(*p, "charge priority", &s)) {
+      ok = false;
+    } else if (!c.wait) {
+      error(*p, "charge: `priority` is the class of a waiting charge (it needs `wait`)");
+      ok = false;
+    } else if (s == "low") {
+      c.priority = memcg::WaitPriority::kLow;
+    } else if (s == "normal") {
+      c.priority = memcg::WaitPriority::kNormal;
+    } else if (s == "high") {
+      c.priority = memcg::WaitPriority::kHigh;
+    } else {
+      error(*p, "charge priority: expected low, normal or high, got '" + s + "'");
+      ok = false;
+    }
   }
   if (const YAML::Node* n = find(e, "size")) {
     ok = step_size(*n, "charge size", &c.bytes) && ok;

@@ -42,6 +42,8 @@ Json step_args(const Step& st) {
           a["size"] = b.bytes;
           if (b.bulk) a["bulk"] = true;
           if (b.wait) a["wait_ns"] = b.wait_ns;
+          if (b.wait && b.priority != memcg::WaitPriority::kDefault)
+            a["priority"] = memcg::wait_priority_name(b.priority);
         } else if constexpr (std::is_same_v<T, ReleaseStep>) {
           a["member"] = b.member;
           if (!b.all) a["size"] = b.bytes;

@@ -130,7 +130,9 @@ bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {
   if (c.wait && units > 0 && !st.killed) {
     // One call that may wait on the virtual clock; in a lane, the others run meanwhile.
     const uint64_t start = clock_.now_ns();
-    const memcg::WaitStatus ws = st.member->charge_wait(units, std::chrono::nanoseconds(c.wait_ns));
+    const memcg::WaitStatus ws =
+        st.member->charge_wait(units, std::chrono::nanoseconds(c.wait_ns), {},
+                               memcg::WaitOptions{c.priority, memcg::kDefaultKind});
     res->detail["waited_ns"] = clock_.now_ns() - start;
     res->detail["wait_status"] = memcg::wait_status_name(ws);
     if (ws == memcg::WaitStatus::kOk) {

@@ -12,6 +12,8 @@
 #include <variant>
 #include <vector>
 
+#include "memcg/core/charge_wait.hpp"
+
 namespace memcgctl {
 
 struct Mark {
@@ -84,6 +86,8 @@ struct ChargeStep {
   // `wait_ns` of virtual time for room instead of failing. Implies bulk.
   bool wait = false;
   uint64_t wait_ns = 0;
+  // Its class (`priority: low | normal | high`); kDefault: the group's (memory.wait.priority).
+  memcg::WaitPriority priority = memcg::WaitPriority::kDefault;
   bool has_expect = false;
   Outcome expect = Outcome::kOk;
 };

@@ -12,15 +12,17 @@
 //
 // Granting charges exactly the asked units to the waiter's group (no batch into the stock); a
 // waiter that returns anything but kOk holds nothing. See docs/charge_wait.md for the fairness
-// policy (first come first served, a bypass for requests that fit, an aging bound after which the
-// oldest waiter reserves freed memory before anyone else).
+// policy (priority classes, arrival order within a class, a bypass for requests that fit, an
+// aging bound per class after which the oldest waiter reserves freed memory before anyone else,
+// across the nested limits of its path).
 //
-// Cost: with no waiter in the process, the charge and uncharge hot paths are unchanged; the
-// uncharge slow path and uncharge_direct() test one relaxed atomic.
+// Cost: the charge and uncharge hot paths are unchanged; with no waiter on a limit of a group's
+// path (the group and its ancestors), the uncharge slow path and uncharge_direct() under it
+// read one relaxed count per level and take no lock, whatever waits elsewhere.
 //
 // Threads: a waiter blocks its thread (it is a memory stall in PSI, memory.pressure) in the
 // controller's Clock::wait_until(), and whoever grants or removes it wakes it with Clock::wake().
-// Waiting takes no library lock that a charge takes; the wait state has its own mutex, a leaf,
+// Waiting takes no library lock that a charge takes; each queue has its own mutex, a leaf,
 // released while the thread is blocked.
 //
 // REQUIRES: as for any charge, the caller holds a reference to `group` for the call. Destroying
@@ -49,6 +51,22 @@ enum class WaitStatus : uint8_t {
 };
 
 const char* wait_status_name(WaitStatus s) noexcept;
+
+// The class of a waiting charge. Waiters of a higher class are offered freed memory first; within
+// a class, arrival order. Every class ages (see set_wait_aging): a waiter that has waited its
+// class's aging bound is served before every waiter not yet aged, whatever their class, so a
+// lower class never starves while memory is freed. kDefault takes the charged group's class
+// (set_wait_priority, memory.wait.priority; kNormal unless set).
+enum class WaitPriority : uint8_t { kLow = 0, kNormal = 1, kHigh = 2, kDefault = 255 };
+inline constexpr int kWaitPriorities = 3;  // kLow..kHigh
+const char* wait_priority_name(WaitPriority p) noexcept;  // "low", "normal", "high", "default"
+
+// What a waiting charge may say beyond its size and deadline, so that callers (a Member, a
+// reservation) pass one value through.
+struct WaitOptions {
+  WaitPriority priority = WaitPriority::kDefault;
+  int kind = kDefaultKind;  // as for try_charge
+};
 
 using WaitClock = std::chrono::steady_clock;
 
@@ -86,10 +104,37 @@ WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
                        WaitClock::time_point deadline, std::stop_token stop = {},
                        int kind = kDefaultKind) noexcept;
 
+// The same with WaitOptions (the forms above are these with {kDefault, kind}). A priority outside
+// kLow..kHigh and not kDefault is kInvalid.
+WaitStatus try_charge_wait_for(Group& group, int64_t units, std::chrono::nanoseconds timeout,
+                               std::stop_token stop, const WaitOptions& options) noexcept;
+WaitStatus try_charge_bytes_wait_for(Group& group, uint64_t bytes, std::chrono::nanoseconds timeout,
+                                     std::stop_token stop, const WaitOptions& options) noexcept;
+WaitStatus charge_wait_for(ChargeHandle& out, Group& group, uint64_t bytes,
+                           std::chrono::nanoseconds timeout, std::stop_token stop,
+                           const WaitOptions& options) noexcept;
+WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point deadline,
+                           std::stop_token stop, const WaitOptions& options) noexcept;
+WaitStatus try_charge_bytes_wait(Group& group, uint64_t bytes, WaitClock::time_point deadline,
+                                 std::stop_token stop, const WaitOptions& options) noexcept;
+WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
+                       WaitClock::time_point deadline, std::stop_token stop,
+                       const WaitOptions& options) noexcept;
+
+// The class of the waiting charges of `group` that ask for kDefault (kNormal until set). EINVAL
+// for kDefault or a value outside kLow..kHigh (nothing changes), ENOENT for the root (it never
+// waits). Shown and written as the group's memory.wait.priority file ("low", "normal", "high").
+int set_wait_priority(Group& group, WaitPriority priority) noexcept;
+WaitPriority wait_priority(const Group& group) noexcept;
+
 // The aging bound: a waiter that has waited this long (on the controller's clock) is served before
 // any later one, and every unit freed under its queue is reserved for it until it is whole.
-// Default 100 ms; a negative value is clamped to 0 (strict FIFO: no bypass at all). Per
-// controller.
+// Default 100 ms; a negative value is clamped to 0 (strict FIFO: no bypass at all, and no
+// priorities). Per controller. The bound is this for kNormal, half of it for kHigh and twice it
+// for kLow: a low waiter is served before any waiter that came more than 1.5 bounds after it.
+// The reserve an aged waiter gets is taken on every level of its path whose room it needs, so
+// that units freed under a nested limit go to the aged waiter of the outer one before any
+// younger waiter of the nested queue.
 void set_wait_aging(Controller& controller, std::chrono::nanoseconds aging) noexcept;
 std::chrono::nanoseconds wait_aging(const Controller& controller) noexcept;
 
@@ -105,7 +150,22 @@ struct WaitStats {
   uint64_t timed_out = 0;
   uint64_t cancelled = 0;
   uint64_t removed = 0;
+  // How long charges that queued here waited, whatever the outcome (on the controller's clock).
+  uint64_t last_wait_ns = 0;
+  uint64_t max_wait_ns = 0;
+  uint64_t wait_ns_sum = 0;
+  // Charges that left after waiting at most kWaitBucketsNs[i] (the last bucket: all of them).
+  static constexpr int kBuckets = 6;
+  uint64_t wait_buckets[kBuckets] = {};
+  // The same figures per class (index: WaitPriority kLow..kHigh).
+  struct Class {
+    uint64_t waiters = 0, queued_bytes = 0, waits = 0, granted = 0, timed_out = 0, cancelled = 0,
+             removed = 0;
+  } by_priority[kWaitPriorities];
 };
+// The upper bounds of WaitStats::wait_buckets: 1 ms, 10 ms, 100 ms, 1 s, 10 s, and no bound.
+inline constexpr uint64_t kWaitBucketsNs[WaitStats::kBuckets] = {
+    1'000'000, 10'000'000, 100'000'000, 1'000'000'000, 10'000'000'000, UINT64_MAX};
 WaitStats wait_stats(const Group& group) noexcept;
 
 }  // namespace memcg

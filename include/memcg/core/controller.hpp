@@ -27,6 +27,8 @@ class Stock;
 class ObjStock;
 namespace internal {
 struct OomState;
+struct WaitAccess;       // charge_wait_hooks.hpp
+struct ControllerWaits;  // charge_wait.cpp
 }
 
 // Slow-path counters of the charge path (see charge_stats()).
@@ -152,6 +154,7 @@ class Controller {
 
  private:
   friend class Group;
+  friend struct internal::WaitAccess;
   void release(Group* g) noexcept;  // the last reference went
   Group* find_locked(std::string_view path) const;
   static bool valid_name(std::string_view name) noexcept;
@@ -165,6 +168,8 @@ class Controller {
   std::unique_ptr<ObjStock> obj_stock_;
   ChargeCounters charge_counters_;
   std::unique_ptr<internal::OomState> oom_;
+  // Waiting charges (charge_wait.cpp): created by the first wait, freed by ~Controller.
+  std::atomic<internal::ControllerWaits*> waits_{nullptr};
   ReclaimFn reclaim_hook_;
   OomFn oom_hook_;
   mutable std::shared_mutex tree_mutex_;

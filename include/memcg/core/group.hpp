@@ -40,6 +40,8 @@ struct ReclaimerEntry;
 namespace internal {
 struct GroupPressure;  // vmpressure and PSI state (vmpressure.hpp, psi.hpp)
 struct NotifyAccess;
+struct WaitAccess;  // charge_wait_hooks.hpp
+struct WaitQueue;   // charge_wait.cpp
 }
 
 // "max" in the typed, byte-denominated API.
@@ -152,6 +154,7 @@ class Group final : public StockOwner {
   friend struct ReclaimAccess;
   friend struct OomKillerAccess;
   friend struct internal::NotifyAccess;
+  friend struct internal::WaitAccess;
   Group(Controller& controller, Group* parent, std::string name, uint64_t id);
   ~Group();
 
@@ -178,6 +181,11 @@ class Group final : public StockOwner {
   Stock* const charge_stock_;
   ObjStock* const object_stock_;
   Group* const parent_;
+  // Waiting charges queued on this group's memory.max now (charge_wait.cpp). Next to parent_:
+  // an uncharge that walks up to see whether anyone waits on its path reads the same line.
+  std::atomic<int> wait_count_{0};
+  // Their queue, created by the first waiter (or a priority set) and freed with the group.
+  std::atomic<internal::WaitQueue*> wait_queue_{nullptr};
   const std::string name_;
   const uint64_t id_;
   std::atomic<int64_t> refs_{1};  // the tree's reference

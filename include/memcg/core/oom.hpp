@@ -80,6 +80,9 @@ class Member {
   // On kOk they count towards its badness like any charge.
   WaitStatus charge_wait(int64_t units, std::chrono::nanoseconds timeout,
                          std::stop_token stop = {}) noexcept;
+  // The same with a priority and a kind (charge_wait.hpp, WaitOptions).
+  WaitStatus charge_wait(int64_t units, std::chrono::nanoseconds timeout, std::stop_token stop,
+                         const WaitOptions& options) noexcept;
   // Uncharges up to what it holds; returns what was uncharged.
   int64_t uncharge(int64_t units) noexcept;
   int64_t charged() const noexcept { return charged_.load(std::memory_order_relaxed); }

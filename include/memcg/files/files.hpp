@@ -13,6 +13,11 @@
 //   reserved_bytes N  bytes already set aside for aged waiters
 //   waits N           charges that queued here since the controller was created
 //   granted N, timed_out N, cancelled N, removed N   what became of them
+//   last_wait_usec N, max_wait_usec N                how long the last / longest wait was
+//   high_waiters N ... low_removed N  the seven lines above the times, per class (high, normal,
+//                     low; waiters, queued_bytes, waits, granted, timed_out, cancelled, removed)
+// and a read-write memory.wait.priority ("low", "normal", "high"): the class of the group's
+// waiting charges that name none.
 //
 // Thread safety: a File may be used from one thread at a time; different Files of one group may be
 // used concurrently. memory.peak keeps per-open-file state, as in the kernel.
