@@ -190,6 +190,7 @@ int Controller::remove(Group& group) {
   group.set_min(0);
   group.set_low(0);
   internal::charge_wait_group_removed(group);  // its waiting charges return kRemoved
+  internal::notify_group_removed(group);       // the final notification of its listeners
   group.put();  // the tree's reference
   return 0;
 }

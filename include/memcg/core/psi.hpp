@@ -86,8 +86,10 @@ std::string format_psi(const PsiStats& stats);
 // A trigger on a group's memory pressure, one per handle (one per open memory.pressure file).
 // Events go to a callback and/or an eventfd (counter +1 per event; the trigger keeps a duplicate
 // of the descriptor). Destroying or reset() removes the trigger; afterwards the callback is not
-// called again (unless reset() runs inside a pressure callback: a call already running on another
-// thread may complete).
+// called again and none of this trigger's calls is running (it waits for this trigger's calls
+// only), unless reset() runs inside a callback of the library (any listener's): then a call
+// already running on another thread may complete. REQUIRES: reset() is not called while holding
+// a lock that this trigger's callback takes.
 class PsiTrigger {
  public:
   using Callback = std::function<void()>;
