@@ -3,6 +3,7 @@
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 
 #include "controller_registry.hpp"
+#include "timer.hpp"
 
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/core/notify.hpp"
@@ -231,6 +232,7 @@ void Controller::tick() {
     rstat_->flush(root_->stat_node());
   }
   internal::deliver_due_notifications(*this);
+  internal::psi_poll_controller(*this);  // PSI triggers due on this clock (timer.hpp)
 }
 
 void Controller::walk(Group& from, const std::function<void(Group&)>& fn,

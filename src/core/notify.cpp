@@ -43,6 +43,7 @@
 #include "memcg/base/clock.hpp"
 #include "memcg/core/controller.hpp"
 #include "delivery.hpp"
+#include "timer.hpp"
 
 namespace memcg {
 
@@ -176,9 +177,10 @@ void dequeue_locked(FileState& fs, const std::shared_ptr<FileState>& ref) {
 
 void timer_loop();
 
-// Starts the timer thread if it is not running yet. Called when a listener subscribes to a group
-// on the SystemClock, so that queueing never creates a thread. Throws std::system_error if the
-// thread cannot be created.
+}  // namespace
+
+// Called when a listener subscribes to a group on the SystemClock or a PSI trigger is armed on
+// one, so that queueing never creates a thread.
 void start_timer_once() {
   Deferred& d = deferred();
   {
@@ -194,6 +196,15 @@ void start_timer_once() {
     throw;
   }
 }
+
+void timer_wake() noexcept {
+  Deferred& d = deferred();
+  // Under the lock: the timer reads the deadline under it, then waits (no lost wake-up).
+  internal::LockGuard lock(d.mu);
+  d.timer_cv.notify_one();
+}
+
+namespace {
 
 // REQUIRES: fs->mu held, and fs has a listener. Queueing under the file's lock is what lets the
 // last listener's removal (under the same lock) find every entry and take it off.
@@ -287,7 +298,7 @@ void timer_loop() {
   Deferred& d = deferred();
   internal::UniqueLock lock(d.mu);
   for (;;) {
-    uint64_t earliest = UINT64_MAX;
+    uint64_t earliest = psi_system_poll_due();
     for (const auto& fs : d.queue)
       if (fs->system_clock) earliest = std::min(earliest, fs->due_ns);
     if (earliest == UINT64_MAX) {
@@ -301,6 +312,7 @@ void timer_loop() {
     }
     lock.unlock();
     deliver_due([](const FileState& fs) { return fs.system_clock; }, now);
+    psi_poll_system(now);
     lock.lock();
   }
 }

@@ -113,6 +113,11 @@ struct PsiTriggerEntry : NotifyEntry {
   uint64_t last_event_ns = 0;
   bool fired_once = false;
   bool pending = false;
+  // When the trigger must be looked at again with no activity (0: not needed): the end of the
+  // rate limit while an event is pending, or while its state stalls the time the threshold
+  // could be reached (the kernel's rtpoll worker). Guarded by the group's mutex; mirrored in
+  // the poll registry (psi.cpp).
+  uint64_t poll_due_ns = 0;
 };
 
 struct PsiGroupState {
