@@ -376,8 +376,9 @@ void notify_group_removed(Group& g) noexcept {
       fs.listeners = std::make_shared<const ListenerList>();
       dequeue_locked(fs, fsp);
       for (const auto& core : *told) {
-        core->group_removed.store(true, std::memory_order_release);
+        // In this order: a reader that sees removed() sees group() null.
         core->view.store(nullptr, std::memory_order_release);
+        core->group_removed.store(true, std::memory_order_release);
       }
       begin_all(fs, *told);  // the listeners' references still keep the group here
     }
