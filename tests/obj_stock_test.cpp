@@ -219,6 +219,46 @@ TEST(ObjStock, RemovedGroupStaysValidUntilItsLastBytesGo) {
   EXPECT_EQ(ctl.root().current(), 0u);
 }
 
+// A free after Controller::remove must not put the dead group back into a reserve: with no
+// drain at all, the group is released as soon as its last bytes go, and nothing stays charged.
+void frees_after_removal_leave_no_reserve(Controller& ctl, ObjStock& os) {
+  GroupRef g;
+  GroupRef other;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  ASSERT_EQ(ctl.create("other", &other), 0);
+  Group* raw = g.get();
+  std::vector<uint64_t> sizes;
+  for (int i = 0; i < 50; ++i) {
+    sizes.push_back(24 + 40 * static_cast<uint64_t>(i));
+    ASSERT_EQ(os.charge(*raw, sizes.back(), kDefaultCharge, StatRegistry::kAnon), ChargeStatus::kOk);
+  }
+  g.reset();
+  ASSERT_EQ(ctl.remove("g"), 0);
+  // Controller::remove drains its own object stock; a stock of the test's (the try-lock path)
+  // gets the same drain here. After it, nothing drains any more.
+  if (&os != &ctl.obj_stock()) os.drain_owner(raw);
+  EXPECT_EQ(ctl.nr_dying(), 1u);
+  for (uint64_t b : sizes) os.uncharge(*raw, b, StatRegistry::kAnon);
+  EXPECT_EQ(ctl.nr_dying(), 0u) << "a reserve still holds the removed group";
+  // More traffic on another group changes nothing for it, and leaves nothing of it behind.
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(os.charge(*other, 100, kDefaultCharge, StatRegistry::kAnon), ChargeStatus::kOk);
+    os.uncharge(*other, 100, StatRegistry::kAnon);
+  }
+  EXPECT_EQ(ctl.nr_dying(), 0u);
+  os.drain_all(nullptr);
+  settle(ctl);
+  EXPECT_EQ(ctl.root().current(), 0u);
+}
+
+TEST(ObjStock, FreesAfterRemovalLeaveNoReserveWithoutADrain) {
+  on_own_stock(frees_after_removal_leave_no_reserve);
+}
+
+TEST(ObjStock, FreesAfterRemovalLeaveNoReserveWithoutADrainTryLockPath) {
+  on_try_lock_path(frees_after_removal_leave_no_reserve);
+}
+
 // Objects allocated by one thread and freed by another move units out of one shard's share of
 // the group's count and into another's (each shard keeps a few units as credit). Removed groups
 // must still be released once their last bytes go, whatever credit the shards held, in both the

@@ -1191,10 +1191,54 @@ inline void reader(Shared& sh) {
 
 // ---- listeners ----------------------------------------------------------------------------------
 
+// memory.events listeners that callbacks destroy: from inside any listener's callback (their
+// own included), on whatever thread delivers it. A listener is taken out under the lock and
+// destroyed after it, so that no destruction waits while holding it.
+struct VictimPool {
+  std::mutex mu;
+  std::vector<std::unique_ptr<EventListener>> v;
+  ~VictimPool() {
+    std::vector<std::unique_ptr<EventListener>> out;
+    {
+      std::lock_guard lock(mu);
+      out.swap(v);
+    }
+    out.clear();  // waits for their calls; a call still running finds the pool empty
+  }
+  void add(std::unique_ptr<EventListener> l) {
+    std::lock_guard lock(mu);
+    v.push_back(std::move(l));
+  }
+  size_t size() {
+    std::lock_guard lock(mu);
+    return v.size();
+  }
+  void destroy_one(uint64_t r) {
+    std::unique_ptr<EventListener> victim;
+    {
+      std::lock_guard lock(mu);
+      if (v.empty()) return;
+      std::swap(v[r % v.size()], v.back());
+      victim = std::move(v.back());
+      v.pop_back();
+    }
+    victim.reset();
+  }
+};
+
+// A listener of a removed group was told so and let go of it.
+inline void check_removed_listener(Shared& sh, const EventListener& l) {
+  if (l.removed() && l.group() != nullptr)
+    sh.fail(__LINE__, "a listener told of its group's removal still holds the group");
+}
+
 inline void listener_churn(Shared& sh) {
   std::mt19937_64 rng(sh.cfg.seed * 1000003 + 4);
   const int me = sh.progress.slot("listeners");
   auto& op = sh.progress.op[me];
+  // Shared, and seen by callbacks through a weak pointer: a call of a listener destroyed from
+  // inside another callback is not waited for and may outlast this function.
+  auto victims = std::make_shared<VictimPool>();
   std::vector<std::unique_ptr<EventListener>> events;
   std::vector<std::unique_ptr<PressureListener>> pressure;
   std::vector<std::unique_ptr<PsiTrigger>> triggers;
@@ -1224,24 +1268,48 @@ inline void listener_churn(Shared& sh) {
         std::unique_ptr<EventListener> l;
         const EventsFile file = chance(rng, 50) ? EventsFile::kEvents : EventsFile::kEventsLocal;
         EventListener::Callback cb;
+        // Without the hook, some callbacks destroy a listener of the pool (maybe their own);
+        // destroying allocates and frees, which a callback under the hook must not do.
+        const bool destroys = !hook && chance(rng, 30);
+        const uint64_t pick = rng();
         if (chance(rng, 70))
-          cb = [&notes, hook](Group& group, EventsFile f) {
+          cb = [&notes, hook, destroys, pick, pool = std::weak_ptr<VictimPool>(victims)](
+                   Group& group, EventsFile f) {
             notes.fetch_add(1, std::memory_order_relaxed);
-            // Reads from inside the callback (no charge: only without the hook).
+            // Reads from inside the callback (no charge: only without the hook). The group is
+            // valid for the whole call, also when the callback destroyed its own listener.
             if (!hook) {
               std::string s;
               (void)read_file(group, events_file_name(f), &s);
             }
+            if (destroys)
+              if (auto p = pool.lock()) p->destroy_one(pick);
+            if (!hook) (void)group.path();
           };
-        EXPECT_EQ(EventListener::open(*g, file, std::move(cb), &l), 0);
-        if (l) events.push_back(std::move(l));
+        const bool online = g->is_online();
+        const int rc = EventListener::open(*g, file, std::move(cb), &l);
+        // A removed group refuses listeners (ENOENT); a live one accepts them.
+        if (rc != 0 && !(rc == ENOENT && !g->is_online()))
+          sh.fail(__LINE__, "EventListener::open: rc=%d (online before: %d)", rc, int(online));
+        if (rc == ENOENT && online && g->is_online())
+          sh.fail(__LINE__, "EventListener::open: ENOENT on an online group");
+        if (l) {
+          if (!hook && chance(rng, 40) && victims->size() < 8) {
+            victims->add(std::move(l));
+          } else {
+            events.push_back(std::move(l));
+          }
+        }
         std::unique_ptr<EventListener> on_root;
         EXPECT_EQ(EventListener::open(sh.ctl.root(), file, nullptr, &on_root), ENOENT);
         break;
       }
       case 1:
         op = "EventListener consume";
-        for (auto& l : events) (void)(chance(rng, 50) ? l->consume() : l->wait(0));
+        for (auto& l : events) {
+          (void)(chance(rng, 50) ? l->consume() : l->wait(0));
+          check_removed_listener(sh, *l);
+        }
         if (!events.empty() && chance(rng, 40)) {
           op = "~EventListener";
           std::swap(events[rng() % events.size()], events.back());

@@ -28,14 +28,26 @@ int64_t LruCache::grow(int64_t units, uint32_t flags) {
     // Charged before the lock is taken: the charge may reclaim from this very cache.
     if (!charged(try_charge(*group_, 1, flags, StatRegistry::kFile))) break;
     internal::LockGuard lock(mu_);
-    if (!runs_.empty() && runs_.back().first + runs_.back().count == next_unit_)
-      ++runs_.back().count;
-    else
-      runs_.push_back({next_unit_, 1});
+    append_young(next_unit_);
     ++next_unit_;
     size_.fetch_add(1, std::memory_order_relaxed);
   }
   return added;
+}
+
+// A unit that follows the young end's last unit extends that run: units rotated one after the
+// other (the scan takes them in order) stay one run, so the list holds as many runs as there
+// are gaps between its units, whatever reclaim rotated.
+void LruCache::append_young(uint64_t unit) {
+  if (!runs_.empty() && runs_.back().first + static_cast<uint64_t>(runs_.back().count) == unit)
+    ++runs_.back().count;
+  else
+    runs_.push_back({unit, 1});
+}
+
+size_t LruCache::nr_runs() const {
+  internal::LockGuard lock(mu_);
+  return runs_.size();
 }
 
 int64_t LruCache::pop_oldest(int64_t n, std::vector<Run>* freed) {
@@ -90,7 +102,7 @@ ReclaimResult LruCache::reclaim(int64_t nr_to_scan, int /*priority*/) {
         const uint64_t unit = r.first;
         ++r.first;
         if (--r.count == 0) runs_.pop_front();
-        runs_.push_back({unit, 1});
+        append_young(unit);
         continue;
       }
       result.reclaimed += pop_oldest(1, &freed);

@@ -4,6 +4,7 @@
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 
 #include "controller_registry.hpp"
+#include "timer.hpp"
 
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/core/notify.hpp"
@@ -191,6 +192,7 @@ int Controller::remove(Group& group) {
   group.set_min(0);
   group.set_low(0);
   internal::charge_wait_group_removed(group);  // its waiting charges return kRemoved
+  internal::notify_group_removed(group);       // the final notification of its listeners
   group.put();  // the tree's reference
   return 0;
 }
@@ -231,7 +233,10 @@ void Controller::tick() {
     rstat_->flush(root_->stat_node());
   }
   // A reader that must not run callbacks leaves them queued (defer_callbacks.hpp).
-  if (!internal::callbacks_deferred()) internal::deliver_due_notifications(*this);
+  if (!internal::callbacks_deferred()) {
+    internal::deliver_due_notifications(*this);
+    internal::psi_poll_controller(*this);  // PSI triggers due on this clock (timer.hpp)
+  }
 }
 
 void Controller::walk(Group& from, const std::function<void(Group&)>& fn,

@@ -1,18 +1,23 @@
-// memory.events change notification: listeners, the per-file rate limit and the deferred
-// deliveries. See notify.hpp for the contract.
+// memory.events change notification: listeners, the per-file rate limit, the deferred
+// deliveries and the removal notice. See notify.hpp for the contract.
 //
 // Objects and their lifetimes:
-//   - EventListener::Core: a listener's callback and eventfd. Shared by the listener and by every
-//     delivery in flight, so a delivery never writes to a closed (or reused) descriptor.
-//   - FileState: one (group, file)'s listener list and rate-limit state. Owned (shared) by the
-//     group's NotifyState, which the group frees with itself, and by deferred deliveries in
-//     flight.
+//   - EventListener::Core: a listener's callback, eventfd, DeliveryGate (delivery.hpp) and its
+//     reference to the group. Shared by the listener and by every delivery in flight, so a
+//     delivery never writes to a closed (or reused) descriptor.
+//   - FileState: one (group, file)'s listener list, rate-limit state and removal mark. Owned
+//     (shared) by the group's NotifyState, which the group frees with itself, by the listeners'
+//     cores and by queue entries, so it may outlive its group: `group` is dereferenced only under
+//     `mu` while the list is non-empty (each listed core holds a reference), or by a delivery,
+//     which took its own reference there.
 //   - The deferred queue: the FileStates with a notification waiting for its interval to end.
 //     A FileState is queued only while it has listeners: it is queued (or requeued) under its mu
-//     with a listener present, and the last listener to leave takes it off the queue under that
-//     same mu, then waits until no deferred delivery of it is in flight. So once the last
-//     listener's destructor returns, neither the queue nor the timer can reach the file again,
-//     and its group (which the listener keeps alive) outlives every delivery.
+//     with a listener present, and the last listener to leave (or the group's removal) takes it
+//     off the queue under that same mu.
+//
+// Every delivery opens on each listed listener's gate under the file's mu (which takes a group
+// reference per listener) and finishes outside every lock: destroying a listener waits for its
+// own deliveries only, and a callback's group is never freed under it.
 //
 // Locks: FileState::mu guards a file's listeners and rate limit; Deferred::mu the queue. Order:
 // FileState::mu, then Deferred::mu (queueing a file happens under its mu); never the reverse.
@@ -32,39 +37,45 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "memcg/base/clock.hpp"
 #include "memcg/core/controller.hpp"
+#include "delivery.hpp"
+#include "timer.hpp"
 
 namespace memcg {
+
+namespace internal {
+struct FileState;
+}
 
 struct EventListener::Core {
   Callback callback;
   int fd = -1;
-  // Dekker pair with the deliverer: the remover sets `removed` then waits for `running` to be 0;
-  // a deliverer bumps `running` then re-checks `removed`. Either the deliverer sees the removal
-  // or the remover sees the delivery and waits for it.
-  std::atomic<bool> removed{false};
-  std::atomic<int> running{0};
+  std::shared_ptr<internal::FileState> file;
+  internal::DeliveryGate gate;
+  // The listener's reference to the group: taken by open(), dropped by the group's removal (after
+  // the final notification) or by the destructor, whichever comes first. Guarded by file->mu.
+  Group* held = nullptr;
+  // What group() returns: the group while held, then null.
+  std::atomic<Group*> view{nullptr};
+  // Set (before the final notification's delivery opens) when the group was removed.
+  std::atomic<bool> group_removed{false};
 
   ~Core() {
     if (fd >= 0) ::close(fd);
   }
-  void fire(Group& g, EventsFile file) noexcept;
+  // One notification: the eventfd, then the callback. Called inside a delivery.
+  void notify(Group& g, EventsFile f) noexcept;
 };
 
 namespace internal {
 
 std::atomic<int64_t> g_nr_event_listeners{0};
 
-namespace {
-
 using ListenerList = std::vector<std::shared_ptr<EventListener::Core>>;
-
-// Deliveries running on this thread: a thread inside a callback never waits for deliveries to
-// end (it could be waiting for itself).
-thread_local int tl_delivering = 0;
 
 struct FileState {
   FileState(Group& g, EventsFile f)
@@ -72,7 +83,7 @@ struct FileState {
         controller(&g.controller()),
         system_clock(dynamic_cast<const SystemClock*>(&g.controller().clock()) != nullptr),
         file(f) {}
-  Group* const group;  // dereferenced only by deliveries, while a listener holds the group
+  Group* const group;  // see the top of the file for when it may be dereferenced
   Controller* const controller;
   const bool system_clock;  // the controller's clock is the SystemClock: the timer delivers
   const EventsFile file;
@@ -83,14 +94,12 @@ struct FileState {
   bool ever_notified = false;  // guarded by mu
   uint64_t last_ns = 0;        // guarded by mu: time of the last notification
   bool pending = false;        // guarded by mu: a change since then is not yet announced
+  bool removed = false;        // guarded by mu: the group was removed; no listener may join
 
   // Guarded by Deferred::mu; `queued` is set only while mu is held too.
   bool queued = false;
   uint64_t due_ns = 0;
-  int inflight = 0;  // deferred deliveries of this file running now
 };
-
-}  // namespace
 
 struct NotifyState {
   NotifyState(Group& g)
@@ -115,7 +124,6 @@ namespace {
 struct Deferred {
   std::mutex mu;
   std::condition_variable timer_cv;  // a SystemClock entry was queued
-  std::condition_variable idle_cv;   // an in-flight delivery ended
   std::vector<std::shared_ptr<FileState>> queue;
   bool timer_started = false;
 };
@@ -141,17 +149,38 @@ bool uses_system_clock(Controller& ctl) noexcept {
   return dynamic_cast<const SystemClock*>(&ctl.clock()) != nullptr;
 }
 
-void deliver(const ListenerList& list, Group& g, EventsFile file) noexcept {
-  ++tl_delivering;
-  for (const auto& core : list) core->fire(g, file);
-  --tl_delivering;
+// Opens a delivery on every listener of `fs`. REQUIRES: fs.mu held (so every listed core is
+// linked, hence neither closed nor without its reference, which keeps the group alive).
+void begin_all(FileState& fs, const ListenerList& list) noexcept {
+  for (const auto& core : list) {
+    [[maybe_unused]] const bool open = core->gate.begin(fs.group);
+    // A gate closes only after its core was unlinked under fs.mu.
+  }
+}
+
+// Finishes what begin_all() opened, with no lock held.
+void finish_all(FileState& fs, const ListenerList& list) noexcept {
+  for (const auto& core : list)
+    core->gate.finish(fs.group, [&]() noexcept { core->notify(*fs.group, fs.file); });
+}
+
+// Takes `fs` off the deferred queue. REQUIRES: fs.mu held.
+void dequeue_locked(FileState& fs, const std::shared_ptr<FileState>& ref) {
+  Deferred& d = deferred();
+  internal::LockGuard qlock(d.mu);
+  if (!fs.queued) return;
+  fs.queued = false;
+  auto& q = d.queue;
+  q.erase(std::find(q.begin(), q.end(), ref));
+  g_nr_queued.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void timer_loop();
 
-// Starts the timer thread if it is not running yet. Called when a listener subscribes to a group
-// on the SystemClock, so that queueing never creates a thread. Throws std::system_error if the
-// thread cannot be created.
+}  // namespace
+
+// Called when a listener subscribes to a group on the SystemClock or a PSI trigger is armed on
+// one, so that queueing never creates a thread.
 void start_timer_once() {
   Deferred& d = deferred();
   {
@@ -167,6 +196,15 @@ void start_timer_once() {
     throw;
   }
 }
+
+void timer_wake() noexcept {
+  Deferred& d = deferred();
+  // Under the lock: the timer reads the deadline under it, then waits (no lost wake-up).
+  internal::LockGuard lock(d.mu);
+  d.timer_cv.notify_one();
+}
+
+namespace {
 
 // REQUIRES: fs->mu held, and fs has a listener. Queueing under the file's lock is what lets the
 // last listener's removal (under the same lock) find every entry and take it off.
@@ -199,6 +237,7 @@ void file_changed(const std::shared_ptr<FileState>& fs, uint64_t now) noexcept {
       fs->last_ns = now;
       fs->pending = false;  // this notification covers it; a queued entry will find nothing
       to_notify = fs->listeners;
+      begin_all(*fs, *to_notify);
     } else if (!fs->pending) {
       fs->pending = true;
       due = fs->last_ns + kEventNotifyIntervalNs;
@@ -206,7 +245,7 @@ void file_changed(const std::shared_ptr<FileState>& fs, uint64_t now) noexcept {
     }
   }
   if (due != 0) run_defer_seam();
-  if (to_notify) deliver(*to_notify, *fs->group, fs->file);
+  if (to_notify) finish_all(*fs, *to_notify);
 }
 
 // Delivers the queued notifications that `select` picks and whose interval ended by `now`
@@ -222,7 +261,6 @@ void deliver_due(Select select, uint64_t now) noexcept {
       FileState& fs = *q[i];
       if (select(fs) && fs.due_ns <= now) {
         fs.queued = false;
-        ++fs.inflight;
         due.push_back(std::move(q[i]));
         q[i] = std::move(q.back());
         q.pop_back();
@@ -233,9 +271,8 @@ void deliver_due(Select select, uint64_t now) noexcept {
     }
   }
   for (const auto& fs : due) {
-    // The group is alive while a listener remains: the last one waits for `inflight` to drop
-    // before it lets go of the group (unless it leaves from inside a callback: then `pending` is
-    // false and its listeners empty, so nothing below touches the group).
+    // Only `fs` itself is known alive here (the entry's shared_ptr); its group is reached under
+    // its mu while listeners remain, and each delivery holds its own reference.
     std::shared_ptr<const ListenerList> to_notify;
     uint64_t requeue = 0;
     {
@@ -245,6 +282,7 @@ void deliver_due(Select select, uint64_t now) noexcept {
           fs->pending = false;
           fs->last_ns = now;
           to_notify = fs->listeners;
+          begin_all(*fs, *to_notify);
         } else {
           requeue = fs->last_ns + kEventNotifyIntervalNs;  // notified meanwhile; wait again
           enqueue_locked(*fs, fs, requeue);
@@ -252,19 +290,15 @@ void deliver_due(Select select, uint64_t now) noexcept {
       }
     }
     if (requeue != 0) run_defer_seam();
-    if (to_notify) deliver(*to_notify, *fs->group, fs->file);
+    if (to_notify) finish_all(*fs, *to_notify);
   }
-  if (due.empty()) return;
-  internal::LockGuard lock(d.mu);
-  for (const auto& fs : due) --fs->inflight;
-  d.idle_cv.notify_all();
 }
 
 void timer_loop() {
   Deferred& d = deferred();
   internal::UniqueLock lock(d.mu);
   for (;;) {
-    uint64_t earliest = UINT64_MAX;
+    uint64_t earliest = psi_system_poll_due();
     for (const auto& fs : d.queue)
       if (fs->system_clock) earliest = std::min(earliest, fs->due_ns);
     if (earliest == UINT64_MAX) {
@@ -278,6 +312,7 @@ void timer_loop() {
     }
     lock.unlock();
     deliver_due([](const FileState& fs) { return fs.system_clock; }, now);
+    psi_poll_system(now);
     lock.lock();
   }
 }
@@ -294,7 +329,8 @@ NotifyState& NotifySlot::get_or_create(Group& owner) {
   if (st) return *st;
   // Only subscriptions create state, and they are rare: a racer that loses frees its copy.
   auto fresh = std::make_unique<NotifyState>(owner);
-  if (state_.compare_exchange_strong(st, fresh.get(), std::memory_order_acq_rel)) {
+  // seq_cst: see get().
+  if (state_.compare_exchange_strong(st, fresh.get(), std::memory_order_seq_cst)) {
     return *fresh.release();
   }
   return *st;
@@ -323,6 +359,43 @@ void deliver_due_notifications(Controller& controller) noexcept {
               controller.clock().now_ns());
 }
 
+void notify_group_removed(Group& g) noexcept {
+  // The group is offline (seq_cst) before this reads the slot (seq_cst): an open() that created
+  // the slot after this read sees the group offline under the file's mu and fails.
+  NotifyState* st = NotifyAccess::slot(g).get();
+  if (!st) return;
+  for (const auto& fsp : st->files) {
+    FileState& fs = *fsp;
+    std::shared_ptr<const ListenerList> told;
+    {
+      internal::LockGuard lock(fs.mu);
+      fs.removed = true;
+      fs.pending = false;  // the final notification covers it
+      if (fs.listeners->empty()) continue;
+      told = std::move(fs.listeners);
+      fs.listeners = std::make_shared<const ListenerList>();
+      dequeue_locked(fs, fsp);
+      for (const auto& core : *told) {
+        // In this order: a reader that sees removed() sees group() null.
+        core->view.store(nullptr, std::memory_order_release);
+        core->group_removed.store(true, std::memory_order_release);
+      }
+      begin_all(fs, *told);  // the listeners' references still keep the group here
+    }
+    // The final notification, not rate-limited (the file is gone, as in the kernel), then the
+    // listeners' references go. The caller (remove) still holds the tree's, so none is last.
+    finish_all(fs, *told);
+    for (const auto& core : *told) {
+      Group* held = nullptr;
+      {
+        internal::LockGuard lock(fs.mu);
+        held = std::exchange(core->held, nullptr);
+      }
+      if (held) held->put();
+    }
+  }
+}
+
 }  // namespace internal
 
 // ---- EventListener ----
@@ -331,24 +404,20 @@ const char* events_file_name(EventsFile file) noexcept {
   return file == EventsFile::kEvents ? "memory.events" : "memory.events.local";
 }
 
-void EventListener::Core::fire(Group& g, EventsFile file) noexcept {
-  if (removed.load(std::memory_order_seq_cst)) return;
-  running.fetch_add(1, std::memory_order_seq_cst);
-  if (!removed.load(std::memory_order_seq_cst)) {
-    const uint64_t one = 1;
-    // Cannot fail short of a counter at its maximum (2^64 - 2 unconsumed notifications).
-    [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
-    if (callback) callback(g, file);
-  }
-  if (running.fetch_sub(1, std::memory_order_seq_cst) == 1) running.notify_all();
+void EventListener::Core::notify(Group& g, EventsFile f) noexcept {
+  const uint64_t one = 1;
+  // Cannot fail short of a counter at its maximum (2^64 - 2 unconsumed notifications).
+  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+  if (callback) callback(g, f);
 }
 
-EventListener::EventListener(GroupRef group, EventsFile file, std::shared_ptr<Core> core)
-    : group_(std::move(group)), file_(file), core_(std::move(core)) {}
+EventListener::EventListener(EventsFile file, std::shared_ptr<Core> core)
+    : file_(file), core_(std::move(core)) {}
 
 int EventListener::open(Group& group, EventsFile file, Callback callback,
                         std::unique_ptr<EventListener>* out) {
-  if (group.is_root()) return ENOENT;
+  if (out == nullptr) return EINVAL;
+  if (group.is_root() || !group.is_online()) return ENOENT;
   auto core = std::make_shared<Core>();
   core->callback = std::move(callback);
   core->fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -360,56 +429,69 @@ int EventListener::open(Group& group, EventsFile file, Callback callback,
       return e.code().value() != 0 ? e.code().value() : EAGAIN;
     }
   }
-
-  internal::NotifyState& st = internal::NotifyAccess::slot(group).get_or_create(group);
-  internal::FileState& fs = *st.files[static_cast<int>(file)];
+  std::unique_ptr<EventListener> listener;
+  try {
+    internal::NotifyState& st = internal::NotifyAccess::slot(group).get_or_create(group);
+    core->file = st.files[static_cast<int>(file)];
+    listener.reset(new EventListener(file, core));
+  } catch (const std::bad_alloc&) {
+    return ENOMEM;
+  }
+  internal::FileState& fs = *core->file;
   {
     internal::LockGuard lock(fs.mu);
+    // Removed meanwhile: the removal notice has run (fs.removed) or will find this slot but no
+    // listener; either way the group is gone for listeners.
+    if (fs.removed || !group.is_online()) {
+      listener->core_.reset();
+      return ENOENT;
+    }
     auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
     list->push_back(core);
     fs.listeners = std::move(list);
+    group.get();
+    core->held = &group;
+    core->view.store(&group, std::memory_order_release);
   }
   internal::g_nr_event_listeners.fetch_add(1, std::memory_order_relaxed);
-  out->reset(new EventListener(GroupRef(&group), file, std::move(core)));
+  *out = std::move(listener);
   return 0;
 }
 
 EventListener::~EventListener() {
-  Group& g = *group_;
-  const auto& fsp = internal::NotifyAccess::slot(g).get()->files[static_cast<int>(file_)];
-  internal::FileState& fs = *fsp;
-  internal::Deferred& d = internal::deferred();
-  bool last = false;
+  if (!core_) return;
+  internal::FileState& fs = *core_->file;
+  Group* held = nullptr;
   {
     internal::LockGuard lock(fs.mu);
-    auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
-    list->erase(std::find(list->begin(), list->end(), core_));
-    last = list->empty();
-    fs.listeners = std::move(list);
-    if (last) {
-      // Off the deferred queue, under the lock every queueing holds: with no listener left,
-      // nothing queues this file again.
-      fs.pending = false;
-      internal::LockGuard qlock(d.mu);
-      if (fs.queued) {
-        fs.queued = false;
-        auto& q = d.queue;
-        q.erase(std::find(q.begin(), q.end(), fsp));
-        internal::g_nr_queued.fetch_sub(1, std::memory_order_relaxed);
+    auto it = std::find(fs.listeners->begin(), fs.listeners->end(), core_);
+    if (it != fs.listeners->end()) {  // not already unlinked by the group's removal
+      auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
+      list->erase(list->begin() + (it - fs.listeners->begin()));
+      const bool last = list->empty();
+      fs.listeners = std::move(list);
+      if (last) {
+        // Off the deferred queue, under the lock every queueing holds: with no listener left,
+        // nothing queues this file again.
+        fs.pending = false;
+        internal::dequeue_locked(fs, core_->file);
       }
     }
+    held = std::exchange(core_->held, nullptr);
+    core_->view.store(nullptr, std::memory_order_release);
   }
   internal::g_nr_event_listeners.fetch_sub(1, std::memory_order_relaxed);
-  core_->removed.store(true, std::memory_order_seq_cst);
-  const bool may_wait = internal::tl_delivering == 0;
-  if (may_wait) {
-    for (int r; (r = core_->running.load(std::memory_order_seq_cst)) != 0;) core_->running.wait(r);
-  }
-  if (!last || !may_wait) return;
-  // No deferred delivery of this file may still be using the group when this listener's
-  // reference to it goes.
-  std::unique_lock lock(d.mu);
-  d.idle_cv.wait(lock, [&] { return fs.inflight == 0; });
+  // This listener's own deliveries only; each holds its own reference to the group.
+  core_->gate.close();
+  if (held) held->put();
+}
+
+Group* EventListener::group() const noexcept {
+  return core_->view.load(std::memory_order_acquire);
+}
+
+bool EventListener::removed() const noexcept {
+  return core_->group_removed.load(std::memory_order_acquire);
 }
 
 int EventListener::fd() const noexcept {

@@ -238,6 +238,17 @@ void ObjStock::put_bytes(Group& g, int kind, int64_t add, int64_t live, int64_t 
     r = sh.bytes.load(std::memory_order_relaxed);
     reported = sh.reported;
     credit = sh.credit;
+  } else if (!g.stock_cacheable()) {
+    // A removed group is never installed (as in the unit stock): its reserve was drained by
+    // Controller::remove, and a free after that must not cache it again, or the reserve would
+    // keep the group dying (and a unit charged) until something drained this CPU. Its bytes go
+    // to the group's pool, which returns each unit as it completes. seq_cst: pairs with the
+    // store in Controller::remove and the drain's read of the word.
+    unlock(idx);
+    count_units(g, units_in);
+    flush_stat(g, kind, live);
+    pool_add(g, add, false);
+    return;
   } else {
     old = take(sh);
     g.get();  // the slot's reference
@@ -342,8 +353,12 @@ template <typename Match>
 void ObjStock::drain_matching(Match match) noexcept {
   for (int idx = 0; idx < nr_shards_; ++idx) {
     Shard& s = shards_[idx];
-    // Unlocked pre-check, as in Stock: an empty shard needs neither the word nor a fence.
-    if (s.owner.load(std::memory_order_relaxed) == nullptr) continue;
+    // Unlocked pre-check, as in Stock: an empty shard needs neither the word nor a fence. The
+    // word is read first, seq_cst: a free word read from an install's unlock makes that
+    // install's owner visible, and otherwise the install takes the word later in the seq_cst
+    // order and sees the group offline (Controller::remove's store before its drain).
+    const bool busy = s.disabled.load(std::memory_order_seq_cst) != 0;
+    if (!busy && s.owner.load(std::memory_order_acquire) == nullptr) continue;
     lock_wait(idx);
     Taken t;
     const void* owner = s.owner.load(std::memory_order_relaxed);

@@ -15,6 +15,7 @@
 #include "memcg/base/clock.hpp"
 #include "memcg/core/pressure.hpp"
 #include "memcg/core/psi.hpp"
+#include "delivery.hpp"
 
 namespace memcg::internal {
 
@@ -22,26 +23,24 @@ namespace memcg::internal {
 // never writes to a descriptor the application has closed and reused), or both.
 //
 // Lifetime: entries are shared_ptrs. A delivering thread copies the list under the owner's lock,
-// drops the lock, then fires each entry holding only that entry's call_mutex; removal marks the
-// entry removed, unlinks it, then takes call_mutex once to wait for a call in flight. A removal
-// made from inside any pressure callback does not wait (it could be waiting for a callback that
-// is itself waiting for this one); the entry is already marked removed, so at most a call that
-// had begun on another thread completes.
+// drops the lock, then fires each entry through its DeliveryGate (delivery.hpp), holding no lock;
+// removal unlinks the entry, then closes the gate, which waits for this entry's own calls in
+// flight only (not from inside a callback: see delivery.hpp).
 struct NotifyEntry {
   NotifyEntry(std::function<void(int)> fn, int eventfd_dup) : fn(std::move(fn)), efd(eventfd_dup) {}
   ~NotifyEntry();
   NotifyEntry(const NotifyEntry&) = delete;
   NotifyEntry& operator=(const NotifyEntry&) = delete;
 
-  // Delivers one event (callback argument `arg`) unless removed. Never throws.
+  // Delivers one event (callback argument `arg`) unless retired. Never throws. REQUIRES: the
+  // caller holds a shared_ptr to the entry for the duration of the call.
   void fire(int arg) noexcept;
-  // Marks removed and waits for a call in flight (see above).
-  void retire() noexcept;
+  // No call starts after this; waits for this entry's calls in flight (see above).
+  void retire() noexcept { gate.close(); }
 
   const std::function<void(int)> fn;
   const int efd;  // -1 when none
-  std::mutex call_mutex;
-  std::atomic<bool> removed{false};
+  DeliveryGate gate;
   std::atomic<uint64_t> delivered{0};
 };
 
@@ -114,6 +113,11 @@ struct PsiTriggerEntry : NotifyEntry {
   uint64_t last_event_ns = 0;
   bool fired_once = false;
   bool pending = false;
+  // When the trigger must be looked at again with no activity (0: not needed): the end of the
+  // rate limit while an event is pending, or while its state stalls the time the threshold
+  // could be reached (the kernel's rtpoll worker). Guarded by the group's mutex; mirrored in
+  // the poll registry (psi.cpp).
+  uint64_t poll_due_ns = 0;
 };
 
 struct PsiGroupState {

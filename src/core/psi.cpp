@@ -10,10 +10,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <mutex>
+#include <system_error>
+#include <vector>
 
 #include "memcg/core/attach.hpp"
 #include "memcg/core/controller.hpp"
 #include "pressure_state.hpp"
+#include "timer.hpp"
 
 namespace memcg {
 
@@ -221,6 +225,179 @@ void deliver(const FiredList& fired) noexcept {
   tl_delivering = outer;
 }
 
+// ---- polls: triggers looked at on time with no activity ----------------------------------------
+//
+// While a trigger has an event pending (a breach inside its rate limit) or its state stalls, the
+// answer can change with no state change of the group: the pending event becomes due when the
+// limit ends, a stall in progress reaches the threshold. Such triggers are registered here with
+// the time to look again; the timer thread (SystemClock, timer.hpp) or Controller::tick (any
+// other clock) then evaluates their group as a read would. A registered trigger is armed, so its
+// group is alive while the registry's lock is held; a poll opens a delivery on the trigger's
+// gate there (delivery.hpp), which holds the group until the poll is done and which reset()
+// waits for.
+
+// The shortest interval between two polls of a trigger: a stall's breach is seen at most this
+// late, and a tiny window cannot make the timer spin.
+constexpr uint64_t kMinPollNs = 1'000'000;  // 1 ms
+
+struct PollEntry {
+  std::shared_ptr<PsiTriggerEntry> trigger;
+  Group* group;
+  Controller* controller;
+  bool system_clock;
+  uint64_t due_ns;
+};
+
+struct PollRegistry {
+  std::mutex mu;
+  std::vector<PollEntry> entries;  // guarded by mu
+};
+
+PollRegistry& polls() {
+  static PollRegistry* const r = new PollRegistry;  // never destroyed: the timer may outlive statics
+  return *r;
+}
+
+std::atomic<int64_t> g_nr_polls{0};                  // entries; lets tick() skip the registry
+std::atomic<uint64_t> g_system_due{UINT64_MAX};      // earliest SystemClock entry
+
+// REQUIRES: r.mu held.
+void refresh_system_due(PollRegistry& r) noexcept {
+  uint64_t due = UINT64_MAX;
+  for (const auto& e : r.entries)
+    if (e.system_clock) due = std::min(due, e.due_ns);
+  g_system_due.store(due, std::memory_order_relaxed);
+}
+
+// Records that `tp` (a trigger of `g`) must be polled at `due_ns` (0: no longer).
+// REQUIRES: the group's mutex held, and `tp` among its triggers.
+void set_poll(Group& g, const std::shared_ptr<PsiTriggerEntry>& tp, uint64_t due_ns) {
+  PsiTriggerEntry& t = *tp;
+  if (t.poll_due_ns == due_ns) return;
+  t.poll_due_ns = due_ns;
+  PollRegistry& r = polls();
+  bool wake = false;
+  {
+    internal::LockGuard lock(r.mu);
+    auto it = std::find_if(r.entries.begin(), r.entries.end(),
+                           [&](const PollEntry& e) { return e.trigger == tp; });
+    if (due_ns == 0) {
+      if (it != r.entries.end()) {
+        *it = std::move(r.entries.back());
+        r.entries.pop_back();
+        g_nr_polls.fetch_sub(1, std::memory_order_relaxed);
+      }
+    } else if (it != r.entries.end()) {
+      it->due_ns = due_ns;
+    } else {
+      Controller& ctl = g.controller();
+      const bool system = dynamic_cast<const SystemClock*>(&ctl.clock()) != nullptr;
+      r.entries.push_back(PollEntry{tp, &g, &ctl, system, due_ns});
+      g_nr_polls.fetch_add(1, std::memory_order_relaxed);
+    }
+    const uint64_t before = g_system_due.load(std::memory_order_relaxed);
+    refresh_system_due(r);
+    wake = g_system_due.load(std::memory_order_relaxed) < before;
+  }
+  if (wake) internal::timer_wake();
+}
+
+// When `tp` must be looked at again after an evaluation at `now` (0: not before the group's
+// state changes). REQUIRES: the group's mutex held.
+uint64_t next_poll(const PsiGroupState& ps, const PsiTriggerEntry& t, uint64_t now,
+                   const uint64_t tot[2]) noexcept {
+  const bool stalled = t.spec.state == PsiState::kSome ? ps.some : ps.full;
+  if (!t.pending && !stalled) return 0;  // nothing can change until the state does
+  // Unprivileged triggers are evaluated on the averaging grid: its next point.
+  if (!t.privileged) return ps.averages.next_update_ns();
+  const uint64_t window = t.spec.window_us * 1000;
+  if (t.pending) return std::max(t.last_event_ns + window, now + 1);
+  // Stalled: the earliest time the growth could reach the threshold if the stall holds.
+  const uint64_t total = tot[t.spec.state == PsiState::kSome ? 0 : 1];
+  uint64_t growth = total - t.win_start_total;
+  const uint64_t elapsed = now - t.win_start_ns;
+  if (elapsed <= window) growth += t.win_prev_growth * (window - elapsed) / window;
+  const uint64_t threshold = t.spec.threshold_us * 1000;
+  const uint64_t remaining = growth < threshold ? threshold - growth : 0;
+  uint64_t due = now + std::max(std::min(remaining, window), kMinPollNs);
+  // Past the rate limit at the earliest.
+  if (t.fired_once) due = std::max(due, t.last_event_ns + window);
+  return due;
+}
+
+// Evaluates the group's privileged triggers at `now` and schedules every trigger's next poll.
+// REQUIRES: ps.mutex held; advance() just ran (unprivileged triggers were evaluated by it).
+void evaluate_and_schedule(Group& g, PsiGroupState& ps, uint64_t now, const uint64_t tot[2],
+                           FiredList* fired) {
+  for (const auto& tr : ps.triggers)
+    if (tr->privileged) evaluate(tr, now, tot, fired);
+  for (const auto& tr : ps.triggers) set_poll(g, tr, next_poll(ps, *tr, now, tot));
+}
+
+// One poll of a trigger's group: what a read does, without the read.
+void poll_group(Group& g) noexcept {
+  PsiGroupState& ps = state_of(g);
+  FiredList fired;
+  {
+    internal::LockGuard lock(ps.mutex);
+    uint64_t tot[2];
+    const uint64_t now = advance(g, ps, tot, &fired);
+    evaluate_and_schedule(g, ps, now, tot, &fired);
+  }
+  deliver(fired);
+}
+
+// Polls the registered triggers that `select` picks and whose time came by `now`.
+template <typename Select>
+void poll_due(Select select, uint64_t now) noexcept {
+  struct Due {
+    std::shared_ptr<PsiTriggerEntry> trigger;
+    Group* group;
+  };
+  std::vector<Due> due;
+  {
+    PollRegistry& r = polls();
+    internal::LockGuard lock(r.mu);
+    auto& v = r.entries;
+    for (size_t i = 0; i < v.size();) {
+      PollEntry& e = v[i];
+      if (select(e) && e.due_ns <= now) {
+        // Armed (registered), so the group is alive here: the delivery takes its own reference.
+        if (e.trigger->gate.begin(e.group)) due.push_back(Due{e.trigger, e.group});
+        // The trigger is taken off; the poll registers it again if it still needs one. Its
+        // poll_due_ns (guarded by its group's mutex) is cleared by the poll below.
+        v[i] = std::move(v.back());
+        v.pop_back();
+        g_nr_polls.fetch_sub(1, std::memory_order_relaxed);
+      } else {
+        ++i;
+      }
+    }
+    refresh_system_due(r);
+  }
+  for (auto& d : due) {
+    {
+      PsiGroupState& ps = state_of(*d.group);
+      internal::LockGuard lock(ps.mutex);
+      d.trigger->poll_due_ns = 0;  // no longer registered
+    }
+    d.trigger->gate.finish(d.group, [&]() noexcept { poll_group(*d.group); });
+  }
+}
+
+// Takes a trigger off the registry. REQUIRES: it is no longer among its group's triggers.
+void unpoll(const std::shared_ptr<PsiTriggerEntry>& tp) noexcept {
+  PollRegistry& r = polls();
+  internal::LockGuard lock(r.mu);
+  auto it = std::find_if(r.entries.begin(), r.entries.end(),
+                         [&](const PollEntry& e) { return e.trigger == tp; });
+  if (it == r.entries.end()) return;
+  *it = std::move(r.entries.back());
+  r.entries.pop_back();
+  g_nr_polls.fetch_sub(1, std::memory_order_relaxed);
+  refresh_system_due(r);
+}
+
 // Applies a change of the group's counts at the current time: time in the old state is
 // accounted first, then privileged triggers look at the new totals.
 void change(Group& g, int d_stalled, int d_extra, int d_tasks) noexcept {
@@ -239,8 +416,7 @@ void change(Group& g, int d_stalled, int d_extra, int d_tasks) noexcept {
     // Stalled threads attached below the group are among its tasks; the others add to them.
     ps.some = ps.nr_stalled > 0;
     ps.full = ps.some && ps.nr_stalled >= ps.nr_tasks + ps.nr_extra;
-    for (const auto& tr : ps.triggers)
-      if (tr->privileged) evaluate(tr, now, tot, &fired);
+    if (!ps.triggers.empty()) evaluate_and_schedule(g, ps, now, tot, &fired);
   }
   deliver(fired);
 }
@@ -283,8 +459,7 @@ PsiStats psi_stats(Group& group) {
     internal::LockGuard lock(ps.mutex);
     uint64_t tot[2];
     const uint64_t now = advance(group, ps, tot, &fired);
-    for (const auto& tr : ps.triggers)
-      if (tr->privileged) evaluate(tr, now, tot, &fired);
+    evaluate_and_schedule(group, ps, now, tot, &fired);
     for (int s = 0; s < 2; ++s) {
       st.total_us[s] = tot[s] / 1000;
       for (int w = 0; w < 3; ++w) st.avg[s][w] = ps.averages.avg(s, w);
@@ -346,6 +521,14 @@ int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
   if (eventfd >= 0 && (efd = internal::dup_eventfd(eventfd)) < 0) return EINVAL;
   std::function<void(int)> fn;
   if (callback) fn = [cb = std::move(callback)](int) { cb(); };
+  if (dynamic_cast<const SystemClock*>(&group.controller().clock()) != nullptr) {
+    try {
+      internal::start_timer_once();  // polls on the SystemClock run there
+    } catch (const std::system_error&) {
+      if (efd >= 0) ::close(efd);
+      return EAGAIN;
+    }
+  }
   auto e = std::make_shared<PsiTriggerEntry>(std::move(fn), efd, spec, privileged);
   PsiGroupState& ps = state_of(group);
   FiredList fired;
@@ -359,6 +542,7 @@ int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
     e->last_seen_total = total;
     e->last_growth_ns = now;
     ps.triggers.push_back(e);
+    set_poll(group, e, next_poll(ps, *e, now, tot));  // a stall already in progress
   }
   deliver(fired);
   group_ = GroupRef(&group);
@@ -383,9 +567,25 @@ void PsiTrigger::reset() noexcept {
     auto& v = ps.triggers;
     v.erase(std::remove(v.begin(), v.end(), e), v.end());
   }
-  e->retire();
+  unpoll(e);     // no poll registers it again: it is no longer among the group's triggers
+  e->retire();   // waits for a poll or call of it in flight (delivery.hpp)
   entry_.reset();
   group_.reset();
+}
+
+uint64_t internal::psi_system_poll_due() noexcept {
+  return g_system_due.load(std::memory_order_relaxed);
+}
+
+void internal::psi_poll_system(uint64_t now) noexcept {
+  if (g_nr_polls.load(std::memory_order_relaxed) == 0) return;
+  poll_due([](const PollEntry& e) { return e.system_clock; }, now);
+}
+
+void internal::psi_poll_controller(Controller& ctl) noexcept {
+  if (g_nr_polls.load(std::memory_order_relaxed) == 0) return;
+  Controller* const c = &ctl;
+  poll_due([c](const PollEntry& e) { return e.controller == c; }, ctl.clock().now_ns());
 }
 
 uint64_t PsiTrigger::delivered() const noexcept {

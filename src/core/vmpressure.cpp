@@ -14,37 +14,27 @@
 namespace memcg {
 namespace internal {
 
-// Depth of pressure callbacks running on this thread (vmpressure and PSI): a removal made inside
-// one must not wait for another's call to end.
-thread_local int tl_in_pressure_callback = 0;
-
 NotifyEntry::~NotifyEntry() {
   if (efd >= 0) ::close(efd);
 }
 
 void NotifyEntry::fire(int arg) noexcept {
-  std::lock_guard call(call_mutex);
-  if (removed.load(std::memory_order_acquire)) return;
-  delivered.fetch_add(1, std::memory_order_relaxed);
-  if (efd >= 0) {
-    const uint64_t one = 1;
-    // The counter saturates at 2^64 - 2 (EAGAIN): the reader still sees a pending event.
-    [[maybe_unused]] ssize_t n = ::write(efd, &one, sizeof(one));
-  }
-  if (fn) {
-    ++tl_in_pressure_callback;
-    try {
-      fn(arg);
-    } catch (...) {
-      // A listener's failure is its own; delivery to the others goes on.
+  if (!gate.begin(nullptr)) return;  // the callbacks are given no group
+  gate.finish(nullptr, [&]() noexcept {
+    delivered.fetch_add(1, std::memory_order_relaxed);
+    if (efd >= 0) {
+      const uint64_t one = 1;
+      // The counter saturates at 2^64 - 2 (EAGAIN): the reader still sees a pending event.
+      [[maybe_unused]] ssize_t n = ::write(efd, &one, sizeof(one));
     }
-    --tl_in_pressure_callback;
-  }
-}
-
-void NotifyEntry::retire() noexcept {
-  removed.store(true, std::memory_order_release);
-  if (tl_in_pressure_callback == 0) std::lock_guard wait(call_mutex);
+    if (fn) {
+      try {
+        fn(arg);
+      } catch (...) {
+        // A listener's failure is its own; delivery to the others goes on.
+      }
+    }
+  });
 }
 
 int dup_eventfd(int fd) noexcept {

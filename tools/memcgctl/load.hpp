@@ -19,6 +19,7 @@
 //   - a `parallel` block of more than kMaxLanes lanes (each is a thread for the block);
 //   - a `charge` or `grow` step of more than kMaxStepUnits units (`max` included): each unit is
 //     a charge of its own;
+//   - `charge`, `grow` and `reclaim` steps that ask for more than kMaxWorkUnits units in all;
 //   - more than kMaxHandles handles open at once;
 //   - `print` steps that print more than kMaxPrintedFiles group files in all (a `print` of
 //     `all` counts every group online at that step).
@@ -48,6 +49,11 @@ inline constexpr uint64_t kMaxVirtualNs = uint64_t{100} * 365 * 86400 * 1'000'00
 // Units one `charge` or `grow` step may ask for: 2^24 (64G at the default 4K unit), about two
 // seconds of unit-by-unit charging.
 inline constexpr uint64_t kMaxStepUnits = uint64_t{1} << 24;
+// Units all `charge`, `grow` and `reclaim` steps together may ask for: 2^25 (128G at the 4K
+// unit), two full steps, a few seconds of work. A reclaim step counts what it asks for, but no
+// more than the charge and grow steps before it asked for (it cannot find more). Counted over
+// the whole file, lanes included, whatever the steps would fail or find at run time.
+inline constexpr uint64_t kMaxWorkUnits = uint64_t{1} << 25;
 // The longest a waiting charge may wait: one hour of virtual time. The library looks for room
 // every 10 ms of it while it waits (360 000 looks for an hour).
 inline constexpr uint64_t kMaxWaitNs = uint64_t{3600} * 1'000'000'000;

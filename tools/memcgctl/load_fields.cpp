@@ -1,6 +1,7 @@
 // The scenario loader: diagnostics and the readers of one field (loader.hpp).
 #include "loader.hpp"
 
+#include <algorithm>
 #include <charconv>
 
 #include "memcg/base/errors.hpp"
@@ -147,7 +148,21 @@ bool Loader::step_size(const YAML::Node& n, const std::string& what, uint64_t* b
                  size_text(kMaxStepUnits << unit_shift_) + " at this unit)");
     return false;
   }
+  const uint64_t units = *bytes / unit + (*bytes % unit != 0);
+  if (!add_work(n, what, units)) return false;
+  charged_units_ += units;
   return true;
+}
+
+bool Loader::add_work(const YAML::Node& n, const std::string& what, uint64_t units) {
+  if (work_units_ > kMaxWorkUnits) return false;  // reported once, at the step that passed it
+  work_units_ += std::min(units, kMaxWorkUnits + 1);
+  if (work_units_ <= kMaxWorkUnits) return true;
+  error(n, what + ": the steps charge, grow and reclaim more than " +
+               std::to_string(kMaxWorkUnits) + " units in all (" +
+               size_text(kMaxWorkUnits << unit_shift_) +
+               " at this unit), the most a scenario may ask for");
+  return false;
 }
 
 std::string Loader::size_text(uint64_t bytes) {

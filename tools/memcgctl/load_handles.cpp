@@ -105,8 +105,8 @@ bool Loader::load_trigger(const YAML::Node& v, Step* step) {
       error(*find(e, "spec"),
             "trigger spec: `" + t.spec + "` is rejected by memory.pressure (" +
                 memcg::errno_name(err) +
-                "): expected `some|full STALL_US WINDOW_US`, a window from 500000 to "
-                "10000000 us and a stall of at most the window");
+                "): expected `some|full STALL_US WINDOW_US`, a window from 1 to "
+                "10000000 us and a stall from 1 us to the window");
       ok = false;
     }
   } else {

@@ -1,6 +1,8 @@
 // The scenario loader: the steps that change state (loader.hpp).
 #include "loader.hpp"
 
+#include <algorithm>
+
 #include "memcg/base/errors.hpp"
 #include "memcg/files/parse.hpp"
 
@@ -266,6 +268,11 @@ bool Loader::load_reclaim(const YAML::Node& v, Step* step) {
                                   "` is rejected by memory.reclaim (a size, then optional "
                                   "`swappiness=N`)");
       ok = false;
+    } else {
+      // It cannot reclaim more than was charged: count at most that.
+      const uint64_t unit = uint64_t{1} << unit_shift_;
+      const uint64_t units = req.bytes / unit + (req.bytes % unit != 0);
+      ok = add_work(*find(e, "size"), "reclaim size", std::min(units, charged_units_)) && ok;
     }
   } else {
     ok = false;

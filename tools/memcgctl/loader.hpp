@@ -74,6 +74,9 @@ class Loader {
   bool size(const YAML::Node& n, const std::string& what, uint64_t* bytes);
   // A size that a step charges unit by unit: at most kMaxStepUnits units of the scenario's unit.
   bool step_size(const YAML::Node& n, const std::string& what, uint64_t* bytes);
+  // Counts `units` of work of the step at `n` towards kMaxWorkUnits; false (and an error at
+  // `n`) past it.
+  bool add_work(const YAML::Node& n, const std::string& what, uint64_t units);
   // "64G": the shortest exact spelling with a binary suffix, as values.hpp's human_size (not
   // called: the loader links alone into the scenario fuzzer).
   static std::string size_text(uint64_t bytes);
@@ -148,6 +151,8 @@ class Loader {
   unsigned unit_shift_ = 12;
   uint64_t virtual_ns_ = 0;                     // ticks so far (kMaxVirtualNs)
   uint64_t printed_files_ = 0;                  // group files printed so far (kMaxPrintedFiles)
+  uint64_t work_units_ = 0;                     // units asked for so far (kMaxWorkUnits)
+  uint64_t charged_units_ = 0;                  // of those, by charge and grow steps
   std::set<std::string> online_;                // groups that exist at the step being read
   std::set<std::string> declared_;              // every group ever declared
   std::map<std::string, std::string> caches_;   // name → group

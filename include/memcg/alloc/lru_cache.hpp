@@ -53,6 +53,12 @@ class LruCache final : public Reclaimer {
   using EvictFn = std::function<void(uint64_t first, int64_t count)>;
   void set_evict_callback(EvictFn fn);
 
+  // Runs of consecutive unit numbers in the list: its memory is one small entry per run.
+  // Adjacent runs are merged, so a run count above 1 means as many gaps between live units
+  // (made by evictions between rotated units), never units rotated one by one: at most
+  // size(), and 1 for a cache that reclaim rotates whole (referenced 100 %) or not at all.
+  size_t nr_runs() const;
+
   // Reclaimer
   int64_t reclaimable() const noexcept override { return size(); }
   ReclaimResult reclaim(int64_t nr_to_scan, int priority) override;
@@ -66,6 +72,9 @@ class LruCache final : public Reclaimer {
     uint64_t first;
     int64_t count;
   };
+  // Appends `unit` at the young end, merged into the last run when it follows it.
+  // REQUIRES: mu_ held.
+  void append_young(uint64_t unit);
   // Takes up to `n` units off the front, calling the evict callback; returns what it took.
   int64_t pop_oldest(int64_t n, std::vector<Run>* freed);
   void notify(const std::vector<Run>& freed);

@@ -20,8 +20,18 @@
 //
 // Where callbacks run: on the thread that raised the event (inside a charge's slow path, a
 // reclaim or an OOM kill: keep them short and do not charge from them), on the library's timer
-// thread, or inside Controller::tick(). No library lock is held while a callback runs, so a
-// callback may subscribe and unsubscribe listeners, its own included. A callback must not throw.
+// thread, inside Controller::tick(), or inside Controller::remove() (the removal notice). No
+// library lock is held while a callback runs, so a callback may subscribe and unsubscribe
+// listeners, its own included. A callback must not throw. Each call holds its own reference to
+// the group it is given: the group stays valid for the whole call, whoever destroys which
+// listener meanwhile.
+//
+// Removal (the kernel's file going away: poll gives POLLERR|POLLPRI, inotify IN_DELETE_SELF then
+// IN_IGNORED): when the group is removed, each listener of its two files gets one final
+// notification, not rate-limited, with removed() already true (the callback sees
+// group.is_online() false; an eventfd reader sees the counter go up and then removed()), and then
+// lets go of the group: group() returns null, no further notification comes, and the listener
+// no longer keeps the group dying. Opening a listener on a removed group fails with ENOENT.
 //
 // Thread safety: listeners may be created and destroyed at any time from any thread, also during
 // deliveries. Cost: nothing on any path while no listener exists in the process (one relaxed load
@@ -56,22 +66,29 @@ class EventListener {
   using Callback = std::function<void(Group& group, EventsFile file)>;
 
   // Subscribes to changes of `file` of `group`; `callback` may be empty (eventfd only). The
-  // listener holds a reference to the group. Errors: ENOENT for the root group (it has neither
-  // file), or the errno of a failed eventfd(2) (EMFILE, ENFILE, ENOMEM).
+  // listener holds a reference to the group until the group is removed. Errors: EINVAL for a
+  // null `out`; ENOENT for the root group (it has neither file) or a removed group; the errno of
+  // a failed eventfd(2) (EMFILE, ENFILE, ENOMEM); ENOMEM. On error nothing is registered.
   static int open(Group& group, EventsFile file, Callback callback,
                   std::unique_ptr<EventListener>* out);
 
-  // Unsubscribes. When it returns, the callback is not running and will not run again, with one
-  // exception that avoids deadlocks: called on a thread that is itself inside a notification
-  // callback, it does not wait for this listener's callback to finish on other threads (it will
-  // still not start again). The eventfd stays open until no delivery uses it.
-  // REQUIRES: the group's controller is still alive.
+  // Unsubscribes. When it returns, the callback will not start again and, unless called on a
+  // thread that is itself inside a callback of the library (any listener's), none of this
+  // listener's calls is running: it waits for this listener's own calls only, never for other
+  // listeners'. (Inside a callback it does not wait, which could close a cycle of waits; a call
+  // of this listener still running elsewhere keeps its own reference to its group.) The eventfd
+  // stays open until no delivery uses it.
+  // REQUIRES: the group's controller is still alive; not called from this listener's own
+  // callback while holding a lock that another of its calls takes.
   ~EventListener();
   EventListener(const EventListener&) = delete;
   EventListener& operator=(const EventListener&) = delete;
 
-  Group& group() const noexcept { return *group_; }
+  // The group; null once it was removed (the listener no longer holds it).
+  Group* group() const noexcept;
   EventsFile file() const noexcept { return file_; }
+  // True once the group was removed: its final notification is delivered or being delivered.
+  bool removed() const noexcept;
   // The eventfd (non-blocking, close-on-exec): readable while notifications are unconsumed.
   int fd() const noexcept;
   // Notifications since the last consume(), resetting the count; 0 if none.
@@ -79,12 +96,11 @@ class EventListener {
   // Waits up to `timeout_ms` (-1: forever) for a notification with poll(2), then consume()s.
   uint64_t wait(int timeout_ms) noexcept;
 
-  struct Core;  // shared with in-flight deliveries; src/notify.cpp
+  struct Core;  // shared with in-flight deliveries; src/core/notify.cpp
 
  private:
-  EventListener(GroupRef group, EventsFile file, std::shared_ptr<Core> core);
+  EventListener(EventsFile file, std::shared_ptr<Core> core);
 
-  GroupRef group_;
   EventsFile file_;
   std::shared_ptr<Core> core_;
 };

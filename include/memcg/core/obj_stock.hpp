@@ -19,6 +19,11 @@
 // drained. memory.current therefore exceeds the sum of the kinds by what sits in the unit stock,
 // in the object reserves and pools, and the rounding of live bytes up to whole units.
 //
+// Removed groups: a reserve never holds a removed group. Controller::remove drains the group's
+// reserves, and a free (or charge) after that finds the group offline and does not install it
+// again (as the unit stock does): its bytes go to the group's pool, which returns each unit as it
+// completes. So once its last bytes are freed a removed group is released, with no drain.
+//
 // Bounds: a shard's reserve holds at most one unit; a group's pool less than one unit at rest
 // (briefly up to a unit more per concurrent drain). Byte statistics lag by at most two units per
 // shard. Drained like the unit stock: by a charge that fails at a limit (the subtree's reserves,

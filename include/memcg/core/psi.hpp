@@ -27,15 +27,24 @@
 //
 // Triggers (`some|full <stall us> <window us>`): an event when the state's stall time in the
 // last window reaches the threshold, at most one per window (a breach inside the rate limit stays
-// pending and fires later). The window's growth adds the linear share of the previous window's
-// growth for the part of the window that lies before its start. Privileged triggers (the typed
-// API's default and memory.pressure writes; any window up to 10 s) are evaluated whenever the
-// group's state changes: a stall section starts or ends, a thread attaches or detaches, or the
-// group is read. With no poller thread, a breach inside one long section is seen when it ends.
-// Unprivileged triggers (window a multiple of 2 s) are evaluated on the 2 s averaging grid.
+// pending and fires when the limit ends). The window's growth adds the linear share of the
+// previous window's growth for the part of the window that lies before its start. Privileged
+// triggers (the typed API's default and memory.pressure writes; any window up to 10 s) are
+// evaluated whenever the group's state changes: a stall section starts or ends, a thread
+// attaches or detaches, or the group is read. Unprivileged triggers (window a multiple of 2 s)
+// are evaluated on the 2 s averaging grid.
+//
+// Polls (the kernel's rtpoll worker): while a trigger has an event pending, or its state is
+// stalled, it is also looked at on time with no activity at all: a pending event at the end of
+// its rate limit, a stall in progress when it could have reached the threshold (at least 1 ms
+// apart, so a breach inside a long section is seen at most 1 ms late), an unprivileged trigger at
+// its next grid point. On the SystemClock the library's timer thread does it (callbacks then run
+// there); on any other clock Controller::tick() does, for the triggers due at its clock's time.
+// An idle trigger with nothing pending costs nothing.
 //
 // Cost: nothing on the charge hot path (a stock hit opens no section). Entering and leaving a
-// section takes one short lock per level of the group's path and reads the clock.
+// section takes one short lock per level of the group's path and reads the clock; a level with
+// triggers also updates their poll times (one process-wide lock when a time changes).
 //
 // Thread safety: every call may be made from any thread; triggers may be created and destroyed
 // at any time, also from inside a trigger callback.
@@ -86,8 +95,10 @@ std::string format_psi(const PsiStats& stats);
 // A trigger on a group's memory pressure, one per handle (one per open memory.pressure file).
 // Events go to a callback and/or an eventfd (counter +1 per event; the trigger keeps a duplicate
 // of the descriptor). Destroying or reset() removes the trigger; afterwards the callback is not
-// called again (unless reset() runs inside a pressure callback: a call already running on another
-// thread may complete).
+// called again and none of this trigger's calls is running (it waits for this trigger's calls
+// only), unless reset() runs inside a callback of the library (any listener's): then a call
+// already running on another thread may complete. REQUIRES: reset() is not called while holding
+// a lock that this trigger's callback takes.
 class PsiTrigger {
  public:
   using Callback = std::function<void()>;
@@ -100,7 +111,8 @@ class PsiTrigger {
   // Arms the trigger. `privileged` (default) accepts any window in (0, 10 s] and evaluates on
   // every state change; unprivileged requires a window that is a multiple of 2 s and evaluates on
   // the averaging grid. 0; EINVAL for a bad spec, no callback and no eventfd, or an eventfd that
-  // cannot be duplicated; EBUSY if this handle is already armed. On error nothing is registered.
+  // cannot be duplicated; EBUSY if this handle is already armed; EAGAIN if the timer thread of
+  // the SystemClock polls cannot be started. On error nothing is registered.
   int arm(Group& group, const PsiTriggerSpec& spec, Callback callback, int eventfd = -1,
           bool privileged = true);
   // Same with the text of a memory.pressure write (parse_psi_trigger).

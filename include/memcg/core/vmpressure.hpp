@@ -18,10 +18,11 @@
 // synchronously, on the reclaiming thread, by the reclaim call that filled it (at the end of the
 // call, or at the priority step that forced a critical window), with no library lock held. The
 // thread is still marked as reclaiming, so a charge made by a callback is forced and never
-// recurses into reclaim. An eventfd listener only costs a write(2) on that thread. Calls of one
-// listener are serialized (a per-listener call lock, so that reset() can wait for a running call):
-// a callback that blocks holds up every other reclaiming thread that notifies the same listener,
-// so a callback should do its work and return (a cache shrink, a flag), not wait.
+// recurses into reclaim. An eventfd listener only costs a write(2) on that thread. No lock is
+// held during a call, so calls of one listener may run concurrently on several reclaiming
+// threads; each is counted on the listener (the delivery primitive shared with memory.events and
+// PSI), which is what reset() waits for. A callback should do its work and return (a cache
+// shrink, a flag), not wait: the reclaiming thread waits with it.
 //
 // Cost: free without listeners. A process-wide count of listeners gates tree mode: while it is 0
 // reclaim does one relaxed load per call and no accounting, locking or delivery; windows gathered
@@ -69,9 +70,11 @@ int64_t vmpressure_window(const Group& group) noexcept;
 // window) and/or an eventfd (its counter grows by 1 per event; the registration keeps its own
 // duplicate of the descriptor, so closing the application's copy is harmless).
 //
-// Destroying or reset() unregisters; once it returns the callback is not called again, unless
-// reset() runs inside a pressure callback (then a call already running on another thread may
-// complete). REQUIRES: reset() is not called while holding a lock that the callback takes.
+// Destroying or reset() unregisters; once it returns the callback is not called again and none
+// of this listener's calls is running (it waits for this listener's calls only), unless reset()
+// runs inside a callback of the library (any listener's: then a call already running on another
+// thread may complete, and reset() does not wait, which could close a cycle of waits).
+// REQUIRES: reset() is not called while holding a lock that this listener's callback takes.
 class PressureListener {
  public:
   using Callback = std::function<void(PressureLevel)>;

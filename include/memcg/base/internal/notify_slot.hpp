@@ -27,6 +27,11 @@ inline bool event_listeners_exist() noexcept {
 // delivers the group's controller's deferred notifications that are due. Slow path.
 void notify_events_raised(Group& g) noexcept;
 
+// `g` was removed (Controller::remove, after the group went offline): each listener of its two
+// files gets its final notification, marked as the removal, and then lets go of the group; no
+// listener can subscribe to it any more.
+void notify_group_removed(Group& g) noexcept;
+
 // A group's notification state: empty until the first listener subscribes, freed with the group.
 class NotifySlot {
  public:
@@ -35,7 +40,8 @@ class NotifySlot {
   NotifySlot(const NotifySlot&) = delete;
   NotifySlot& operator=(const NotifySlot&) = delete;
 
-  NotifyState* get() const noexcept { return state_.load(std::memory_order_acquire); }
+  // seq_cst: pairs with Group::is_online() in the removal notice (notify.cpp).
+  NotifyState* get() const noexcept { return state_.load(std::memory_order_seq_cst); }
   // The state, created on first use; safe against concurrent callers. `owner` embeds this slot.
   NotifyState& get_or_create(Group& owner);
 

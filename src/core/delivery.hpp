@@ -1,0 +1,88 @@
+// The one delivery primitive of the library's callbacks: memory.events watchers (notify.cpp),
+// vmpressure listeners and PSI triggers. Private to the library.
+//
+// Every listener owns a DeliveryGate. A delivery opens on the gate where the deliverer knows the
+// group it hands out is alive (under the lock that also guards the listener list, which the
+// listeners' own references keep alive), takes its own reference to that group there, and
+// finishes outside every library lock: it calls the callback unless the gate closed meanwhile,
+// then drops the reference, then leaves the gate. So:
+//   - nothing a callback is given can be freed under it: the delivery holds the group;
+//   - deliveries are counted per listener: closing a gate waits for that listener's own
+//     deliveries, never for another listener's (no batch-wide in-flight count);
+//   - after close() returns, the callback does not start again, and, unless close() ran on a
+//     thread that is itself inside a delivery, none is running and every reference a delivery
+//     of this listener took is dropped.
+// A thread inside a delivery (any listener's callback) does not wait in close(): the wait could
+// be for itself, or close a cycle (two callbacks destroying each other's listener). The
+// deliveries it leaves running still hold their group, so none can see it freed.
+#ifndef MEMCG_CORE_DELIVERY_HPP_
+#define MEMCG_CORE_DELIVERY_HPP_
+
+#include <atomic>
+
+#include "memcg/core/group.hpp"
+
+namespace memcg::internal {
+
+// Deliveries running on this thread, over all listeners.
+inline thread_local int tl_delivery_depth = 0;
+
+inline bool in_delivery() noexcept {
+  return tl_delivery_depth != 0;
+}
+
+class DeliveryGate {
+ public:
+  DeliveryGate() = default;
+  DeliveryGate(const DeliveryGate&) = delete;
+  DeliveryGate& operator=(const DeliveryGate&) = delete;
+
+  // Opens a delivery: counted on this gate, and holding a reference to `group` (may be null)
+  // until finish(). False, with nothing taken, once the gate is closed.
+  // REQUIRES: `group` stays alive during the call; the gate outlives finish().
+  bool begin(Group* group) noexcept {
+    // Dekker pair with close(): either this sees the gate closed, or close() sees the count.
+    running_.fetch_add(1, std::memory_order_seq_cst);
+    if (closed_.load(std::memory_order_seq_cst)) {
+      leave();
+      return false;
+    }
+    if (group) group->get();
+    return true;
+  }
+
+  // Ends a delivery that begin() opened: runs `call` (noexcept) unless the gate closed since,
+  // then drops the reference (which may release a removed group), then leaves the gate.
+  template <typename F>
+  void finish(Group* group, F&& call) noexcept {
+    if (!closed_.load(std::memory_order_seq_cst)) {
+      ++tl_delivery_depth;
+      call();
+      --tl_delivery_depth;
+    }
+    if (group) group->put();
+    leave();
+  }
+
+  // No delivery starts after this; waits for the ones in flight unless the calling thread is
+  // inside a delivery (see above). Idempotent.
+  void close() noexcept {
+    closed_.store(true, std::memory_order_seq_cst);
+    if (in_delivery()) return;
+    for (int r; (r = running_.load(std::memory_order_seq_cst)) != 0;) running_.wait(r);
+  }
+
+  bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
+
+ private:
+  void leave() noexcept {
+    if (running_.fetch_sub(1, std::memory_order_seq_cst) == 1) running_.notify_all();
+  }
+
+  std::atomic<bool> closed_{false};
+  std::atomic<int> running_{0};
+};
+
+}  // namespace memcg::internal
+
+#endif  // MEMCG_CORE_DELIVERY_HPP_
