@@ -23,9 +23,6 @@ namespace {
 
 // Reclaim attempts without progress before the OOM handler (the kernel's MAX_RECLAIM_RETRIES).
 constexpr int kMaxReclaimRetries = 16;
-// Charges above this many 4 KiB pages are "costly": no free retry after partial progress and no
-// OOM kill (the kernel's PAGE_ALLOC_COSTLY_ORDER 3 = 8 pages). Scaled to the unit in use.
-constexpr int64_t kCostlyBytes = 8 * 4096;
 // The smallest reclaim request (the kernel's SWAP_CLUSTER_MAX = 32 pages of 4 KiB).
 constexpr int64_t kMinReclaimBytes = 32 * 4096;
 
@@ -111,7 +108,7 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
   ChargeCounters& stats = ctl.charge_counters();
   stats.slow_path.fetch_add(1, std::memory_order_relaxed);
 
-  const int64_t costly = at_least_one(kCostlyBytes >> ctl.unit_shift());
+  const int64_t costly = costly_charge_units(ctl);
   const int64_t min_reclaim = at_least_one(kMinReclaimBytes >> ctl.unit_shift());
   int64_t batch = std::max<int64_t>(ctl.options().batch, n);
   // A removed group keeps nothing in the stocks (it would hide its units from the parent and
@@ -316,6 +313,13 @@ void ChargeHandle::release() noexcept {
   group_->put();
   group_ = nullptr;
   bytes_ = 0;
+}
+
+// Charges above this many units are "costly": no free retry after partial progress and no OOM
+// kill (charge.hpp).
+int64_t costly_charge_units(const Controller& controller) noexcept {
+  const int64_t units = static_cast<int64_t>(kCostlyChargeBytes >> controller.unit_shift());
+  return units > 0 ? units : 1;
 }
 
 void handle_pending_high() noexcept {
