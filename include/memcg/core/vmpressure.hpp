@@ -27,7 +27,7 @@
 // 2 MiB scanned by reclaim under the listener's group, plus a forced critical window at each of
 // the priorities 3, 2, 1 and 0 that a reclaim call reaches: 4 critical events per reclaim call
 // that finds nothing to free. A charge that fails at a full group makes up to 18 reclaim calls
-// (the first, one after draining the stocks, 16 retries), so about 70 critical events per
+// (the first, one after draining the stocks, 16 retries), so 72 critical events per
 // failing charge (tests/vmpressure_test.cpp measures it); charging threads that keep failing
 // produce thousands per second. A listener that acts on the level, not on every window, sets
 // a rate limit (PressureListener::set_rate_limit): at most one event per interval, the rest
