@@ -161,7 +161,7 @@ int main() {
                 static_cast<unsigned long long>(app->max() >> 10));
     if (cache.evicted() == 0 || refused != 0) ok = false;
   }
-  ctl.stock().drain_all(app.get());
+  ctl.drain_stocks();
   if (app->memory().usage() != 0) ok = false;  // everything went back
   if (!ok) {
     std::fprintf(stderr, "variable_cache: limit exceeded, charge drifted or puts refused\n");

@@ -215,6 +215,11 @@ void Controller::flush_stats() {
   rstat_->flush(root_->stat_node());
 }
 
+void Controller::drain_stocks() {
+  obj_stock_->drain_all(nullptr);  // first: it returns units to the unit stock's counters
+  stock_->drain_all(nullptr);
+}
+
 uint64_t Controller::stat_staleness_bound_units(uint64_t levels, uint64_t groups) const noexcept {
   const uint64_t per_group = static_cast<uint64_t>(stock_->batch()) *
                              static_cast<uint64_t>(stock_->nr_shards());

@@ -124,6 +124,10 @@ class Controller {
   // reserves' deferred byte deltas included (memory.stat reads otherwise fold only when enough
   // is pending, or when the last full fold is older than the 2 s period).
   void flush_stats();
+  // Gives back every unit pre-charged in the per-CPU stocks (the object reserves' first), so
+  // that memory.current is exactly what is charged: for a final report, a test, a check that
+  // every charge was returned.
+  void drain_stocks();
   // How far behind a memory.stat read can be without flush_stats(), in units of charge (summed
   // over the kinds): per level of the group's subtree, the rstat bound
   // (Rstat::staleness_bound_units), plus at most batch × nr_shards per group of the subtree and
