@@ -50,7 +50,9 @@ struct PendingHigh {
   Group* take() noexcept {
     Group* g = std::exchange(group, nullptr);
     pages = 0;
-    return g != nullptr && internal::controller_live(serial) ? g : nullptr;
+    if (g == nullptr || !internal::controller_live(serial)) return nullptr;
+    g->high_record_refs().fetch_sub(1, std::memory_order_relaxed);  // the caller's now
+    return g;
   }
   void drop() noexcept {
     if (Group* g = std::exchange(group, nullptr)) internal::put_if_live(serial, *g);
@@ -75,6 +77,7 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
         const int64_t pages = tl_high.serial == serial ? tl_high.pages : 0;
         tl_high.drop();  // its controller may be gone: the serial tells
         group.get();
+        group.high_record_refs().fetch_add(1, std::memory_order_relaxed);
         tl_high.group = &group;
         tl_high.serial = serial;
         tl_high.pages = pages;

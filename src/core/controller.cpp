@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -56,6 +58,18 @@ Controller::~Controller() {
   // Stocks first: draining them uncharges and drops the references their slots hold.
   obj_stock_.reset();  // its units go straight back to the counters
   stock_.reset();
+  // Checked lifetimes (Options::check_lifetimes): whatever a user still holds would point into
+  // the groups freed below.
+  if (options_.check_lifetimes) {
+    const std::string left = in_use_report();
+    if (!left.empty()) {
+      std::fprintf(stderr,
+                   "memcg: Controller destroyed while still in use; destroy these first:\n%s",
+                   left.c_str());
+      std::fflush(stderr);
+      std::abort();
+    }
+  }
   // Free bottom-up: every group, online or dying, regardless of outstanding references.
   std::vector<Group*> order;
   std::vector<Group*> stack{root_};
