@@ -37,7 +37,6 @@
 #include "memcg/core/obj_stock.hpp"
 #include "memcg/alloc/pmr.hpp"
 #include "memcg/core/reclaim.hpp"
-#include "memcg/percpu/internal/stock.hpp"
 #ifdef MEMCG_EXAMPLE_HTTP
 #include "memcg/http/server.hpp"
 #endif
@@ -292,8 +291,7 @@ int main(int argc, char** argv) {
 #ifdef MEMCG_EXAMPLE_HTTP
   if (server) server->stop();
 #endif
-  ctl.obj_stock().drain_all(nullptr);
-  ctl.stock().drain_all(nullptr);
+  ctl.drain_stocks();
   ctl.flush_stats();
   std::printf("%-6s %9s %9s %9s %8s %9s %9s %8s %7s %5s %5s %5s\n", "tenant", "current", "peak",
               "anon", "entries", "hits", "reclaimed", "self_ev", "dropped", "max", "low", "oom");

@@ -6,7 +6,7 @@ A file belongs to the layer of its folder: include/memcg/<layer>/... and src/<la
 (a layer's internal/ subfolder is the same layer). A file may include headers of its own layer
 and of the layers below it; the optional components at the top may not include each other.
 The umbrella header <memcg/memcg.hpp> is above every core layer and is the only header at the
-top of include/memcg/. Usage: scripts/check_layers.py [repository root]; exit status 1 lists the violations.
+top of include/memcg/. Examples (examples/*.cpp) include no internal/ header. Usage: scripts/check_layers.py [repository root]; exit status 1 lists the violations.
 """
 import pathlib
 import re
@@ -73,6 +73,14 @@ def main():
                                              and own != "umbrella"):
                     errors.append(f"{rel}:{n}: layer '{own}' includes <{inc}> of layer "
                                   f"'{target}' (higher, or a sibling)")
+    # Examples are what users copy: they include public headers only, never an internal/ one.
+    for f in sorted((root / "examples").glob("*.cpp")):
+        rel = f.relative_to(root).as_posix()
+        checked += 1
+        for n, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            m = INCLUDE.match(line)
+            if m and m.group(1).startswith("memcg/") and "/internal/" in m.group(1):
+                errors.append(f"{rel}:{n}: an example includes <{m.group(1)}>, an internal header")
     for e in errors:
         print(e)
     print(f"check_layers: {checked} files, {len(errors)} violation(s)")

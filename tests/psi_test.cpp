@@ -105,6 +105,38 @@ TEST(PsiAverages, OneSecondInEveryTwo) {
   for (int w = 0; w < 3; ++w) EXPECT_EQ(st2.avg[0][w], st.avg[0][w]);
 }
 
+// The accessors read the fixed-point averages as percent: 2048 is 1 %, a whole-period stall
+// tends to 100 %, and centipercent() is the memory.pressure figure without its dot.
+TEST(PsiAverages, PercentAccessorsMatchTheFile) {
+  Sim s;
+  s.stall(*s.b, kSec);
+  s.clock.advance(kSec);
+  PsiStats st = psi_stats(*s.b);
+  EXPECT_EQ(kPsiOnePercent, internal::PsiAverages::kFixed1);  // 1.0 of a percent
+  EXPECT_DOUBLE_EQ(st.percent(PsiState::kSome, PsiWindow::k10s), 18550.0 / 2048.0);  // 9.057 %
+  EXPECT_EQ(st.centipercent(PsiState::kSome, PsiWindow::k10s), 905u);                // "9.05"
+  EXPECT_EQ(st.centipercent(PsiState::kSome, PsiWindow::k60s), 163u);                // "1.63"
+  EXPECT_EQ(st.centipercent(PsiState::kFull, PsiWindow::k300s), 34u);                // "0.34"
+  EXPECT_EQ(st.raw(PsiState::kFull, PsiWindow::k60s), st.avg[1][1]);
+  // Stalled through 60 s of periods: avg10 close to 100 %, never above.
+  for (int period = 0; period < 30; ++period) s.stall(*s.b, 2 * kSec);
+  st = psi_stats(*s.b);
+  EXPECT_GT(st.percent(PsiState::kSome, PsiWindow::k10s), 99.0);
+  EXPECT_LE(st.percent(PsiState::kSome, PsiWindow::k10s), 100.0);
+  EXPECT_LE(st.avg[0][0], 100 * kPsiOnePercent);
+  // Every figure agrees with the text of memory.pressure.
+  const std::string text = format_psi(st);
+  for (int state = 0; state < 2; ++state)
+    for (int w = 0; w < 3; ++w) {
+      const uint64_t c = st.centipercent(state ? PsiState::kFull : PsiState::kSome,
+                                         static_cast<PsiWindow>(w));
+      char want[32];
+      std::snprintf(want, sizeof want, "=%llu.%02llu ", static_cast<unsigned long long>(c / 100),
+                    static_cast<unsigned long long>(c % 100));
+      EXPECT_NE(text.find(want), std::string::npos) << want << " in " << text;
+    }
+}
+
 TEST(PsiAverages, IntegerPercentRounding) {
   Sim s;
   s.stall(*s.b, 999 * kMs);

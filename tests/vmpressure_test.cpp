@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "memcg/core/charge.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/alloc/lru_cache.hpp"
@@ -436,6 +437,62 @@ TEST(VmpressureReclaim, NothingToReclaimIsCriticalByPriority) {
   reclaim(*t.a, 32, kLimit);
   // Priorities 3, 2, 1, 0 each force a critical window.
   EXPECT_GE(n.n, 4);
+}
+
+// The rate at the kernel's delivery, and the rate limit: at most one event per interval of the
+// controller's clock, the rest dropped and counted.
+TEST(VmpressureRateLimit, OneEventPerIntervalTheRestCounted) {
+  Tree t;
+  t.a->set_max(64 * 4096);
+  ASSERT_EQ(try_charge(*t.a, 64, kDefaultCharge | kNoSpin), ChargeStatus::kOk);
+  Counter n;
+  PressureListener l;
+  EXPECT_EQ(l.set_rate_limit(std::chrono::seconds(1)), EINVAL);  // nothing registered
+  ASSERT_EQ(l.listen(*t.a, "critical", n.fn()), 0);
+  EXPECT_EQ(l.set_rate_limit(std::chrono::nanoseconds(-1)), EINVAL);
+  // Unlimited: one failing charge at a full group with nothing to reclaim delivers a critical
+  // event per forced window, 4 per reclaim call (the figure vmpressure.hpp documents).
+  const uint64_t t0 = t.clock.now_ns();
+  EXPECT_EQ(try_charge(*t.a, 1), ChargeStatus::kNoMem);
+  const int per_charge = n.n.load();
+  EXPECT_GE(per_charge, 4 * 17);
+  EXPECT_LE(per_charge, 4 * 18);
+  EXPECT_EQ(per_charge % 4, 0);
+  EXPECT_EQ(l.suppressed(), 0u);
+  ASSERT_EQ(t.clock.now_ns(), t0);  // the failing ladder did not move the clock
+  // Limited to one per second: ten failing charges at one instant deliver one event.
+  ASSERT_EQ(l.set_rate_limit(std::chrono::seconds(1)), 0);
+  n.n = 0;
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(try_charge(*t.a, 1), ChargeStatus::kNoMem);
+  EXPECT_EQ(n.n, 1);
+  EXPECT_EQ(l.suppressed(), static_cast<uint64_t>(10 * per_charge - 1));
+  t.clock.advance(999'999'999);
+  EXPECT_EQ(try_charge(*t.a, 1), ChargeStatus::kNoMem);
+  EXPECT_EQ(n.n, 1);  // still inside the interval
+  t.clock.advance(1);
+  EXPECT_EQ(try_charge(*t.a, 1), ChargeStatus::kNoMem);
+  EXPECT_EQ(n.n, 2);
+  // Back to the kernel's delivery.
+  ASSERT_EQ(l.set_rate_limit(std::chrono::nanoseconds(0)), 0);
+  n.n = 0;
+  EXPECT_EQ(try_charge(*t.a, 1), ChargeStatus::kNoMem);
+  EXPECT_EQ(n.n, per_charge);
+  uncharge_direct(*t.a, 64);
+}
+
+// A dropped event is still the closer listener's: a default-mode ancestor stays silent.
+TEST(VmpressureRateLimit, SuppressedEventStillCountsForRouting) {
+  Tree t;
+  Counter near_n, far_n;
+  PressureListener near_l, far_l;
+  ASSERT_EQ(near_l.listen(*t.b, "low", near_n.fn()), 0);
+  ASSERT_EQ(far_l.listen(*t.a, "low", far_n.fn()), 0);
+  ASSERT_EQ(near_l.set_rate_limit(std::chrono::seconds(10)), 0);
+  vmpressure_tree(*t.b, kLimit, kWindow, 0);
+  vmpressure_tree(*t.b, kLimit, kWindow, 0);
+  EXPECT_EQ(near_n.n, 1);
+  EXPECT_EQ(near_l.suppressed(), 1u);
+  EXPECT_EQ(far_n.n, 0);
 }
 
 // ---- concurrency ------------------------------------------------------------------------------

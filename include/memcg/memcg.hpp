@@ -25,6 +25,7 @@
 #include "memcg/core/pressure.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/core/reclaim.hpp"
+#include "memcg/core/reservation.hpp"
 #include "memcg/core/vmpressure.hpp"
 // files: the cgroup-v2 file interface, its grammars, the Prometheus text exposition
 #include "memcg/files/files.hpp"

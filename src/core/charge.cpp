@@ -23,9 +23,6 @@ namespace {
 
 // Reclaim attempts without progress before the OOM handler (the kernel's MAX_RECLAIM_RETRIES).
 constexpr int kMaxReclaimRetries = 16;
-// Charges above this many 4 KiB pages are "costly": no free retry after partial progress and no
-// OOM kill (the kernel's PAGE_ALLOC_COSTLY_ORDER 3 = 8 pages). Scaled to the unit in use.
-constexpr int64_t kCostlyBytes = 8 * 4096;
 // The smallest reclaim request (the kernel's SWAP_CLUSTER_MAX = 32 pages of 4 KiB).
 constexpr int64_t kMinReclaimBytes = 32 * 4096;
 
@@ -53,7 +50,9 @@ struct PendingHigh {
   Group* take() noexcept {
     Group* g = std::exchange(group, nullptr);
     pages = 0;
-    return g != nullptr && internal::controller_live(serial) ? g : nullptr;
+    if (g == nullptr || !internal::controller_live(serial)) return nullptr;
+    g->high_record_refs().fetch_sub(1, std::memory_order_relaxed);  // the caller's now
+    return g;
   }
   void drop() noexcept {
     if (Group* g = std::exchange(group, nullptr)) internal::put_if_live(serial, *g);
@@ -78,6 +77,7 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
         const int64_t pages = tl_high.serial == serial ? tl_high.pages : 0;
         tl_high.drop();  // its controller may be gone: the serial tells
         group.get();
+        group.high_record_refs().fetch_add(1, std::memory_order_relaxed);
         tl_high.group = &group;
         tl_high.serial = serial;
         tl_high.pages = pages;
@@ -111,7 +111,7 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
   ChargeCounters& stats = ctl.charge_counters();
   stats.slow_path.fetch_add(1, std::memory_order_relaxed);
 
-  const int64_t costly = at_least_one(kCostlyBytes >> ctl.unit_shift());
+  const int64_t costly = costly_charge_units(ctl);
   const int64_t min_reclaim = at_least_one(kMinReclaimBytes >> ctl.unit_shift());
   int64_t batch = std::max<int64_t>(ctl.options().batch, n);
   // A removed group keeps nothing in the stocks (it would hide its units from the parent and
@@ -321,6 +321,13 @@ void ChargeHandle::release() noexcept {
 
 void internal::charged_after_wait(Group& group, int64_t units) noexcept {
   check_high(group, units, kMayBlock);
+}
+
+// Charges above this many units are "costly": no free retry after partial progress and no OOM
+// kill (charge.hpp).
+int64_t costly_charge_units(const Controller& controller) noexcept {
+  const int64_t units = static_cast<int64_t>(kCostlyChargeBytes >> controller.unit_shift());
+  return units > 0 ? units : 1;
 }
 
 void handle_pending_high() noexcept {

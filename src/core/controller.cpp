@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -58,6 +60,18 @@ Controller::~Controller() {
   // Stocks first: draining them uncharges and drops the references their slots hold.
   obj_stock_.reset();  // its units go straight back to the counters
   stock_.reset();
+  // Checked lifetimes (Options::check_lifetimes): whatever a user still holds would point into
+  // the groups freed below.
+  if (options_.check_lifetimes) {
+    const std::string left = in_use_report();
+    if (!left.empty()) {
+      std::fprintf(stderr,
+                   "memcg: Controller destroyed while still in use; destroy these first:\n%s",
+                   left.c_str());
+      std::fflush(stderr);
+      std::abort();
+    }
+  }
   // Free bottom-up: every group, online or dying, regardless of outstanding references.
   std::vector<Group*> order;
   std::vector<Group*> stack{root_};
@@ -216,6 +230,11 @@ void Controller::flush_stats() {
   obj_stock_->fold_stats();  // the object layer's deferred byte deltas
   stock_->fold_stats();
   rstat_->flush(root_->stat_node());
+}
+
+void Controller::drain_stocks() {
+  obj_stock_->drain_all(nullptr);  // first: it returns units to the unit stock's counters
+  stock_->drain_all(nullptr);
 }
 
 uint64_t Controller::stat_staleness_bound_units(uint64_t levels, uint64_t groups) const noexcept {

@@ -53,7 +53,10 @@ void put_if_live(uint64_t serial, Group& group) noexcept {
   // Held across put(): a last put frees the group under the controller's tree lock, which
   // nests inside this one (nothing takes them the other way round).
   std::lock_guard lock(r.mu);
-  if (std::find(r.live.begin(), r.live.end(), serial) != r.live.end()) group.put();
+  if (std::find(r.live.begin(), r.live.end(), serial) != r.live.end()) {
+    group.high_record_refs().fetch_sub(1, std::memory_order_relaxed);
+    group.put();
+  }
 }
 
 }  // namespace memcg::internal

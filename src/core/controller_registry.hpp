@@ -22,7 +22,8 @@ void unregister_controller(uint64_t serial) noexcept;
 // of its groups may go on using the controller afterwards (destroying a controller while its
 // groups are in use is the caller's error, as everywhere).
 bool controller_live(uint64_t serial) noexcept;
-// Drops a reference to `group` if its controller (`serial`) still exists, holding off that
+// Drops a memory.high record's reference to `group` (Group::high_record_refs) if its controller
+// (`serial`) still exists, holding off that
 // controller's destruction meanwhile; does nothing otherwise (the controller freed the group).
 void put_if_live(uint64_t serial, Group& group) noexcept;
 

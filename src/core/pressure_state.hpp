@@ -55,6 +55,27 @@ struct PressureListenerEntry : NotifyEntry {
       : NotifyEntry(std::move(fn), efd), level(level), mode(mode) {}
   const PressureLevel level;
   const PressureMode mode;
+
+  // Rate limit (PressureListener::set_rate_limit): at most one event per min_interval_ns on the
+  // controller's clock; 0 = every window, as the kernel delivers. An event inside the interval
+  // is dropped and counted in `suppressed`.
+  std::atomic<uint64_t> min_interval_ns{0};
+  std::atomic<uint64_t> next_ns{0};  // the earliest time of the next event
+  std::atomic<uint64_t> suppressed{0};
+  // True if an event at `now_ns` may be delivered; claims the interval that starts there.
+  bool admit(uint64_t now_ns) noexcept {
+    const uint64_t interval = min_interval_ns.load(std::memory_order_relaxed);
+    if (interval == 0) return true;
+    uint64_t next = next_ns.load(std::memory_order_relaxed);
+    do {
+      if (now_ns < next) {
+        suppressed.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+    } while (!next_ns.compare_exchange_weak(next, Clock::after(now_ns, interval),
+                                            std::memory_order_relaxed));
+    return true;
+  }
 };
 
 // Units scanned and reclaimed since the last vmpressure window closed.

@@ -84,6 +84,10 @@ void deliver(Group& source, PressureLevel level) noexcept {
         if (ancestor && e->mode == PressureMode::kLocal) continue;
         if (signalled && e->mode == PressureMode::kDefault) continue;
         if (level < e->level) continue;
+        // A rate-limited listener's dropped event still counts as its own: the event was for
+        // it, so default-mode listeners further up stay silent as they would have.
+        fired_here = true;
+        if (!e->admit(source.controller().clock().now_ns())) continue;
         e->fire(static_cast<int>(level));
         g_deliveries.fetch_add(1, std::memory_order_relaxed);
         fired_here = true;
@@ -239,6 +243,20 @@ void PressureListener::reset() noexcept {
   internal::g_vmpressure_listeners.fetch_sub(1, std::memory_order_relaxed);
   entry_.reset();
   group_.reset();
+}
+
+int PressureListener::set_rate_limit(std::chrono::nanoseconds min_interval) noexcept {
+  if (!entry_ || min_interval.count() < 0) return EINVAL;
+  auto* e = static_cast<PressureListenerEntry*>(entry_.get());
+  e->min_interval_ns.store(static_cast<uint64_t>(min_interval.count()),
+                           std::memory_order_relaxed);
+  return 0;
+}
+
+uint64_t PressureListener::suppressed() const noexcept {
+  if (!entry_) return 0;
+  return static_cast<const PressureListenerEntry*>(entry_.get())
+      ->suppressed.load(std::memory_order_relaxed);
 }
 
 uint64_t PressureListener::delivered() const noexcept {

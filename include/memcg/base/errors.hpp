@@ -1,19 +1,42 @@
-// Error convention of memcg.
+// Error convention of memcg: three kinds of entry points, each with one way to fail.
 //
-// Every fallible operation returns an `int`: 0 on success, or a positive errno value that says
-// what went wrong, with the meaning a cgroup v2 file write would give it:
+// 1. Set-up, registration and text: an `int`, 0 on success or a positive errno value, always
+//    [[nodiscard]]. Controller::create/remove, open_file/read_file/write_file, the parse_*
+//    functions, PressureListener::listen, PsiTrigger::arm, EventListener::open, attachments,
+//    Group::set_max_checked, jemalloc::Arena::create, http::Server::start. Bad input changes
+//    nothing. The codes have the meaning a cgroup v2 file operation gives them:
 //
-//   EINVAL  the text does not follow the file's grammar, or a value is out of its range
-//   ERANGE  an integer does not fit (memory.oom.group), a duration overflows
-//   EBUSY   a second PSI trigger on one handle; a counter's max set below its usage
-//   EAGAIN  memory.reclaim fell short of its target after its retries
-//   EINTR   memory.reclaim was cancelled
-//   ENOMEM  an internal allocation failed
-//   EACCES  the file is not writable (a read-only file)
-//   ENOENT  no such file (e.g. a per-group file asked of the root group)
+//   EINVAL      the text does not follow the file's grammar, or a value is out of its range
+//   ERANGE      an integer does not fit (memory.oom.group), a duration overflows
+//   EBUSY       a second registration on one handle; a counter's max set below its usage; a
+//               group removed while it has children or attached threads
+//   EAGAIN      memory.reclaim fell short of its target after its retries; no arena to spare
+//   EINTR       memory.reclaim was cancelled
+//   ENOMEM      an internal allocation failed
+//   EACCES      the file is not writable (a read-only file)
+//   ENOENT      no such file or group (e.g. a per-group file asked of the root group)
+//   EEXIST      the group already exists
+//   EBADF       an eventfd that cannot be duplicated
+//   EMFILE, ENFILE  no descriptor left for an eventfd
+//   EALREADY    the HTTP server is already running
+//   EIO         the HTTP server stopped as soon as it started
+//   EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT  the HTTP server's bind (which may also pass on
+//               another errno of bind(2) or listen(2): errno_name says "unknown" for those,
+//               strerror() knows them)
 //
-// errno values are used instead of an enum so that results can be handed straight to code that
-// already speaks errno (a FUSE front end, strerror, a scenario's `expect: EINVAL`).
+//    errno values are used instead of an enum so that results can be handed straight to code
+//    that already speaks errno (a FUSE front end, strerror, a scenario's `expect: EINVAL`).
+//
+// 2. The memory path: a status enum, never an exception, because a refusal there is an expected
+//    outcome the caller branches on: ChargeStatus (try_charge, Member::charge), WaitStatus
+//    (waiting charges), ReserveStatus (Reservation, which also says which rule refused). Each
+//    has a *_name() function for logs.
+//
+// 3. Exceptions, only where no code can be returned: constructors given impossible arguments
+//    (Controller with Options out of range, a Member of a removed group: std::invalid_argument),
+//    and the allocator interfaces whose standard contract is std::bad_alloc (charge_or_throw,
+//    Allocator, MemoryResource, the operator new hook, jemalloc arenas). The library's own
+//    allocations may throw std::bad_alloc from the calls that allocate (create, open_file, ...).
 //
 // The two name functions below are pure and thread-safe; they allocate nothing.
 
@@ -25,38 +48,42 @@
 
 namespace memcg {
 
-// The symbolic name of a result code: "ok" for 0, "EINVAL", "ERANGE", "EBUSY", "EAGAIN", "EINTR",
-// "ENOMEM", "EACCES", "ENOENT" for the codes above, "unknown" for anything else.
+// Every errno value an entry point of the library returns (see above), 0 first.
+inline constexpr int kLibraryErrnos[] = {0,      EINVAL, ERANGE,     EBUSY,         EAGAIN,
+                                         EINTR,  ENOMEM, EACCES,     ENOENT,        EEXIST,
+                                         EBADF,  EMFILE, ENFILE,     EALREADY,      EADDRINUSE,
+                                         EADDRNOTAVAIL,  EAFNOSUPPORT, EIO};
+
+// The symbolic name of a result code: "ok" for 0, "EINVAL" etc. for every code of
+// kLibraryErrnos, "unknown" for anything else.
 constexpr const char* errno_name(int code) {
   switch (code) {
-    case 0:
-      return "ok";
-    case EINVAL:
-      return "EINVAL";
-    case ERANGE:
-      return "ERANGE";
-    case EBUSY:
-      return "EBUSY";
-    case EAGAIN:
-      return "EAGAIN";
-    case EINTR:
-      return "EINTR";
-    case ENOMEM:
-      return "ENOMEM";
-    case EACCES:
-      return "EACCES";
-    case ENOENT:
-      return "ENOENT";
-    default:
-      return "unknown";
+    case 0: return "ok";
+    case EINVAL: return "EINVAL";
+    case ERANGE: return "ERANGE";
+    case EBUSY: return "EBUSY";
+    case EAGAIN: return "EAGAIN";
+    case EINTR: return "EINTR";
+    case ENOMEM: return "ENOMEM";
+    case EACCES: return "EACCES";
+    case ENOENT: return "ENOENT";
+    case EEXIST: return "EEXIST";
+    case EBADF: return "EBADF";
+    case EMFILE: return "EMFILE";
+    case ENFILE: return "ENFILE";
+    case EALREADY: return "EALREADY";
+    case EADDRINUSE: return "EADDRINUSE";
+    case EADDRNOTAVAIL: return "EADDRNOTAVAIL";
+    case EAFNOSUPPORT: return "EAFNOSUPPORT";
+    case EIO: return "EIO";
+    default: return "unknown";
   }
 }
 
 // The inverse of errno_name for the names it returns (exact, case-sensitive): "ok" → 0,
 // "EINVAL" → EINVAL, …; -1 for any other text, "unknown" included.
 constexpr int errno_from_name(std::string_view name) {
-  constexpr int kCodes[] = {0, EINVAL, ERANGE, EBUSY, EAGAIN, EINTR, ENOMEM, EACCES, ENOENT};
-  for (int code : kCodes) {
+  for (int code : kLibraryErrnos) {
     if (name == errno_name(code)) return code;
   }
   return -1;

@@ -21,6 +21,14 @@
 // Failure is a result, not an exception: the hot path never throws. charge_or_throw() is the
 // std::bad_alloc convenience.
 //
+// Large charges never OOM-kill (the kernel's costly order, PAGE_ALLOC_COSTLY_ORDER = 3): a charge
+// of more than kCostlyChargeBytes (costly_charge_units() units) that reclaim cannot make room for
+// fails with kNoMem without running the OOM killer, and gets no free retry after partial
+// progress. Only charges of at most that size go on to the OOM handler. So a query that grows by
+// megabytes per call fails its own growth while nobody is killed; to make growth OOM-eligible,
+// charge it in pieces of at most costly_charge_units() (Reservation with OomPolicy::kPieces does,
+// reservation.hpp). kRetryMayFail keeps even small charges away from the OOM killer.
+//
 // Range: a single charge is at most Controller::max_units() units (the `max` sentinel, INT64_MAX
 // >> unit_shift: the most whose byte value fits a signed 64-bit integer), or as many bytes. A
 // larger or negative count is refused with kNoMem, even with kNoFail, and so is a forced charge
@@ -69,6 +77,12 @@ enum class ChargeStatus : uint8_t {
 inline bool charged(ChargeStatus s) noexcept {
   return s != ChargeStatus::kNoMem;
 }
+
+// The costly size (see above): 8 pages of 4 KiB, whatever the controller's unit.
+inline constexpr uint64_t kCostlyChargeBytes = 8 * 4096;
+// kCostlyChargeBytes in the controller's units, at least 1: the largest charge that may run the
+// OOM killer.
+int64_t costly_charge_units(const Controller& controller) noexcept;
 
 // The kind of memory a charge is, for memory.stat: a StatRegistry index (built-in such as
 // StatRegistry::kAnon / kFile / kKernel / kSock, or an application kind from

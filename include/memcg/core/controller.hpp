@@ -40,6 +40,10 @@ struct ChargeCounters {
   std::atomic<uint64_t> throttled_ms{0};  // memory.high sleeps, in total
 };
 
+// Whether this build of the library checks lifetimes by default: true in debug builds (no
+// NDEBUG) and in builds with MEMCG_CHECK_LIFETIMES (the sanitizer presets), false otherwise.
+bool lifetime_checks_default() noexcept;
+
 struct Options {
   // Charge unit is 2^unit_shift bytes (default 4 KiB, the kernel's page). 6..30.
   unsigned unit_shift = 12;
@@ -56,13 +60,21 @@ struct Options {
   // Application kinds of memory for memory.stat (e.g. "hash_tables"), registered at start-up
   // after the built-in ones; names are [a-z0-9_]+. Their indices: Controller::stat_index().
   std::vector<std::string> stat_kinds;
+  // Checked lifetimes: ~Controller aborts, with a message naming what is left on stderr, when
+  // group references, attached threads, members, listeners, triggers, reclaimer registrations
+  // (caches, jemalloc arenas) or charge handles of this controller are still alive.
+  bool check_lifetimes = lifetime_checks_default();
 };
 
 class Controller {
  public:
   // Throws std::invalid_argument when an option is out of range.
   explicit Controller(Options options = {});
-  // REQUIRES: no GroupRef, attachment or charge handle of this controller is still in use.
+  // REQUIRES: nothing of this controller is still in use: no GroupRef, attachment, Member,
+  // Reservation or ChargeHandle, no listener, trigger, file, reclaimer registration or arena
+  // (destroy them first: declare the controller before them). Waiting charges are the exception
+  // (charge_wait.hpp). Checked when Options::check_lifetimes is set (the default in debug and
+  // sanitizer builds): the destructor then aborts with a message naming what is left.
   ~Controller();
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
@@ -126,6 +138,10 @@ class Controller {
   // reserves' deferred byte deltas included (memory.stat reads otherwise fold only when enough
   // is pending, or when the last full fold is older than the 2 s period).
   void flush_stats();
+  // Gives back every unit pre-charged in the per-CPU stocks (the object reserves' first), so
+  // that memory.current is exactly what is charged: for a final report, a test, a check that
+  // every charge was returned.
+  void drain_stocks();
   // How far behind a memory.stat read can be without flush_stats(), in units of charge (summed
   // over the kinds): per level of the group's subtree, the rstat bound
   // (Rstat::staleness_bound_units), plus at most batch × nr_shards per group of the subtree and
@@ -158,6 +174,9 @@ class Controller {
   void release(Group* g) noexcept;  // the last reference went
   Group* find_locked(std::string_view path) const;
   static bool valid_name(std::string_view name) noexcept;
+  // What users still hold, group by group ("" when nothing): the lifetime check of ~Controller.
+  // REQUIRES: the stocks are drained (their slots hold references too).
+  std::string in_use_report() const;
 
   const Options options_;
   Clock* const clock_;

@@ -135,6 +135,9 @@ class Group final : public StockOwner {
   void put() noexcept;
   int64_t nr_refs() const noexcept { return refs_.load(std::memory_order_relaxed); }
   int nr_attached() const noexcept { return attached_.load(std::memory_order_relaxed); }
+  // Internal: references held by threads' memory.high records (charge.cpp). Such a record may
+  // legitimately outlive the controller, so ~Controller's lifetime check does not count them.
+  std::atomic<int64_t>& high_record_refs() noexcept { return high_record_refs_; }
   // Thread attachment (attach.hpp): takes a reference and an attach count; ENOENT when the
   // group is offline. Atomic with respect to remove(), which refuses groups with attachments.
   int attach() noexcept;
@@ -190,6 +193,7 @@ class Group final : public StockOwner {
   const uint64_t id_;
   std::atomic<int64_t> refs_{1};  // the tree's reference
   std::atomic<int> attached_{0};  // attached threads (removal is refused while any)
+  std::atomic<int64_t> high_record_refs_{0};  // see high_record_refs()
   std::atomic<bool> online_{true};
   std::atomic<bool> oom_group_{false};
   EventCounters events_;

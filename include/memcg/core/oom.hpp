@@ -8,6 +8,13 @@
 // up to +1000). Killing calls the member's kill callback, which must release (or arrange to
 // release) the member's memory; the charge that triggered the OOM is then retried.
 //
+// Which charges may OOM-kill (the kernel's costly order, charge.hpp): only a charge of at most
+// kCostlyChargeBytes (8 pages of 4 KiB, costly_charge_units()) that reclaim cannot make room for
+// runs the OOM killer. A larger charge fails with kNoMem and kills nobody, also through
+// Member::charge, and a waiting charge never kills. A query that grows in large steps is
+// therefore never killed for its growth unless it charges in pieces of at most that size
+// (Reservation with OomPolicy::kPieces, reservation.hpp).
+//
 // Victim choice (events_oom.md, the kernel's badness since 5.9): among members of the OOM
 // domain's subtree, the highest badness = charged units + adj x (total / 1000), where total is the
 // domain's max (its usage if it has none). Scores below zero are kept, so a protected member is
@@ -74,6 +81,9 @@ class Member {
 
   // Charges `units` for this member (they count towards its badness). Nothing for units <= 0.
   // kNoMem, with nothing charged, if the member's kill callback destroyed it during the charge.
+  // Units, not bytes (Controller::to_units_ceil; Reservation speaks bytes). The costly-order
+  // rule applies: more than costly_charge_units() in one call never runs the OOM killer (kNoMem
+  // once reclaim gives up); charge in pieces of at most that size for OOM-eligible growth.
   ChargeStatus charge(int64_t units, uint32_t flags = kDefaultCharge) noexcept;
   // A waiting charge for this member (charge_wait.hpp): `units` in one call, waiting up to
   // `timeout` on the controller's clock when the ladder cannot serve them (it never OOM-kills).

@@ -76,11 +76,30 @@ class MemStall {
   const Group* attached_ = nullptr;
 };
 
-// A snapshot of a group's pressure. avg values are fixed point with 11 fractional bits (2048 =
-// 100.00 %); totals in microseconds.
+// The three running averages, as in memory.pressure's avg10, avg60 and avg300.
+enum class PsiWindow : uint8_t { k10s, k60s, k300s };
+
+// A snapshot of a group's pressure. avg values are percent in fixed point with 11 fractional
+// bits, as the kernel keeps them: kPsiOnePercent (2048) is 1.00 %, 100 % is 204800; the
+// memory.pressure figure avg10=0.18 is an avg of about 369. Totals in microseconds.
+inline constexpr uint64_t kPsiOnePercent = 2048;
 struct PsiStats {
-  uint64_t avg[2][3];  // [some/full][10 s, 60 s, 300 s]
+  uint64_t avg[2][3];  // [some/full][10 s, 60 s, 300 s], percent x kPsiOnePercent
   uint64_t total_us[2];
+
+  // The average in percent (0.0 .. 100.0), the number memory.pressure prints.
+  double percent(PsiState state, PsiWindow window) const noexcept {
+    return static_cast<double>(raw(state, window)) / static_cast<double>(kPsiOnePercent);
+  }
+  // The same in hundredths of a percent, truncated as memory.pressure truncates (avg10=0.18 is
+  // 18): for integer code and exact comparisons with the file.
+  uint64_t centipercent(PsiState state, PsiWindow window) const noexcept {
+    const uint64_t a = raw(state, window);
+    return (a >> 11) * 100 + (((a & (kPsiOnePercent - 1)) * 100) >> 11);
+  }
+  uint64_t raw(PsiState state, PsiWindow window) const noexcept {
+    return avg[state == PsiState::kFull ? 1 : 0][static_cast<int>(window)];
+  }
 };
 
 // Brings the averages up to now and returns them.

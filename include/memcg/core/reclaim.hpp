@@ -10,6 +10,25 @@
 // until enough was freed. Best-effort protection (low) is breached only when a whole pass freed
 // nothing; each breach raises a `low` event on the group.
 //
+// The reclaimer contract, in short (each point is detailed below):
+//  1. Report in units, what the counters saw: `reclaimed` = the units reclaim() itself just
+//     uncharged, `scanned` = the units it looked at (freed or kept). Over-reporting buys nothing:
+//     only the reclaim root's usage drop counts as progress, so a claim above it is ignored, and
+//     a reclaimer whose reports are not backed by uncharges makes charges give up and fail.
+//  2. Uncharge inside reclaim() with uncharge_direct(): the charge waiting for room looks at the
+//     counters, and a plain uncharge() would park the units in this CPU's stock, out of its
+//     sight. Everywhere else (the owner's own erase or clear) uncharge() is right, and cheaper.
+//  3. Never charge while holding a lock that reclaim() takes: the charge may call reclaim() of
+//     this very reclaimer on the same thread. Charge first, then lock and insert.
+//  4. The ReclaimerRegistration is the reclaimer's LAST data member (or outlives it from outside):
+//     members are destroyed in reverse order, so the registration goes first and its destructor
+//     waits for a call in flight, before the entries and the lock that reclaim() uses are gone.
+//  5. Entries of variable size: keep the byte total and hold ceil(total / unit) units. An insert
+//     charges ceil(size / unit) (always enough, whatever reclaim does to the total meanwhile),
+//     then gives back the surplus of the rounded total; reclaim() reports the difference of the
+//     rounded totals it caused. Rounding never drifts.
+//     examples/variable_cache.cpp is a complete reclaimer built this way.
+//
 // Rules for reclaimers (the driver never holds a lock of the library while calling one):
 //  - reclaim() frees memory and uncharges it itself (it charged it), with uncharge_direct() so
 //    that the counters show it at once; it reports what it scanned and what it freed. It may

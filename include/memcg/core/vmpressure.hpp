@@ -24,6 +24,16 @@
 // PSI), which is what reset() waits for. A callback should do its work and return (a cache
 // shrink, a flag), not wait: the reclaiming thread waits with it.
 //
+// Expected rates (the kernel's delivery, which is the default here too): one event per window of
+// 2 MiB scanned by reclaim under the listener's group, plus a forced critical window at each of
+// the priorities 3, 2, 1 and 0 that a reclaim call reaches: 4 critical events per reclaim call
+// that finds nothing to free. A charge that fails at a full group makes up to 18 reclaim calls
+// (the first, one after draining the stocks, 16 retries), so 72 critical events per
+// failing charge (tests/vmpressure_test.cpp measures it); charging threads that keep failing
+// produce thousands per second. A listener that acts on the level, not on every window, sets
+// a rate limit (PressureListener::set_rate_limit): at most one event per interval, the rest
+// dropped and counted.
+//
 // Cost: free without listeners. A process-wide count of listeners gates tree mode: while it is 0
 // reclaim does one relaxed load per call and no accounting, locking or delivery; windows gathered
 // before a first registration are discarded, so a new listener's first event needs a fresh
@@ -34,6 +44,7 @@
 // at any time, including from inside a listener callback and while a window is being delivered.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -91,10 +102,20 @@ class PressureListener {
   // Same, with the registration text `<level>[,<mode>]` (parse_pressure_level).
   int listen(Group& group, std::string_view args, Callback callback, int eventfd = -1);
 
+  // At most one event per `min_interval` on the controller's clock (callback and eventfd alike);
+  // events inside the interval are dropped and counted by suppressed(). A dropped event still
+  // counts as this listener's for the routing (a kDefault listener further up stays silent).
+  // 0 (the default) delivers every window, as the kernel does. A listener at a low level that
+  // must not miss a critical window registers a second listener at kCritical. May be called at
+  // any time. 0; EINVAL when nothing is registered or the interval is negative.
+  int set_rate_limit(std::chrono::nanoseconds min_interval) noexcept;
+
   void reset() noexcept;
   explicit operator bool() const noexcept { return entry_ != nullptr; }
   // Events delivered to this registration so far.
   uint64_t delivered() const noexcept;
+  // Events dropped by the rate limit so far.
+  uint64_t suppressed() const noexcept;
 
  private:
   GroupRef group_;

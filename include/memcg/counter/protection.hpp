@@ -9,6 +9,17 @@
 // memory_recursiveprot), a parent's unclaimed protection is handed to children in proportion to
 // their unprotected usage.
 //
+// Sizing memory.low (and memory.min): protection holds only while the limit above it leaves
+// room for it. Under a parent whose budget is memory.max (or the reclaim root's target), the
+// children's lows are kept only if
+//     budget >= pinned + sum of the children's memory.low
+// where `pinned` is everything under that parent that no reclaimer can give back (plain charges,
+// members' memory, caches that refuse to shrink). With less, reclaim has nothing unprotected left
+// to take and breaches low (a `low` event on each protected group it reclaims from; memory.min is
+// never breached: the charge fails or OOM-kills instead). Sibling lows that together exceed the
+// parent's own effective low are cut down in proportion (below), so the sum to plan with is at
+// most the parent's low. examples/low.yaml shows a budget that is too small and its `low` events.
+//
 // Unlike the kernel, which stores emin/elow in the counters (so concurrent reclaimers with
 // different roots overwrite each other), memcg keeps them in the walk's own context. Same results
 // for one walk; no stale value from an earlier, wider walk can leak into a narrower one.

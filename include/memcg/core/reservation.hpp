@@ -1,0 +1,154 @@
+// Reservation: the memory of one query, job or request, in bytes, held for as long as the object
+// lives. It is the type to start with: it keeps its group (or member) and what it charged, gives
+// everything back when destroyed, can grow and shrink as the work goes on, can wait for memory
+// with a deadline, and says in its status which rule refused a request.
+//
+//   memcg::Member query(*pool, "q17", [&](memcg::Member&) { stop.request_stop(); });
+//   memcg::Reservation mem(query, {.oom = memcg::OomPolicy::kPieces}, stop.get_token());
+//   if (mem.reserve_for(64 << 20, 2s) != memcg::ReserveStatus::kOk) return;   // admission
+//   ...
+//   switch (mem.grow(chunk)) { ... }                                           // as it runs
+//
+// Sizes are bytes; the charge is whole units of the controller (Options::unit_shift), so that a
+// reservation of `b` bytes charges ceil(b / unit) units, and growing or shrinking charges or
+// uncharges only the difference of the rounded totals (no rounding error accumulates).
+//
+// The OOM rule for large requests (the kernel's costly order, PAGE_ALLOC_COSTLY_ORDER): a single
+// charge of more than kCostlyChargeBytes (8 pages of 4 KiB, 32 KiB; charge.hpp) never invokes the
+// OOM killer. When reclaim cannot make room, it fails (kNoMemCostly). That is right for a large,
+// optional allocation and surprising for a query that grows by megabytes: a runaway query then
+// fails its own growth again and again while nobody is killed. OomPolicy picks the behaviour:
+//   kKernel  one charge per call, as the kernel does: requests above the costly size fail
+//            without an OOM kill (kNoMemCostly), smaller ones may OOM-kill.
+//   kPieces  the request is charged in pieces of at most the costly size, each of which may run
+//            the OOM killer, as a loop of small allocations would in the kernel: a request of any
+//            size is OOM-eligible. The victim is chosen by badness (oom.hpp); if it is this
+//            reservation's own member, the growth fails with kKilled. All or nothing: a request
+//            that fails part-way gives back the pieces it charged.
+//   kNever   never the OOM killer (kRetryMayFail): reclaim and retries only.
+// Waiting requests (reserve_for, reserve_until, grow_for) never OOM-kill, whatever the policy:
+// they run the ladder without the OOM killer, then wait (charge_wait.hpp).
+//
+// Cancellation: a reservation made for a Member charges through it (its badness counts the
+// reservation) and refuses to grow once the member was OOM-killed (kKilled). The stop token
+// given at construction (typically the one the member's kill callback or a preemption triggers)
+// makes every later request return kCancelled and ends a wait in progress. Neither releases what
+// is held: the owner unwinds and the destructor gives it back.
+//
+// Releasing: shrink(), release() and the destructor uncharge straight from the counters
+// (uncharge_direct for a group, Member::uncharge for a member), so that a waiting reservation of
+// another query sees the memory free at once.
+//
+// Thread safety: like any object, one thread at a time per reservation; reservations of one
+// member or group may be used from different threads at once.
+// REQUIRES: the member (for the Member form) outlives the reservation; the group form holds a
+// reference to its group itself. The controller outlives both.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <stop_token>
+
+#include "memcg/core/charge.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/group.hpp"
+
+namespace memcg {
+
+class Member;
+
+// What happened to a request, and which rule refused it.
+enum class ReserveStatus : uint8_t {
+  kOk,           // held: the reservation now has the asked size
+  kForced,       // held, past memory.max: forced where a charge cannot fail (NoFailScope, reclaim)
+  kNoMem,        // memory.max held after reclaim, stock drains, retries and, where the policy
+                 // allows, the OOM killer (no victim, or the kills did not make room)
+  kNoMemCostly,  // memory.max held after reclaim; OomPolicy::kKernel and a request over
+                 // kCostlyChargeBytes, so the OOM killer was not asked (the costly-order rule)
+  kTimedOut,     // a waiting request's deadline passed first
+  kCancelled,    // the stop token was triggered (before the request, or while it waited)
+  kKilled,       // the member was OOM-killed: a killed query does not grow
+  kRemoved,      // a waiting request's group was removed or the controller destroyed
+  kInvalid,      // no group (an empty reservation), or a total no counter can hold
+};
+
+// "ok", "forced", "nomem", "nomem-costly", "timed-out", "cancelled", "killed", "removed",
+// "invalid".
+const char* reserve_status_name(ReserveStatus s) noexcept;
+
+// True when the reservation holds what was asked (kOk, kForced).
+inline bool held(ReserveStatus s) noexcept {
+  return s == ReserveStatus::kOk || s == ReserveStatus::kForced;
+}
+
+// How a request that does not fit may use the OOM killer (see the file comment).
+enum class OomPolicy : uint8_t {
+  kKernel,  // one charge: over kCostlyChargeBytes never OOM-kills (the kernel's costly order)
+  kPieces,  // pieces of at most kCostlyChargeBytes: every request is OOM-eligible
+  kNever,   // reclaim and retries only
+};
+
+struct ReserveOptions {
+  OomPolicy oom = OomPolicy::kKernel;
+  // The waiting requests (reserve_for, reserve_until, grow_for) hand their options to the
+  // waiting charge in one place (Reservation::wait_units); a waiting charge's priority belongs
+  // here, next to the policy.
+};
+
+class Reservation {
+ public:
+  // Empty: every request is kInvalid, release() does nothing.
+  Reservation() = default;
+  // Bound to `group` (it takes a reference), holding nothing yet.
+  explicit Reservation(Group& group, ReserveOptions options = {}, std::stop_token stop = {});
+  // Bound to `member`: charges count towards its badness; kKilled once it was OOM-killed.
+  explicit Reservation(Member& member, ReserveOptions options = {}, std::stop_token stop = {});
+  Reservation(Reservation&& o) noexcept;
+  Reservation& operator=(Reservation&& o) noexcept;  // releases what this one held first
+  ~Reservation() { release(); }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+
+  // Makes the reservation hold `total` bytes: grows by the difference, or shrinks to it (always
+  // kOk). On any status but kOk/kForced nothing changed.
+  [[nodiscard]] ReserveStatus reserve(uint64_t total) noexcept;
+  // The same, waiting up to `timeout` on the controller's clock when the limit holds (never
+  // OOM-kills). A timeout of 0 tries once without waiting.
+  [[nodiscard]] ReserveStatus reserve_for(uint64_t total, std::chrono::nanoseconds timeout) noexcept;
+  // The same with a deadline on the controller's clock (Controller::clock().now_ns() time), for a
+  // query whose every request shares one admission deadline.
+  [[nodiscard]] ReserveStatus reserve_until(uint64_t total, uint64_t deadline_ns) noexcept;
+  // Adds `bytes` to what is held (policy as configured). On failure nothing changed.
+  [[nodiscard]] ReserveStatus grow(uint64_t bytes) noexcept;
+  // Adds `bytes`, waiting up to `timeout` on the controller's clock.
+  [[nodiscard]] ReserveStatus grow_for(uint64_t bytes, std::chrono::nanoseconds timeout) noexcept;
+  // Gives back `bytes` (at most what is held).
+  void shrink(uint64_t bytes) noexcept;
+  // Gives back everything; the reservation stays bound and may grow again.
+  void release() noexcept;
+
+  uint64_t bytes() const noexcept { return bytes_; }   // what the owner asked for
+  int64_t units() const noexcept { return units_; }    // what is charged: ceil(bytes / unit)
+  Group* group() const noexcept { return group_.get(); }
+  Member* member() const noexcept { return member_; }
+  const ReserveOptions& options() const noexcept { return options_; }
+
+ private:
+  // Charges `units` more: at once per the OOM policy, or waiting until `deadline_ns`.
+  ReserveStatus charge_units(int64_t units) noexcept;
+  ReserveStatus wait_units(int64_t units, uint64_t deadline_ns) noexcept;
+  void uncharge_units(int64_t units) noexcept;
+  // The status of a request to hold `total` bytes before charging: kInvalid, kCancelled,
+  // kKilled, or kOk with the units it takes in `*need` (0 or less: nothing to charge).
+  ReserveStatus prepare(uint64_t total, int64_t* need) const noexcept;
+  ReserveStatus grow_to(uint64_t total, bool wait, uint64_t deadline_ns) noexcept;
+
+  GroupRef group_;
+  Member* member_ = nullptr;
+  ReserveOptions options_;
+  std::stop_token stop_;
+  uint64_t bytes_ = 0;
+  int64_t units_ = 0;
+};
+
+}  // namespace memcg

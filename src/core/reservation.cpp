@@ -1,0 +1,193 @@
+// Reservation: byte totals over unit charges, the OOM policy for large requests, cancellation.
+#include "memcg/core/reservation.hpp"
+
+#include <utility>
+
+#include "memcg/core/controller.hpp"
+#include "memcg/core/oom.hpp"
+
+namespace memcg {
+
+const char* reserve_status_name(ReserveStatus s) noexcept {
+  switch (s) {
+    case ReserveStatus::kOk: return "ok";
+    case ReserveStatus::kForced: return "forced";
+    case ReserveStatus::kNoMem: return "nomem";
+    case ReserveStatus::kNoMemCostly: return "nomem-costly";
+    case ReserveStatus::kTimedOut: return "timed-out";
+    case ReserveStatus::kCancelled: return "cancelled";
+    case ReserveStatus::kKilled: return "killed";
+    case ReserveStatus::kRemoved: return "removed";
+    case ReserveStatus::kInvalid: return "invalid";
+  }
+  return "unknown";
+}
+
+Reservation::Reservation(Group& group, ReserveOptions options, std::stop_token stop)
+    : group_(&group), options_(options), stop_(std::move(stop)) {}
+
+Reservation::Reservation(Member& member, ReserveOptions options, std::stop_token stop)
+    : group_(&member.group()), member_(&member), options_(options), stop_(std::move(stop)) {}
+
+Reservation::Reservation(Reservation&& o) noexcept
+    : group_(std::move(o.group_)),
+      member_(std::exchange(o.member_, nullptr)),
+      options_(o.options_),
+      stop_(std::move(o.stop_)),
+      bytes_(std::exchange(o.bytes_, 0)),
+      units_(std::exchange(o.units_, 0)) {}
+
+Reservation& Reservation::operator=(Reservation&& o) noexcept {
+  if (this != &o) {
+    release();
+    group_ = std::move(o.group_);
+    member_ = std::exchange(o.member_, nullptr);
+    options_ = o.options_;
+    stop_ = std::move(o.stop_);
+    bytes_ = std::exchange(o.bytes_, 0);
+    units_ = std::exchange(o.units_, 0);
+  }
+  return *this;
+}
+
+ReserveStatus Reservation::prepare(uint64_t total, int64_t* need) const noexcept {
+  if (!group_) return ReserveStatus::kInvalid;
+  const Controller& ctl = group_->controller();
+  const unsigned shift = ctl.unit_shift();
+  const uint64_t units = (total >> shift) + ((total & (ctl.unit_size() - 1)) != 0);
+  if (units > static_cast<uint64_t>(ctl.max_units())) return ReserveStatus::kInvalid;
+  *need = static_cast<int64_t>(units) - units_;
+  if (*need <= 0) return ReserveStatus::kOk;  // a shrink or a change within the last unit
+  if (stop_.stop_requested()) return ReserveStatus::kCancelled;
+  if (member_ != nullptr && member_->killed()) return ReserveStatus::kKilled;
+  return ReserveStatus::kOk;
+}
+
+ReserveStatus Reservation::charge_units(int64_t units) noexcept {
+  const auto charge = [&](int64_t n, uint32_t flags) {
+    return member_ != nullptr ? member_->charge(n, flags) : try_charge(*group_, n, flags);
+  };
+  const auto failed = [&](ReserveStatus nomem) {
+    return member_ != nullptr && member_->killed() ? ReserveStatus::kKilled : nomem;
+  };
+  bool forced = false;
+  if (options_.oom != OomPolicy::kPieces) {
+    const uint32_t flags =
+        options_.oom == OomPolicy::kNever ? kDefaultCharge | kRetryMayFail : kDefaultCharge;
+    const ChargeStatus s = charge(units, flags);
+    if (!charged(s)) {
+      const bool costly = options_.oom == OomPolicy::kKernel &&
+                          units > costly_charge_units(group_->controller());
+      return failed(costly ? ReserveStatus::kNoMemCostly : ReserveStatus::kNoMem);
+    }
+    forced = s == ChargeStatus::kForced;
+  } else {
+    // Each piece is small enough for the OOM killer. All or nothing: a failing piece gives
+    // back the ones before it, and so does a stop requested meanwhile (a kill callback that
+    // cancels this very query, or a preemption).
+    const int64_t piece = costly_charge_units(group_->controller());
+    int64_t done = 0;
+    ReserveStatus why = ReserveStatus::kOk;
+    while (done < units) {
+      const int64_t n = units - done < piece ? units - done : piece;
+      const ChargeStatus s = charge(n, kDefaultCharge);
+      if (!charged(s)) {
+        why = failed(ReserveStatus::kNoMem);
+        break;
+      }
+      forced = forced || s == ChargeStatus::kForced;
+      done += n;
+      if (done < units && stop_.stop_requested()) {
+        why = ReserveStatus::kCancelled;
+        break;
+      }
+    }
+    if (why != ReserveStatus::kOk) {
+      uncharge_units(done);
+      return why;
+    }
+  }
+  units_ += units;
+  return forced ? ReserveStatus::kForced : ReserveStatus::kOk;
+}
+
+// The one call into the waiting charges: their options (a priority) are passed on here.
+ReserveStatus Reservation::wait_units(int64_t units, uint64_t deadline_ns) noexcept {
+  const uint64_t now = group_->controller().clock().now_ns();
+  const auto timeout = std::chrono::nanoseconds(
+      deadline_ns > now ? static_cast<int64_t>(deadline_ns - now) : 0);
+  const WaitStatus s = member_ != nullptr ? member_->charge_wait(units, timeout, stop_)
+                                          : try_charge_wait_for(*group_, units, timeout, stop_);
+  switch (s) {
+    case WaitStatus::kOk:
+      units_ += units;
+      return ReserveStatus::kOk;
+    case WaitStatus::kTimedOut:
+      return member_ != nullptr && member_->killed() ? ReserveStatus::kKilled
+                                                     : ReserveStatus::kTimedOut;
+    case WaitStatus::kCancelled: return ReserveStatus::kCancelled;
+    case WaitStatus::kRemoved: return ReserveStatus::kRemoved;
+    case WaitStatus::kInvalid: break;
+  }
+  return ReserveStatus::kInvalid;
+}
+
+void Reservation::uncharge_units(int64_t units) noexcept {
+  if (units <= 0) return;
+  if (member_ != nullptr)
+    member_->uncharge(units);
+  else
+    uncharge_direct(*group_, units);
+}
+
+ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_ns) noexcept {
+  int64_t need = 0;
+  const ReserveStatus s = prepare(total, &need);
+  if (s != ReserveStatus::kOk) return s;
+  if (need < 0) {
+    uncharge_units(-need);
+    units_ += need;
+  }
+  ReserveStatus r = ReserveStatus::kOk;
+  if (need > 0) r = wait ? wait_units(need, deadline_ns) : charge_units(need);
+  if (held(r)) bytes_ = total;
+  return r;
+}
+
+ReserveStatus Reservation::reserve(uint64_t total) noexcept {
+  return grow_to(total, false, 0);
+}
+
+ReserveStatus Reservation::reserve_for(uint64_t total, std::chrono::nanoseconds timeout) noexcept {
+  if (!group_) return ReserveStatus::kInvalid;
+  const uint64_t now = group_->controller().clock().now_ns();
+  const uint64_t t = timeout.count() > 0 ? static_cast<uint64_t>(timeout.count()) : 0;
+  return grow_to(total, true, Clock::after(now, t));
+}
+
+ReserveStatus Reservation::reserve_until(uint64_t total, uint64_t deadline_ns) noexcept {
+  return grow_to(total, true, deadline_ns);
+}
+
+ReserveStatus Reservation::grow(uint64_t bytes) noexcept {
+  if (bytes > UINT64_MAX - bytes_) return ReserveStatus::kInvalid;
+  return reserve(bytes_ + bytes);
+}
+
+ReserveStatus Reservation::grow_for(uint64_t bytes, std::chrono::nanoseconds timeout) noexcept {
+  if (bytes > UINT64_MAX - bytes_) return ReserveStatus::kInvalid;
+  return reserve_for(bytes_ + bytes, timeout);
+}
+
+void Reservation::shrink(uint64_t bytes) noexcept {
+  const uint64_t total = bytes < bytes_ ? bytes_ - bytes : 0;
+  [[maybe_unused]] const ReserveStatus s = grow_to(total, false, 0);  // a shrink cannot fail
+}
+
+void Reservation::release() noexcept {
+  if (units_ > 0 && group_) uncharge_units(units_);
+  units_ = 0;
+  bytes_ = 0;
+}
+
+}  // namespace memcg

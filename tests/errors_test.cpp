@@ -1,0 +1,77 @@
+// errors.hpp: errno_name knows every code the library returns. The list is checked against the
+// sources: every errno macro named in src/ and include/ (returned, stored or documented as a
+// result) must be in kLibraryErrnos and have its own name.
+#include "memcg/base/errors.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+namespace memcg {
+namespace {
+
+TEST(ErrnoCoverage, EveryListedCodeHasItsOwnNameAndRoundTrips) {
+  std::set<std::string> names;
+  for (int code : kLibraryErrnos) {
+    const std::string name = errno_name(code);
+    EXPECT_NE(name, "unknown") << code;
+    EXPECT_TRUE(names.insert(name).second) << name << " twice";
+    EXPECT_EQ(errno_from_name(name), code) << name;
+    // The system's own name for the code (glibc), so that no case label is off.
+    if (code != 0) {
+      EXPECT_STREQ(strerrorname_np(code), name.c_str());
+    }
+  }
+  EXPECT_STREQ(errno_name(EADDRINUSE), "EADDRINUSE");
+  EXPECT_STREQ(errno_name(EALREADY), "EALREADY");
+}
+
+// Every errno macro the library's sources use (outside tests and tools).
+std::map<std::string, std::string> errno_macros_in_sources() {
+  std::map<std::string, std::string> found;  // name -> first file
+  std::set<std::string> errno_names;
+  for (int c = 1; c < 4096; ++c)
+    if (const char* n = strerrorname_np(c)) errno_names.insert(n);
+  const std::regex token(R"(\bE[A-Z0-9]{2,}\b)");
+  for (const char* dir : {"src", "include"}) {
+    for (const auto& entry :
+         std::filesystem::recursive_directory_iterator(std::string(MEMCG_SOURCE_DIR) + "/" + dir)) {
+      const std::string ext = entry.path().extension();
+      if (ext != ".cpp" && ext != ".hpp") continue;
+      if (entry.path().filename() == "errors.hpp") continue;
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      const std::string s = text.str();
+      for (auto it = std::sregex_iterator(s.begin(), s.end(), token); it != std::sregex_iterator();
+           ++it) {
+        const std::string name = it->str();
+        if (errno_names.count(name)) found.emplace(name, entry.path().string());
+      }
+    }
+  }
+  return found;
+}
+
+TEST(ErrnoCoverage, EveryErrnoInTheSourcesHasAName) {
+  const auto found = errno_macros_in_sources();
+  ASSERT_GT(found.size(), 5u);  // the scan read the sources
+  // Set internally and never returned to a caller: cpu.cpp's errno for a missing system call,
+  // a lock guard's comment about std::system_error.
+  const std::set<std::string> internal_only = {"ENOSYS", "EDEADLK"};
+  for (const auto& [name, file] : found) {
+    if (internal_only.count(name)) continue;
+    EXPECT_NE(errno_from_name(name), -1) << name << " (first in " << file
+                                         << ") is missing from kLibraryErrnos / errno_name";
+  }
+}
+
+}  // namespace
+}  // namespace memcg

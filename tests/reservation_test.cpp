@@ -1,0 +1,267 @@
+// Reservation: byte totals over unit charges, the status of each refusal, the OOM policy for
+// large requests, cancellation by a stop token or an OOM kill, waiting with a deadline.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <set>
+#include <stop_token>
+#include <string>
+#include <thread>
+
+#include "memcg/memcg.hpp"
+#include "memcg/core/reservation.hpp"
+#include "watchdog.hpp"
+
+namespace memcg {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr uint64_t kUnit = 4096;
+
+Options one_shard() {
+  Options o;
+  o.nr_shards = 1;
+  return o;
+}
+
+// Usage without what sits pre-charged in the per-CPU stock.
+int64_t used(Group& g) {
+  g.controller().stock().drain_all(&g);
+  return g.memory().usage();
+}
+
+TEST(Reservation, BytesRoundToUnitsWithoutDrift) {
+  Controller ctl(one_shard());
+  GroupRef g;
+  ASSERT_EQ(ctl.create("q", &g), 0);
+  {
+    Reservation r(*g);
+    EXPECT_EQ(r.reserve(1), ReserveStatus::kOk);
+    EXPECT_EQ(r.units(), 1);
+    EXPECT_EQ(r.grow(kUnit - 1), ReserveStatus::kOk);  // still within the first unit
+    EXPECT_EQ(r.units(), 1);
+    EXPECT_EQ(r.grow(1), ReserveStatus::kOk);
+    EXPECT_EQ(r.units(), 2);
+    EXPECT_EQ(r.bytes(), kUnit + 1);
+    // Many small steps charge no more than their sum rounded up.
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(r.grow(10), ReserveStatus::kOk);
+    EXPECT_EQ(r.bytes(), kUnit + 1 + 10000);
+    EXPECT_EQ(r.units(), static_cast<int64_t>((kUnit + 1 + 10000 + kUnit - 1) / kUnit));
+    r.shrink(10000);
+    EXPECT_EQ(r.units(), 2);
+    EXPECT_EQ(r.reserve(3 * kUnit), ReserveStatus::kOk);
+    EXPECT_EQ(r.units(), 3);
+    EXPECT_EQ(r.reserve(kUnit), ReserveStatus::kOk);  // a smaller total shrinks
+    EXPECT_EQ(r.units(), 1);
+    r.shrink(UINT64_MAX);  // at most what is held
+    EXPECT_EQ(r.units(), 0);
+    EXPECT_EQ(r.bytes(), 0u);
+    EXPECT_EQ(r.reserve(8 * kUnit), ReserveStatus::kOk);
+    EXPECT_GE(used(*g), 8);
+  }
+  EXPECT_EQ(used(*g), 0);  // released by the destructor, straight from the counters
+}
+
+TEST(Reservation, InvalidRequestsChangeNothing) {
+  Controller ctl(one_shard());
+  GroupRef g;
+  ASSERT_EQ(ctl.create("q", &g), 0);
+  Reservation empty;
+  EXPECT_EQ(empty.reserve(1), ReserveStatus::kInvalid);
+  EXPECT_EQ(empty.reserve_for(1, 1s), ReserveStatus::kInvalid);
+  empty.release();
+  Reservation r(*g);
+  EXPECT_EQ(r.reserve(kUnit), ReserveStatus::kOk);
+  EXPECT_EQ(r.reserve(UINT64_MAX), ReserveStatus::kInvalid);
+  EXPECT_EQ(r.grow(UINT64_MAX), ReserveStatus::kInvalid);  // the total overflows
+  EXPECT_EQ(r.bytes(), kUnit);
+  EXPECT_EQ(r.units(), 1);
+}
+
+TEST(Reservation, StatusNamesAreDistinct) {
+  std::set<std::string> names;
+  for (int s = 0; s <= static_cast<int>(ReserveStatus::kInvalid); ++s)
+    names.insert(reserve_status_name(static_cast<ReserveStatus>(s)));
+  EXPECT_EQ(names.size(), static_cast<size_t>(ReserveStatus::kInvalid) + 1);
+  EXPECT_EQ(names.count("unknown"), 0u);
+  EXPECT_STREQ(reserve_status_name(ReserveStatus::kNoMemCostly), "nomem-costly");
+  EXPECT_TRUE(held(ReserveStatus::kForced));
+  EXPECT_FALSE(held(ReserveStatus::kNoMem));
+}
+
+// A pool of 16 units, 12 of them held by a member that can be killed.
+struct Pool {
+  Controller ctl{one_shard()};
+  GroupRef pool;
+  std::unique_ptr<Member> hog;
+  bool hog_killed = false;
+  Pool() {
+    EXPECT_EQ(ctl.create("pool", &pool), 0);
+    pool->set_max(16 * kUnit);
+    hog = std::make_unique<Member>(*pool, "hog", [this](Member& m) {
+      hog_killed = true;
+      m.uncharge(m.charged());
+    });
+    EXPECT_EQ(hog->charge(12, kDefaultCharge | kNoSpin), ChargeStatus::kOk);
+  }
+  uint64_t ooms() const { return pool->events().get(Event::kOom); }
+  uint64_t kills() const { return pool->events().get(Event::kOomKill); }
+};
+
+// The kernel's rule: a request above 8 pages does not run the OOM killer; the status says so.
+TEST(Reservation, KernelPolicyLargeRequestFailsWithoutOomKill) {
+  Pool p;
+  Member q(*p.pool, "q", nullptr);
+  Reservation r(q);  // OomPolicy::kKernel
+  EXPECT_EQ(r.reserve(9 * kUnit), ReserveStatus::kNoMemCostly);
+  EXPECT_EQ(r.units(), 0);
+  EXPECT_EQ(q.charged(), 0);
+  EXPECT_EQ(p.ooms(), 0u);
+  EXPECT_FALSE(p.hog_killed);
+  EXPECT_EQ(used(*p.pool), 12);
+}
+
+// A small request under the same policy may OOM-kill: the hog goes, the request fits.
+TEST(Reservation, KernelPolicySmallRequestMayOomKill) {
+  Pool p;
+  Member q(*p.pool, "q", nullptr);
+  Reservation r(q);
+  EXPECT_EQ(r.reserve(6 * kUnit), ReserveStatus::kOk);
+  EXPECT_TRUE(p.hog_killed);
+  EXPECT_EQ(p.kills(), 1u);
+  EXPECT_EQ(q.charged(), 6);
+}
+
+// kPieces makes the large request OOM-eligible: the hog (the highest badness) is killed.
+TEST(Reservation, PiecesPolicyLargeRequestOomKillsTheHog) {
+  Pool p;
+  Member q(*p.pool, "q", nullptr);
+  Reservation r(q, {.oom = OomPolicy::kPieces});
+  EXPECT_EQ(r.reserve(12 * kUnit), ReserveStatus::kOk);
+  EXPECT_TRUE(p.hog_killed);
+  EXPECT_GE(p.ooms(), 1u);
+  EXPECT_EQ(p.kills(), 1u);
+  EXPECT_EQ(r.units(), 12);
+  EXPECT_EQ(q.charged(), 12);
+}
+
+// kNever: not even a small request runs the OOM killer.
+TEST(Reservation, NeverPolicyDoesNotOomKill) {
+  Pool p;
+  Member q(*p.pool, "q", nullptr);
+  Reservation r(q, {.oom = OomPolicy::kNever});
+  EXPECT_EQ(r.reserve(6 * kUnit), ReserveStatus::kNoMem);
+  EXPECT_FALSE(p.hog_killed);
+  EXPECT_EQ(p.ooms(), 0u);
+  EXPECT_EQ(q.charged(), 0);
+}
+
+// The reservation's own member is the biggest: it is the victim, the growth fails with kKilled,
+// the pieces it charged in that call are given back, and it never grows again.
+TEST(Reservation, OwnMemberKilledFailsAndGivesThePiecesBack) {
+  Controller ctl(one_shard());
+  GroupRef pool;
+  ASSERT_EQ(ctl.create("pool", &pool), 0);
+  pool->set_max(16 * kUnit);
+  std::stop_source stop;
+  Member q(*pool, "q", [&](Member&) { stop.request_stop(); });
+  Reservation r(q, {.oom = OomPolicy::kPieces}, stop.get_token());
+  ASSERT_EQ(r.reserve(10 * kUnit), ReserveStatus::kOk);
+  const ReserveStatus s = r.grow(12 * kUnit);
+  EXPECT_TRUE(s == ReserveStatus::kKilled || s == ReserveStatus::kCancelled)
+      << reserve_status_name(s);
+  EXPECT_TRUE(q.killed());
+  EXPECT_EQ(r.units(), 10);
+  EXPECT_EQ(r.bytes(), 10 * kUnit);
+  EXPECT_EQ(q.charged(), 10);
+  EXPECT_EQ(r.grow(1), ReserveStatus::kCancelled);  // the stop token comes first
+  r.shrink(5 * kUnit);                              // a shrink still works
+  EXPECT_EQ(q.charged(), 5);
+}
+
+TEST(Reservation, KilledMemberWithoutStopTokenIsKilled) {
+  Pool p;
+  Member q(*p.pool, "q", nullptr);
+  Reservation r(q, {.oom = OomPolicy::kPieces});
+  ASSERT_EQ(r.reserve(2 * kUnit), ReserveStatus::kOk);
+  Reservation big(*p.hog, {.oom = OomPolicy::kPieces});
+  // The hog asks for more: it is the biggest, so it kills itself.
+  EXPECT_EQ(big.grow(8 * kUnit), ReserveStatus::kKilled);
+  EXPECT_TRUE(p.hog->killed());
+  EXPECT_EQ(big.grow(kUnit), ReserveStatus::kKilled);
+  EXPECT_EQ(big.units(), 0);
+}
+
+TEST(Reservation, StopTokenCancelsBeforeCharging) {
+  Controller ctl(one_shard());
+  GroupRef g;
+  ASSERT_EQ(ctl.create("q", &g), 0);
+  std::stop_source stop;
+  Reservation r(*g, {}, stop.get_token());
+  ASSERT_EQ(r.reserve(kUnit), ReserveStatus::kOk);
+  stop.request_stop();
+  EXPECT_EQ(r.grow(kUnit), ReserveStatus::kCancelled);
+  EXPECT_EQ(r.grow_for(kUnit, 1s), ReserveStatus::kCancelled);
+  EXPECT_EQ(r.units(), 1);
+}
+
+// Waiting: a timeout on the controller's clock, and a grant by another reservation's release.
+TEST(Reservation, WaitTimesOutOnTheControllersClock) {
+  testing::Watchdog dog("WaitTimesOutOnTheControllersClock");
+  ManualClock clock(1'000'000);
+  Options o = one_shard();
+  o.clock = &clock;
+  Controller ctl(o);
+  GroupRef g;
+  ASSERT_EQ(ctl.create("q", &g), 0);
+  g->set_max(4 * kUnit);
+  Reservation first(*g);
+  ASSERT_EQ(first.reserve(4 * kUnit), ReserveStatus::kOk);
+  Reservation second(*g);
+  EXPECT_EQ(second.reserve_for(kUnit, 0s), ReserveStatus::kTimedOut);  // a try, no wait
+  auto w = std::async(std::launch::async,
+                      [&] { return second.reserve_until(kUnit, clock.now_ns() + 500'000'000); });
+  while (wait_stats(*g).waiters != 1) std::this_thread::sleep_for(1ms);
+  clock.advance(500'000'000);
+  EXPECT_EQ(w.get(), ReserveStatus::kTimedOut);
+  EXPECT_EQ(second.units(), 0);
+  EXPECT_EQ(used(*g), 4);
+}
+
+TEST(Reservation, WaitIsGrantedByAnotherReservationsRelease) {
+  testing::Watchdog dog("WaitIsGrantedByAnotherReservationsRelease");
+  Controller ctl(one_shard());
+  GroupRef g;
+  ASSERT_EQ(ctl.create("q", &g), 0);
+  g->set_max(4 * kUnit);
+  Reservation first(*g);
+  ASSERT_EQ(first.reserve(3 * kUnit), ReserveStatus::kOk);
+  Reservation second(*g);
+  auto w = std::async(std::launch::async, [&] { return second.reserve_for(2 * kUnit, 20s); });
+  while (wait_stats(*g).waiters != 1) std::this_thread::sleep_for(1ms);
+  first.shrink(kUnit);  // straight from the counters: the waiter sees it at once
+  EXPECT_EQ(w.get(), ReserveStatus::kOk);
+  EXPECT_EQ(second.units(), 2);
+  EXPECT_EQ(used(*g), 4);
+}
+
+TEST(Reservation, MoveKeepsTheChargeAndReleasesOnce) {
+  Controller ctl(one_shard());
+  GroupRef g;
+  ASSERT_EQ(ctl.create("q", &g), 0);
+  Reservation a(*g);
+  ASSERT_EQ(a.reserve(2 * kUnit), ReserveStatus::kOk);
+  Reservation b(std::move(a));
+  EXPECT_EQ(a.units(), 0);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(b.units(), 2);
+  Reservation c(*g);
+  ASSERT_EQ(c.reserve(kUnit), ReserveStatus::kOk);
+  c = std::move(b);  // c's own unit goes back first
+  EXPECT_EQ(c.units(), 2);
+  c.release();
+  EXPECT_EQ(used(*g), 0);
+}
+
+}  // namespace
+}  // namespace memcg
