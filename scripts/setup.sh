@@ -9,6 +9,7 @@ packages=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libxml2-utils
   libjemalloc-dev
+  librocksdb-dev
   libcpp-httplib-dev prometheus prometheus-cpp-dev
   clang-19 libclang-rt-19-dev
 )
