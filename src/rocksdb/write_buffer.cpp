@@ -30,7 +30,10 @@ uint64_t WriteBufferGovernor::target() const noexcept {
   for (const Group* g = group_.get(); g != nullptr && !g->is_root(); g = g->parent())
     limit = std::min({limit, g->high(), g->max()});
   uint64_t t = options_.max_bytes;
-  if (limit != kUnlimited) t = std::min<uint64_t>(t, limit / 100 * options_.limit_percent);
+  if (limit != kUnlimited) {
+    const uint64_t pct = options_.limit_percent;  // limit x pct / 100 without overflow
+    t = std::min(t, limit / 100 * pct + limit % 100 * pct / 100);
+  }
   return std::clamp(t, options_.min_bytes, options_.max_bytes);
 }
 
