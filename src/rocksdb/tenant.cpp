@@ -1,5 +1,7 @@
 #include "memcg/rocksdb/tenant.hpp"
 
+#include <algorithm>
+
 
 namespace memcg::rocksdb {
 
@@ -25,6 +27,13 @@ void Tenant::configure(::rocksdb::Options& options, ::rocksdb::BlockBasedTableOp
   table.cache_index_and_filter_blocks = true;
   options.table_factory.reset(::rocksdb::NewBlockBasedTableFactory(table));
   options.write_buffer_manager = write_buffers_.manager();
+  // A memtable grows by arena blocks of write_buffer_size / 8 by default: with a write buffer
+  // larger than the group allows, each step could pass the limit by itself. Blocks of 1/8 of
+  // the governed buffer size keep the steps within the overshoot docs/rocksdb.md states.
+  const uint64_t step = std::max<uint64_t>(write_buffers_.target() / 8, 4096);
+  const uint64_t current = options.arena_block_size != 0 ? options.arena_block_size
+                                                         : options.write_buffer_size / 8;
+  options.arena_block_size = static_cast<std::size_t>(std::min(current, step));
 }
 
 void Tenant::add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> families) {
