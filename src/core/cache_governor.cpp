@@ -24,7 +24,9 @@ CacheGovernor::CacheGovernor(Group& group, GovernedCache& cache, CacheGovernorOp
 
 CacheGovernor::~CacheGovernor() { registration_.reset(); }
 
-uint64_t CacheGovernor::target() const noexcept {
+uint64_t CacheGovernor::target() const noexcept { return compute().target; }
+
+CacheGovernor::Target CacheGovernor::compute() const noexcept {
   const uint64_t cache = cache_.usage_bytes();
   uint64_t own_room = UINT64_MAX;
   uint64_t ancestor_room = UINT64_MAX;
@@ -43,7 +45,9 @@ uint64_t CacheGovernor::target() const noexcept {
   const uint64_t protection = std::max(group_->min(), group_->low());
   const uint64_t floor = sat_sub(protection, sat_sub(group_->current(), cache));
   const uint64_t t = std::min(own_room, std::max(ancestor_room, floor));
-  return std::clamp(t, options_.min_bytes, options_.max_bytes);
+  const uint64_t protected_part = std::min(own_room, floor);
+  return {std::clamp(t, options_.min_bytes, options_.max_bytes),
+          std::clamp(protected_part, options_.min_bytes, options_.max_bytes)};
 }
 
 void CacheGovernor::apply(uint64_t bytes) noexcept {
@@ -54,15 +58,18 @@ void CacheGovernor::apply(uint64_t bytes) noexcept {
 uint64_t CacheGovernor::update() noexcept {
   std::lock_guard<std::mutex> lock(apply_mu_);
   const uint64_t cap = capacity_.load(std::memory_order_relaxed);
-  const uint64_t t = target();
+  const Target tt = compute();
+  const uint64_t t = tt.target;
   if (t < cap) {
     apply(t);
     lowered_.fetch_add(1, std::memory_order_relaxed);
     return t;
   }
+  // Below the protected part the capacity comes back at once: protection has no hysteresis.
+  const bool under_protection = cap < tt.floor;
   const uint64_t hysteresis = options_.hysteresis_bytes != 0 ? options_.hysteresis_bytes : t / 16;
-  if (t - cap <= hysteresis) return cap;
-  if (reclaimed_once_.load(std::memory_order_relaxed)) {
+  if (t - cap <= hysteresis && !under_protection) return cap;
+  if (reclaimed_once_.load(std::memory_order_relaxed) && !under_protection) {
     const uint64_t now = group_->controller().clock().now_ns();
     if (now - last_reclaim_ns_.load(std::memory_order_relaxed) < options_.grow_delay_ns)
       return cap;

@@ -16,7 +16,8 @@ struct alignas(16) Header {
   uint64_t magic;
 };
 static_assert(sizeof(Header) == ByteAllocator::kHeaderBytes);
-constexpr uint64_t kMagic = 0x6d656d6367726462ull;  // "memcgrdb"
+constexpr uint64_t kMagic = 0x6d656d6367726462ull;        // "memcgrdb"
+constexpr uint64_t kMagicForced = 0x6d656d6367726446ull;  // "memcgrdF": charged past max
 
 [[noreturn]] void die(const char* what, std::size_t size) {
   std::fprintf(stderr, "memcg::rocksdb::ByteAllocator: %s (%zu bytes)\n", what, size);
@@ -39,15 +40,21 @@ void* ByteAllocator::Allocate(std::size_t size) {
   }
   if (raw == nullptr) die("malloc failed", size);
   const ChargeStatus s = group_->controller().obj_stock().charge(*group_, bytes, kChargeFlags, kind_);
-  if (s == ChargeStatus::kForced) {
+  const bool forced = s == ChargeStatus::kForced;
+  if (forced) {
     forced_.fetch_add(1, std::memory_order_relaxed);
     forced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    const uint64_t live = forced_live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    uint64_t peak = forced_live_peak_.load(std::memory_order_relaxed);
+    while (live > peak && !forced_live_peak_.compare_exchange_weak(peak, live,
+                                                                   std::memory_order_relaxed)) {
+    }
   }
   // kNoMem cannot come with kNoFail below the range bound checked above, but if the counters
   // ever refused, the block is still served, recorded as uncharged.
   auto* h = static_cast<Header*>(raw);
   h->bytes = charged(s) ? bytes : 0;
-  h->magic = kMagic;
+  h->magic = forced ? kMagicForced : kMagic;
   if (charged(s)) {
     live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
     live_blocks_.fetch_add(1, std::memory_order_relaxed);
@@ -58,7 +65,9 @@ void* ByteAllocator::Allocate(std::size_t size) {
 void ByteAllocator::Deallocate(void* p) {
   if (p == nullptr) return;
   Header* h = static_cast<Header*>(p) - 1;
-  if (h->magic != kMagic) die("Deallocate of a block this allocator did not hand out", 0);
+  if (h->magic != kMagic && h->magic != kMagicForced)
+    die("Deallocate of a block this allocator did not hand out", 0);
+  const bool forced = h->magic == kMagicForced;
   h->magic = 0;
   const uint64_t bytes = h->bytes;
   std::free(h);
@@ -66,6 +75,8 @@ void ByteAllocator::Deallocate(void* p) {
     live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
     live_blocks_.fetch_sub(1, std::memory_order_relaxed);
     group_->controller().obj_stock().uncharge(*group_, bytes, kind_);
+    // After the uncharge: the count never shows less than the counters may still hold.
+    if (forced) forced_live_.fetch_sub(bytes, std::memory_order_relaxed);
   }
 }
 

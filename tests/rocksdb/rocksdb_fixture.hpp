@@ -78,7 +78,10 @@ inline std::unique_ptr<::rocksdb::DB> open(const ::rocksdb::Options& o, const st
   return std::unique_ptr<::rocksdb::DB>(db);
 }
 
-inline void load(::rocksdb::DB& db, int n, std::size_t value_size, bool flush = true) {
+// Writes keys [0, n); `flush` then flushes, `compact` also compacts everything into the last
+// level, so that no background work runs afterwards.
+inline void load(::rocksdb::DB& db, int n, std::size_t value_size, bool flush = true,
+                 bool compact = false) {
   ::rocksdb::WriteOptions wo;
   wo.disableWAL = true;
   for (int i = 0; i < n; ++i) {
@@ -87,6 +90,9 @@ inline void load(::rocksdb::DB& db, int n, std::size_t value_size, bool flush = 
   }
   if (flush) {
     ASSERT_TRUE(db.Flush(::rocksdb::FlushOptions()).ok());
+  }
+  if (compact) {
+    ASSERT_TRUE(db.CompactRange(::rocksdb::CompactRangeOptions(), nullptr, nullptr).ok());
   }
 }
 

@@ -12,7 +12,9 @@
 //
 // update() lowers the capacity to the target at once and raises it only when the target passed
 // it by `hysteresis_bytes` and no reclaim lowered it in the last `grow_delay_ns`, so a cache that
-// pressure shrank does not grow straight back into it. As a Reclaimer on the group it answers
+// pressure shrank does not grow straight back into it; a capacity below the protected floor (a
+// reclaim bite may take it there, as the kernel's reclaim may take a protected group one batch
+// below its protection) comes back to the floor at the next update, without either delay. As a Reclaimer on the group it answers
 // reclaim (memory.max, memory.high, memory.reclaim, an ancestor's pressure, with the group's
 // protection honoured by the driver) by lowering the capacity by what was asked; the cache
 // evicts down to it. The protected floor keeps an ancestor's pressure from shrinking the cache
@@ -89,6 +91,11 @@ class CacheGovernor final : public Reclaimer {
   ReclaimResult reclaim(int64_t nr_to_scan, int priority) override;
 
  private:
+  struct Target {
+    uint64_t target;  // what update() moves towards
+    uint64_t floor;   // its protected part: restored without hysteresis
+  };
+  Target compute() const noexcept;
   void apply(uint64_t bytes) noexcept;  // REQUIRES: apply_mu_ held
 
   GroupRef group_;

@@ -54,6 +54,15 @@ class ByteAllocator final : public ::rocksdb::MemoryAllocator {
   // Blocks charged past memory.max because the group had no room, and their bytes.
   uint64_t forced() const noexcept { return forced_.load(std::memory_order_relaxed); }
   uint64_t forced_bytes() const noexcept { return forced_bytes_.load(std::memory_order_relaxed); }
+  // The overshoot, counted: bytes of forced blocks still live, and the most there ever were.
+  // The group's usage passes memory.max by no more than these (and the other forced charges of
+  // the group, such as the memtable mirror's).
+  uint64_t forced_live_bytes() const noexcept {
+    return forced_live_.load(std::memory_order_relaxed);
+  }
+  uint64_t forced_live_peak() const noexcept {
+    return forced_live_peak_.load(std::memory_order_relaxed);
+  }
   Group& group() const noexcept { return *group_; }
 
  private:
@@ -63,6 +72,8 @@ class ByteAllocator final : public ::rocksdb::MemoryAllocator {
   std::atomic<uint64_t> live_blocks_{0};
   std::atomic<uint64_t> forced_{0};
   std::atomic<uint64_t> forced_bytes_{0};
+  std::atomic<uint64_t> forced_live_{0};
+  std::atomic<uint64_t> forced_live_peak_{0};
 };
 
 }  // namespace memcg::rocksdb
