@@ -17,9 +17,8 @@ WriteBufferGovernor::WriteBufferGovernor(Group& group, WriteBufferOptions option
     throw std::invalid_argument("memcg::rocksdb::WriteBufferGovernor: bad min_bytes/max_bytes");
   if (options_.limit_percent < 1 || options_.limit_percent > 100)
     throw std::invalid_argument("memcg::rocksdb::WriteBufferGovernor: limit_percent not in 1..100");
-  // No stall: a write that would wait for a flush could wait on a flush this governor has not
-  // asked for yet; RocksDB switches memtables by its own rule and the mirror counts the rest.
-  manager_ = std::make_shared<::rocksdb::WriteBufferManager>(target(), nullptr, false);
+  manager_ = std::make_shared<::rocksdb::WriteBufferManager>(target(), nullptr,
+                                                              options_.allow_stall);
   registration_ = ReclaimerRegistration(group, *this);
 }
 
@@ -52,16 +51,31 @@ void WriteBufferGovernor::remove(::rocksdb::DB* db) {
 }
 
 void WriteBufferGovernor::update() noexcept {
-  const uint64_t size = target();
-  if (size != manager_->buffer_size()) manager_->SetBufferSize(size);
+  std::lock_guard<std::mutex> serial(update_mu_);
+  uint64_t size = target();
   const uint64_t used = manager_->memory_usage();
+  if (manager_->IsStallActive()) {
+    const uint64_t now = group_->controller().clock().now_ns();
+    if (stall_since_ns_ == 0) {
+      stall_since_ns_ = now;
+    } else if (now - stall_since_ns_ >= options_.stall_timeout_ns) {
+      size = std::max(size, used + options_.min_bytes);  // SetBufferSize ends the stall
+      stall_escapes_.fetch_add(1, std::memory_order_relaxed);
+      stall_since_ns_ = 0;
+    }
+  } else {
+    stall_since_ns_ = 0;
+  }
+  if (size != manager_->buffer_size()) manager_->SetBufferSize(size);
   mirror_.set(used);
   const bool asked = flush_wanted_.exchange(false, std::memory_order_acq_rel);
   const uint64_t active = manager_->mutable_memtable_memory_usage();
   // Flush only what a flush can free: the active memtables (immutable ones are being flushed).
-  // A tiny active memtable is not worth a flush of its own.
-  const bool over = used > size;
-  if (!(over || asked) || active < options_.min_bytes / 4) return;
+  // A tiny active memtable is not worth a flush of its own, and while half a buffer of
+  // immutable memtables still waits for its flush, another switch would only add one more.
+  const bool over = used > size;  // as of the last report
+  const uint64_t immutable = used > active ? used - active : 0;
+  if (!(over || asked) || active < options_.min_bytes / 4 || immutable >= size / 2) return;
   std::lock_guard<std::mutex> lock(dbs_mu_);
   ::rocksdb::FlushOptions fo;
   fo.wait = false;

@@ -68,7 +68,9 @@ TEST(RocksdbEnforcement, HighHoldsTheTenantNearHighByShrinkingItsCache) {
     load(*db, kKeys, kValue);
     const ReadResult r = random_reads(*db, kKeys, kValue, kReaders, 15'000);
     EXPECT_EQ(r.failed, 0u);
-    EXPECT_LE(g->peak(), 4 * kMiB + kOvershoot);
+    // memory.high is not a wall: a charge passes it by its stock batch (64 units) per CPU before
+    // the reclaim it triggers brings the group back.
+    EXPECT_LE(g->peak(), 4 * kMiB + kOvershoot + 2 * 64 * 4096);
     EXPECT_EQ(g->events().get(Event::kMax), 0u);
     EXPECT_LE(tenant.cache().governor().capacity(), 4 * kMiB);
     tenant.remove(db.get());

@@ -8,6 +8,7 @@
 //     memtables by its own rule once they pass 7/8 of it);
 //   - mirrors its memory_usage() into the group (memcg::MirroredCharge), so memory.current,
 //     memory.max and the cache governor see the memtables as the group's other memory;
+//   - ends a write stall that no flush has ended within stall_timeout_ns;
 //   - asks RocksDB to flush (DB::Flush, wait=false) the databases it was given when the
 //     memtables are over the buffer size, or when reclaim asked for memory since the last update.
 // Reclaim never flushes from inside a charge: it only records the request and wakes the
@@ -42,6 +43,13 @@ struct WriteBufferOptions {
   uint64_t max_bytes = 64 << 20;  // the write buffer size wanted for all the tenant's memtables
   uint64_t min_bytes = 1 << 20;   // never sized below this
   unsigned limit_percent = 25;    // at most this share of the group's tightest limit (1..100)
+  // RocksDB stalls writes while the memtables hold the whole buffer, until flushes free it
+  // (WriteBufferManager's allow_stall): what holds memtables to the buffer when flushes lag.
+  bool allow_stall = true;
+  // A stall that lasts this long (memtables that no flush frees: pinned by iterators, a stuck
+  // flush) is ended by raising the buffer above the memtables: a write never waits for ever
+  // because of the group. Counted in stall_escapes().
+  uint64_t stall_timeout_ns = 500'000'000;
 };
 
 class WriteBufferGovernor final : public Reclaimer {
@@ -77,6 +85,7 @@ class WriteBufferGovernor final : public Reclaimer {
   uint64_t flush_requests() const noexcept {
     return flush_requests_.load(std::memory_order_relaxed);
   }
+  uint64_t stall_escapes() const noexcept { return stall_escapes_.load(std::memory_order_relaxed); }
 
   // Reclaimer: memtable memory is freed by a flush, after the charge that asked.
   int64_t reclaimable() const noexcept override;
@@ -97,6 +106,9 @@ class WriteBufferGovernor final : public Reclaimer {
   std::atomic<bool> flush_wanted_{false};
   std::atomic<uint64_t> flushes_{0};
   std::atomic<uint64_t> flush_requests_{0};
+  std::atomic<uint64_t> stall_escapes_{0};
+  uint64_t stall_since_ns_ = 0;  // guarded by update_mu_
+  std::mutex update_mu_;          // serialises update()
   ReclaimerRegistration registration_;  // last: registered once everything above is ready
 };
 
