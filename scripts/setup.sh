@@ -10,6 +10,7 @@ packages=(
   libxml2-utils
   dpkg-dev
   libjemalloc-dev
+  librocksdb-dev
   libcpp-httplib-dev libmicrohttpd-dev prometheus prometheus-cpp-dev
   clang-19 libclang-rt-19-dev
 )

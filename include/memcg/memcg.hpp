@@ -14,11 +14,13 @@
 #include "memcg/percpu/stat_registry.hpp"
 // core: the tree, charge path, object layer, attachment, reclaim, OOM, limits, pressure, notify
 #include "memcg/core/attach.hpp"
+#include "memcg/core/cache_governor.hpp"
 #include "memcg/core/charge.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/group.hpp"
 #include "memcg/core/limits.hpp"
+#include "memcg/core/mirror.hpp"
 #include "memcg/core/notify.hpp"
 #include "memcg/core/obj_stock.hpp"
 #include "memcg/core/oom.hpp"

@@ -1,0 +1,116 @@
+// CacheGovernor: a cache whose capacity the group sets, so that the cache evicts by its own logic
+// instead of entry by entry under a charge.
+//
+// A cache that is charged per entry and answers reclaim only by "free N units now" makes every
+// insert at the limit pay for a reclaim call, and its eviction order is the reclaimer's, not the
+// cache's. A governed cache instead has a capacity that follows the room the group leaves it:
+//
+//   room at a level   = min(memory.high, memory.max) - (usage - cache usage) - headroom
+//   target            = min(room of the group, max(room of its ancestors, protected floor)),
+//                       clamped to [min_bytes, max_bytes]
+//   protected floor   = max(memory.min, memory.low) of the group - its non-cache usage
+//
+// update() lowers the capacity to the target at once and raises it only when the target passed
+// it by `hysteresis_bytes` and no reclaim lowered it in the last `grow_delay_ns`, so a cache that
+// pressure shrank does not grow straight back into it; a capacity below the protected floor (a
+// reclaim bite may take it there, as the kernel's reclaim may take a protected group one batch
+// below its protection) comes back to the floor at the next update, without either delay. As a Reclaimer on the group it answers
+// reclaim (memory.max, memory.high, memory.reclaim, an ancestor's pressure, with the group's
+// protection honoured by the driver) by lowering the capacity by what was asked; the cache
+// evicts down to it. The protected floor keeps an ancestor's pressure from shrinking the cache
+// below the group's own memory.min/low through update(); it reads the group's configured values,
+// not the effective protection its parent hands out (reclaim uses the effective one).
+//
+// The kernel has no counterpart: its shrinkers are asked to scan objects. This is the capacity
+// a user-space cache already has (RocksDB's LRUCache::SetCapacity), driven by the group.
+#ifndef MEMCG_CORE_CACHE_GOVERNOR_HPP_
+#define MEMCG_CORE_CACHE_GOVERNOR_HPP_
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "memcg/core/group.hpp"
+#include "memcg/core/reclaim.hpp"
+
+namespace memcg {
+
+// What a governed cache offers: its size as the group counts it, and a capacity to evict to.
+class GovernedCache {
+ public:
+  virtual ~GovernedCache() = default;
+  // Bytes of the group's usage that the cache holds now (what evicting everything would free).
+  virtual uint64_t usage_bytes() const noexcept = 0;
+  // Evicts down to `bytes` (before returning, or soon) and admits no more than that afterwards.
+  // Called from update() and from reclaim (with no library lock held, under the governor's call
+  // mutex): it must not call back into this governor.
+  virtual void set_capacity_bytes(uint64_t bytes) noexcept = 0;
+};
+
+struct CacheGovernorOptions {
+  uint64_t min_bytes = 0;             // the capacity never goes below this
+  uint64_t max_bytes = UINT64_MAX;    // nor above this (the cache's own configured size)
+  // Kept free below the limit for the group's other memory to grow into without reclaim.
+  // 0: 1/32 of the limit.
+  uint64_t headroom_bytes = 0;
+  // The capacity grows only when the target passed it by this much. 0: 1/16 of the target.
+  uint64_t hysteresis_bytes = 0;
+  // After reclaim lowered the capacity, no growth for this long (controller clock).
+  uint64_t grow_delay_ns = 1'000'000'000;
+};
+
+class CacheGovernor final : public Reclaimer {
+ public:
+  // Governs `cache`, charged to `group` (held by reference until destruction): sets the first
+  // capacity and registers as a reclaimer. Throws std::invalid_argument when min_bytes >
+  // max_bytes (nothing registered then).
+  CacheGovernor(Group& group, GovernedCache& cache, CacheGovernorOptions options = {});
+  // Unregisters (waiting for a reclaim in flight). The cache's capacity stays as it was.
+  ~CacheGovernor() override;
+  CacheGovernor(const CacheGovernor&) = delete;
+  CacheGovernor& operator=(const CacheGovernor&) = delete;
+
+  // Recomputes the target and applies it (with the hysteresis above). Returns the capacity.
+  // Call periodically (a timer, the component's governor thread) and after big changes. Never
+  // from inside the cache's set_capacity_bytes.
+  uint64_t update() noexcept;
+  // The target from the group's counters now, without applying it.
+  uint64_t target() const noexcept;
+  uint64_t capacity() const noexcept { return capacity_.load(std::memory_order_relaxed); }
+
+  struct Stats {
+    uint64_t lowered;         // capacity lowered by update()
+    uint64_t raised;          // capacity raised by update()
+    uint64_t reclaims;        // reclaim() calls that lowered it
+    uint64_t reclaim_busy;    // reclaim() calls that found update() applying and did nothing
+  };
+  Stats stats() const noexcept;
+
+  // Reclaimer: the cache's usage above min_bytes, in units; reclaim lowers the capacity.
+  int64_t reclaimable() const noexcept override;
+  ReclaimResult reclaim(int64_t nr_to_scan, int priority) override;
+
+ private:
+  struct Target {
+    uint64_t target;  // what update() moves towards
+    uint64_t floor;   // its protected part: restored without hysteresis
+  };
+  Target compute() const noexcept;
+  void apply(uint64_t bytes) noexcept;  // REQUIRES: apply_mu_ held
+
+  GroupRef group_;
+  GovernedCache& cache_;
+  const CacheGovernorOptions options_;
+  // Serialises capacity changes (held across set_capacity_bytes: the governor's call mutex, a
+  // plain std::mutex; reclaim only try-locks it, so a reclaim nested in an update cannot wait).
+  std::mutex apply_mu_;
+  std::atomic<uint64_t> capacity_{0};
+  std::atomic<uint64_t> last_reclaim_ns_{0};
+  std::atomic<bool> reclaimed_once_{false};
+  std::atomic<uint64_t> lowered_{0}, raised_{0}, reclaims_{0}, reclaim_busy_{0};
+  ReclaimerRegistration registration_;  // last: registered once everything above is ready
+};
+
+}  // namespace memcg
+
+#endif  // MEMCG_CORE_CACHE_GOVERNOR_HPP_

@@ -1,0 +1,95 @@
+// Tenant: one group's RocksDB databases held to that group, in a few lines.
+//
+//   memcg::rocksdb::Tenant tenant(*group, {});
+//   rocksdb::Options options;
+//   options.create_if_missing = true;
+//   tenant.configure(options);            // block cache + allocator, write buffer manager
+//   rocksdb::DB* db;
+//   rocksdb::DB::Open(options, path, &db);
+//   tenant.add(db);
+//   ...
+//   tenant.remove(db);                    // shutdown order: 1. remove and close every database,
+//   delete db;                            // 2. destroy the Tenant, 3. remove the group
+//
+// The tenant owns a BlockCache (blocks charged byte-exact, capacity set by the group), a
+// WriteBufferGovernor (memtables sized from the group, mirrored into it, flushed when they must
+// shrink) and a governor thread that runs both at every `tick` and at once when reclaim asks.
+// The governor thread is not attached to the group: it allocates nothing for the tenant.
+//
+// In that order nothing stays charged: closing a database frees its memtables and releases its
+// cache handles; the Tenant then stops its thread, uncharges the mirror and frees every cached
+// block, so the group is back to what other code charged to it, and the process may exit
+// normally (RocksDB's static thread pools hold no memory of the tenant's group; no _exit).
+// Destroying the Tenant while a database is open leaves that database's blocks charged until
+// they are released, and its memtables uncounted.
+#ifndef MEMCG_ROCKSDB_TENANT_HPP_
+#define MEMCG_ROCKSDB_TENANT_HPP_
+
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "memcg/rocksdb/block_cache.hpp"
+#include "memcg/rocksdb/write_buffer.hpp"
+
+namespace memcg::rocksdb {
+
+struct TenantOptions {
+  BlockCacheOptions cache;
+  WriteBufferOptions write_buffer;
+  // The governor thread's period; 0 runs no thread (call safe_point() yourself).
+  std::chrono::milliseconds tick{20};
+};
+
+class Tenant {
+ public:
+  // Throws std::invalid_argument for bad options (see BlockCache, WriteBufferGovernor).
+  Tenant(Group& group, TenantOptions options = {});
+  // Stops the governor thread, uncharges the memtable mirror, frees the cached blocks.
+  // REQUIRES: every database configured by this tenant is closed.
+  ~Tenant();
+  Tenant(const Tenant&) = delete;
+  Tenant& operator=(const Tenant&) = delete;
+
+  // Sets `options`' table factory (a block-based table on the tenant's cache, index and filter
+  // blocks cached there too so that they are charged and evictable) and write buffer manager.
+  // The other table options are kept from `table` (its block_cache is replaced).
+  void configure(::rocksdb::Options& options,
+                 ::rocksdb::BlockBasedTableOptions table = {}) const;
+  // A database opened with configure()d options, for the write buffer governor's flushes.
+  void add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> families = {});
+  void remove(::rocksdb::DB* db);
+
+  // Runs both governors now (what the thread does each tick): from a thread that holds no
+  // RocksDB lock and is not inside a charge.
+  void safe_point() noexcept;
+
+  Group& group() const noexcept { return *group_; }
+  BlockCache& cache() noexcept { return cache_; }
+  WriteBufferGovernor& write_buffers() noexcept { return write_buffers_; }
+  uint64_t ticks() const noexcept { return ticks_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  void wake() noexcept;
+
+  GroupRef group_;
+  const TenantOptions options_;
+  BlockCache cache_;
+  WriteBufferGovernor write_buffers_;
+  std::mutex mu_;  // the thread's sleep
+  std::condition_variable cv_;
+  std::atomic<bool> woken_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> ticks_{0};
+  std::thread thread_;  // last: started once everything above is ready
+};
+
+}  // namespace memcg::rocksdb
+
+#endif  // MEMCG_ROCKSDB_TENANT_HPP_

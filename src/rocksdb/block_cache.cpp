@@ -1,0 +1,42 @@
+#include "memcg/rocksdb/block_cache.hpp"
+
+#include <stdexcept>
+
+namespace memcg::rocksdb {
+
+BlockCache::BlockCache(Group& group, BlockCacheOptions options)
+    : allocator_(std::make_shared<ByteAllocator>(group)) {
+  if (options.capacity_bytes == 0)
+    throw std::invalid_argument("memcg::rocksdb::BlockCache: capacity_bytes is 0");
+  options.governor.max_bytes = options.capacity_bytes;
+  if (options.governor.min_bytes > options.governor.max_bytes)
+    throw std::invalid_argument("memcg::rocksdb::BlockCache: governor.min_bytes above capacity");
+  ::rocksdb::LRUCacheOptions lru;
+  lru.capacity = options.capacity_bytes;
+  lru.num_shard_bits = options.num_shard_bits;
+  lru.strict_capacity_limit = false;  // an insert never fails: the capacity is a target
+  lru.memory_allocator = allocator_;
+  cache_ = ::rocksdb::NewLRUCache(lru);
+  governor_ = std::make_unique<CacheGovernor>(group, *this, options.governor);
+}
+
+BlockCache::~BlockCache() {
+  governor_.reset();  // no reclaim calls into the cache from here on
+  cache_->SetCapacity(0);
+  cache_->EraseUnRefEntries();
+}
+
+void BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
+  // RocksDB's charge per byte the group counts (> 1: handles and Block objects; < 1 never
+  // seen). Measured only once there is enough in the cache to measure.
+  const uint64_t live = allocator_->live_bytes();
+  const uint64_t usage = cache_->GetUsage();
+  double ratio = 1.0;
+  if (live >= (1u << 20) && usage > 0) ratio = static_cast<double>(usage) / static_cast<double>(live);
+  const double scaled = static_cast<double>(bytes) * ratio;
+  const std::size_t cap = scaled >= static_cast<double>(SIZE_MAX) ? SIZE_MAX
+                                                                  : static_cast<std::size_t>(scaled);
+  cache_->SetCapacity(cap);
+}
+
+}  // namespace memcg::rocksdb

@@ -1,0 +1,70 @@
+#include "memcg/rocksdb/tenant.hpp"
+
+#include <algorithm>
+
+
+namespace memcg::rocksdb {
+
+Tenant::Tenant(Group& group, TenantOptions options)
+    : group_(&group),
+      options_(options),
+      cache_(group, options.cache),
+      write_buffers_(group, options.write_buffer, [this] { wake(); }) {
+  if (options_.tick.count() > 0) thread_ = std::thread([this] { run(); });
+}
+
+Tenant::~Tenant() {
+  stop_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Tenant::configure(::rocksdb::Options& options, ::rocksdb::BlockBasedTableOptions table) const {
+  table.block_cache = cache_.cache();
+  table.cache_index_and_filter_blocks = true;
+  options.table_factory.reset(::rocksdb::NewBlockBasedTableFactory(table));
+  options.write_buffer_manager = write_buffers_.manager();
+  // A memtable grows by arena blocks of write_buffer_size / 8 by default: with a write buffer
+  // larger than the group allows, each step could pass the limit by itself. Blocks of 1/8 of
+  // the governed buffer size keep the steps within the overshoot docs/rocksdb.md states.
+  const uint64_t step = std::max<uint64_t>(write_buffers_.target() / 8, 4096);
+  const uint64_t current = options.arena_block_size != 0 ? options.arena_block_size
+                                                         : options.write_buffer_size / 8;
+  options.arena_block_size = static_cast<std::size_t>(std::min(current, step));
+}
+
+void Tenant::add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> families) {
+  write_buffers_.add(db, std::move(families));
+}
+
+void Tenant::remove(::rocksdb::DB* db) { write_buffers_.remove(db); }
+
+void Tenant::safe_point() noexcept {
+  // Memtables first: their mirror is the "other memory" the cache makes room for.
+  write_buffers_.update();
+  cache_.governor().update();
+  ticks_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Tenant::wake() noexcept {
+  // From inside a charge: no lock, no allocation. A wake that races with the thread going to
+  // sleep is seen at the end of that tick at the latest.
+  woken_.store(true, std::memory_order_release);
+  cv_.notify_one();
+}
+
+void Tenant::run() {
+  while (!stop_.load(std::memory_order_acquire)) {
+    safe_point();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, options_.tick, [this] {
+      return stop_.load(std::memory_order_acquire) || woken_.load(std::memory_order_acquire);
+    });
+    woken_.store(false, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace memcg::rocksdb

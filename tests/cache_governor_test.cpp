@@ -1,0 +1,166 @@
+// CacheGovernor: a cache's capacity set from the group's room, lowered by reclaim.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "memcg/memcg.hpp"
+#include "memcg/core/cache_governor.hpp"
+
+namespace memcg {
+namespace {
+
+constexpr uint64_t kUnit = 4096;
+
+// memcg::LruCache behind the governor's interface: the application fills it up to the capacity.
+class GovernedLru final : public GovernedCache {
+ public:
+  explicit GovernedLru(LruCache& lru) : lru_(lru) {}
+  uint64_t usage_bytes() const noexcept override {
+    return static_cast<uint64_t>(lru_.size()) * kUnit;
+  }
+  void set_capacity_bytes(uint64_t bytes) noexcept override {
+    capacity_ = bytes;
+    const int64_t cap_units = static_cast<int64_t>(bytes / kUnit);
+    if (lru_.size() > cap_units) lru_.shrink(lru_.size() - cap_units);
+    ++calls_;
+  }
+  // Adds units up to the capacity (a cache filling as it misses).
+  void fill() {
+    const int64_t cap_units = static_cast<int64_t>(capacity_ / kUnit);
+    if (lru_.size() < cap_units) lru_.grow(cap_units - lru_.size());
+  }
+  LruCache& lru_;
+  uint64_t capacity_ = 0;
+  int calls_ = 0;
+};
+
+struct Fixture : ::testing::Test {
+  ManualClock clock{1'000'000'000};
+  Controller ctl{[this] {
+    Options o;
+    o.clock = &clock;
+    return o;
+  }()};
+  GroupRef make(const char* path) {
+    GroupRef g;
+    EXPECT_EQ(ctl.create(path, &g), 0);
+    return g;
+  }
+};
+
+using CacheGovernorTest = Fixture;
+
+TEST_F(CacheGovernorTest, CapacityIsTheRoomLeftByOtherMemory) {
+  GroupRef g = make("/t");
+  g->set_max(1024 * kUnit);  // 4 MiB
+  ASSERT_EQ(try_charge(*g, 256, kDefaultCharge | kNoSpin), ChargeStatus::kOk);  // other memory
+  LruCache lru(*g, "c");
+  GovernedLru cache(lru);
+  CacheGovernorOptions o;
+  o.headroom_bytes = 32 * kUnit;
+  CacheGovernor gov(*g, cache, o);
+  EXPECT_EQ(gov.capacity(), (1024 - 256 - 32) * kUnit);
+  cache.fill();
+  EXPECT_EQ(lru.size(), 1024 - 256 - 32);
+  // The cache's own usage does not shrink its room: the target stays, but for the units the
+  // cache's charges left in this CPU's stock (other memory as far as the counters tell).
+  const double stock = 64.0 * kUnit;
+  EXPECT_NEAR(static_cast<double>(gov.update()), (1024 - 256 - 32) * kUnit, stock);
+  // memory.high below max: the cache follows the lower limit, at once.
+  g->set_high(800 * kUnit);
+  EXPECT_NEAR(static_cast<double>(gov.update()), (800 - 256 - 32) * kUnit, stock);
+  EXPECT_LE(static_cast<uint64_t>(lru.size()) * kUnit, gov.capacity());
+  uncharge_direct(*g, 256);
+}
+
+TEST_F(CacheGovernorTest, GrowsOnlyPastTheHysteresisAndNotRightAfterReclaim) {
+  GroupRef g = make("/t");
+  g->set_max(1024 * kUnit);
+  ASSERT_EQ(try_charge(*g, 512, kDefaultCharge | kNoSpin), ChargeStatus::kOk);
+  LruCache lru(*g, "c");
+  GovernedLru cache(lru);
+  CacheGovernorOptions o;
+  o.headroom_bytes = kUnit;
+  o.hysteresis_bytes = 64 * kUnit;
+  o.grow_delay_ns = 5'000'000'000;
+  CacheGovernor gov(*g, cache, o);
+  ASSERT_EQ(gov.capacity(), 511 * kUnit);
+  uncharge_direct(*g, 32);  // 32 units of room more: within the hysteresis
+  EXPECT_EQ(gov.update(), 511 * kUnit);
+  uncharge_direct(*g, 64);  // 96 units more: past it
+  EXPECT_EQ(gov.update(), 607 * kUnit);
+  EXPECT_EQ(gov.stats().raised, 1u);
+  cache.fill();
+  // Proactive reclaim lowers the capacity by what was asked; the cache evicts itself.
+  const int64_t freed = reclaim(*g, 100, ReclaimReason::kProactive);
+  EXPECT_GE(freed, 100);
+  EXPECT_LE(gov.capacity(), 507 * kUnit);
+  EXPECT_GE(gov.stats().reclaims, 1u);
+  EXPECT_EQ(static_cast<uint64_t>(lru.size()) * kUnit, gov.capacity());
+  // Room came back but the grow delay holds the capacity down...
+  const uint64_t lowered = gov.capacity();
+  EXPECT_EQ(gov.update(), lowered);
+  // ...until it has passed.
+  clock.advance(6'000'000'000);
+  EXPECT_EQ(gov.update(), 607 * kUnit);
+  uncharge_direct(*g, 416);
+}
+
+TEST_F(CacheGovernorTest, ChargeAtMaxShrinksTheCacheInsteadOfFailing) {
+  GroupRef g = make("/t");
+  g->set_max(1024 * kUnit);
+  LruCache lru(*g, "c");
+  GovernedLru cache(lru);
+  CacheGovernor gov(*g, cache);
+  cache.fill();
+  ASSERT_GT(lru.size(), 900);
+  // Other memory grows past the room the cache left: reclaim lowers the capacity.
+  ASSERT_EQ(try_charge(*g, 300, kDefaultCharge | kNoSpin), ChargeStatus::kOk);
+  EXPECT_LE(g->current(), 1024 * kUnit);
+  EXPECT_LE(gov.capacity(), (1024 - 300) * kUnit);
+  EXPECT_EQ(g->events().get(Event::kOom), 0u);
+  uncharge_direct(*g, 300);
+}
+
+TEST_F(CacheGovernorTest, AncestorPressureStopsAtTheGroupsLow) {
+  GroupRef parent = make("/p");
+  GroupRef a = make("/p/a");
+  GroupRef b = make("/p/b");
+  parent->set_max(2048 * kUnit);
+  a->set_low(1024 * kUnit);
+  LruCache lru(*a, "c");
+  GovernedLru cache(lru);
+  CacheGovernorOptions o;
+  o.headroom_bytes = kUnit;
+  o.grow_delay_ns = 0;
+  CacheGovernor gov(*a, cache, o);
+  cache.fill();
+  ASSERT_GE(lru.size(), 1900);
+  // A noisy sibling with a cache of its own grows it far past the parent's limit.
+  LruCache noisy(*b, "noisy");
+  for (int round = 0; round < 8; ++round) {
+    noisy.grow(512);
+    gov.update();
+    cache.fill();  // the protected tenant keeps reading
+  }
+  // memory.low, less the units a stock batch holds (other memory to the governor).
+  EXPECT_GE(lru.size(), 1024 - 64);
+  EXPECT_GE(gov.capacity(), (1024 - 64) * kUnit);
+  EXPECT_LE(parent->current(), 2048 * kUnit);
+  EXPECT_GT(noisy.size(), 512);
+  EXPECT_EQ(a->events().get(Event::kLow), 0u);
+}
+
+TEST_F(CacheGovernorTest, InvalidOptionsAreRefused) {
+  GroupRef g = make("/t");
+  LruCache lru(*g, "c");
+  GovernedLru cache(lru);
+  CacheGovernorOptions o;
+  o.min_bytes = 10 * kUnit;
+  o.max_bytes = 5 * kUnit;
+  EXPECT_THROW(CacheGovernor(*g, cache, o), std::invalid_argument);
+  EXPECT_EQ(cache.calls_, 0);
+}
+
+}  // namespace
+}  // namespace memcg
