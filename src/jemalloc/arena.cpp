@@ -8,13 +8,23 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 
-#include "memcg/core/controller.hpp"
+#include <dlfcn.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <thread>
+
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/internal/alloc_hook.hpp"
 #include "memcg/core/reclaim.hpp"
+#include "memcg/core/safe_point.hpp"
 
 namespace memcg::jemalloc {
 
@@ -25,7 +35,9 @@ struct Arena::State {
   extent_hooks_t hooks;
   GroupRef group;
   int kind = kDefaultKind;
+  int forced_kind = -1;  // memory.stat item of forced bytes (kArenaForcedKindName), or -1
   uint32_t flags = kDefaultCharge;
+  bool never_fail = true;
   unsigned unit_shift = 12;
   unsigned index = 0;
   // Bytes charged and not uncharged. Relaxed: a mirror of what the group's counters hold for this
@@ -39,6 +51,7 @@ struct Arena::State {
   std::atomic<uint64_t> commits{0};
   std::atomic<uint64_t> decommits{0};
   std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> forced_bytes{0};
   State* next_released = nullptr;  // guarded by released_mutex()
 
   // The library's own bookkeeping lives in arena 0, never in a tenant's arena.
@@ -65,22 +78,33 @@ State* state_of(extent_hooks_t* hooks) noexcept {
 thread_local int tl_creating = 0;
 
 // Charges `bytes` (whole pages, so whole units) for the arena; false when refused.
+// The hooks run with jemalloc's locks held: the charge takes or is refused the counters only,
+// and the rest of the ladder waits for the thread's next safe point (alloc_hook.hpp).
 bool charge_pages(State* st, size_t bytes) noexcept {
+  internal::AllocHookScope in_hook;
   const int64_t units = static_cast<int64_t>(bytes >> st->unit_shift);
-  // Under a library lock the charge must not reclaim (the reclaim path takes library locks) and
-  // must not fail the library's own allocation: forced, as the object layer forces its own. The
-  // arena's first metadata, asked for while jemalloc holds its control lock, likewise.
-  const uint32_t flags =
-      internal::tl_hook_bypass != 0 || tl_creating != 0 ? kNoFail : (st->flags | kNoSpin);
-  if (!charged(try_charge(*st->group, units, flags, st->kind))) {
-    st->failed.fetch_add(1, std::memory_order_relaxed);
+  // Never-fail arenas force what does not fit; so does a charge under a library lock (the
+  // library's own allocation cannot fail) and the arena's first metadata.
+  const bool force = st->never_fail || internal::tl_hook_bypass != 0 || tl_creating != 0;
+  const uint32_t flags = (force ? st->flags | kNoFail : st->flags) | kNoSpin;
+  const uint64_t refusals = internal::tl_deferred_refusals;
+  const ChargeStatus status = try_charge(*st->group, units, flags, st->kind);
+  if (!charged(status)) {
+    // Once per safe-point interval, whatever jemalloc retries (the core counts the same way).
+    if (internal::tl_deferred_refusals != refusals)
+      st->failed.fetch_add(1, std::memory_order_relaxed);
     return false;
+  }
+  if (status == ChargeStatus::kForced) {
+    st->forced_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    if (st->forced_kind >= 0) st->group->stat_add(st->forced_kind, static_cast<int64_t>(bytes), units);
   }
   st->charged.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   return true;
 }
 
 void uncharge_pages(State* st, size_t bytes) noexcept {
+  internal::AllocHookScope in_hook;  // the wake of waiting charges is deferred
   st->charged.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   uncharge_direct(*st->group, static_cast<int64_t>(bytes >> st->unit_shift), st->kind);
 }
@@ -299,7 +323,9 @@ State* create_state(Group& group, int kind, const ArenaOptions& options) noexcep
   st->hooks.merge = hook_merge;
   st->group = GroupRef(&group);
   st->kind = kind;
+  st->forced_kind = group.controller().stat_index(kArenaForcedKindName);
   st->flags = options.charge_flags;
+  st->never_fail = options.failure == ArenaFailure::kNeverFail;
   st->unit_shift = group.controller().unit_shift();
 
   // The hooks run during creation (metadata): everything they read is set above.
@@ -324,8 +350,70 @@ State* create_state(Group& group, int kind, const ArenaOptions& options) noexcep
   return st;
 }
 
+// Collects released arenas on its own, so that a removed tenant's arena goes once its last block
+// is freed without waiting for an unrelated Arena call: a thread started on the first arena
+// queued with live blocks, that calls collect_released() every kCollectPeriod while the queue is
+// not empty, then sleeps until another one is queued. Joined at process exit.
+constexpr auto kCollectPeriod = std::chrono::milliseconds(100);
+
+class Collector {
+ public:
+  static Collector& get() {
+    static Collector c;
+    return c;
+  }
+  void wake() noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      work_ = true;
+      if (!started_) {
+        try {
+          thread_ = std::thread([this] { run(); });
+          started_ = true;
+        } catch (...) {
+          return;  // no thread: Arena calls still collect
+        }
+      }
+    }
+    cv_.notify_one();
+  }
+  ~Collector() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      if (!work_) {
+        cv_.wait(lock, [this] { return stop_ || work_; });
+        continue;
+      }
+      lock.unlock();
+      const size_t remaining = collect_released();
+      lock.lock();
+      if (remaining == 0) {
+        work_ = false;
+        continue;
+      }
+      cv_.wait_for(lock, kCollectPeriod, [this] { return stop_; });
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  bool started_ = false;
+  bool work_ = false;
+  bool stop_ = false;
+};
+
 // Destroys `st`'s jemalloc arena now if it holds no block, else queues it for
-// collect_released().
+// collect_released() and the collector.
 void release_state(State* st) noexcept {
   bool destroyed;
   {
@@ -337,7 +425,54 @@ void release_state(State* st) noexcept {
       g_released = st;
     }
   }
-  if (destroyed) delete_state(st);  // no lock held: may drop the last group reference
+  if (destroyed) {
+    delete_state(st);  // no lock held: may drop the last group reference
+  } else {
+    Collector::get().wake();
+  }
+}
+
+// Whether the malloc this process calls is the one in the jemalloc we link: the object that
+// defines `malloc` as the program resolves it is the one that defines mallctl, and jemalloc knows
+// a block malloc returned. Another allocator preloaded, or a sanitizer's malloc, fails the first
+// test (then no jemalloc call is made on foreign memory).
+bool check_jemalloc_serves_malloc() noexcept {
+  void* m = ::dlsym(RTLD_DEFAULT, "malloc");
+  void* c = reinterpret_cast<void*>(&::mallctl);
+  Dl_info mi{}, ci{};
+  if (m == nullptr || ::dladdr(m, &mi) == 0 || ::dladdr(c, &ci) == 0) return false;
+  if (mi.dli_fbase != ci.dli_fbase) return false;
+  void* p = std::malloc(64);
+  if (p == nullptr) return false;
+  const bool known = arena_of(p) != UINT32_MAX;
+  std::free(p);
+  return known;
+}
+
+// The ladder of a safe point runs on jemalloc's arena 0 (alloc_hook.hpp, g_ladder_scope): what
+// reclaimers and kill callbacks allocate is the library's and the application's, not the
+// tenant's, and must not keep the tenant's arena alive. Each change flushes the thread's cache.
+thread_local unsigned tl_ladder_home = UINT32_MAX;
+void ladder_scope(bool enter) noexcept {
+  if (enter) {
+    const unsigned home = read_ctl<unsigned>("thread.arena");
+    if (home == 0) return;
+    ::mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
+    unsigned zero = 0;
+    if (::mallctl("thread.arena", nullptr, nullptr, &zero, sizeof zero) == 0) tl_ladder_home = home;
+  } else if (tl_ladder_home != UINT32_MAX) {
+    unsigned home = std::exchange(tl_ladder_home, UINT32_MAX);
+    ::mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
+    ::mallctl("thread.arena", nullptr, nullptr, &home, sizeof home);
+  }
+}
+
+void start_background_purge() noexcept {
+  static const bool started = [] {
+    bool on = true;
+    return ::mallctl("background_thread", nullptr, nullptr, &on, sizeof on) == 0;
+  }();
+  (void)started;
 }
 
 }  // namespace
@@ -364,7 +499,12 @@ int Arena::create(Group& group, std::unique_ptr<Arena>* out, const ArenaOptions&
   if (options.dirty_decay_ms != ArenaOptions::kKeepDefault && options.dirty_decay_ms < -1)
     return EINVAL;
   if (options.nr_arenas < 1 || options.nr_arenas > kMaxArenasPerGroup) return EINVAL;
+  if (options.failure != ArenaFailure::kRefuse && options.failure != ArenaFailure::kNeverFail)
+    return EINVAL;
+  if (!jemalloc_serves_malloc()) return ENOTSUP;
   if (!group.is_online()) return ENOENT;
+  if (options.background_purge) start_background_purge();
+  internal::g_ladder_scope.store(&ladder_scope, std::memory_order_release);
   collect_released();
 
   std::unique_ptr<Arena> arena;
@@ -467,6 +607,7 @@ ArenaStats Arena::stats() const noexcept {
     s.commits += st->commits.load(std::memory_order_relaxed);
     s.decommits += st->decommits.load(std::memory_order_relaxed);
     s.failed_charges += st->failed.load(std::memory_order_relaxed);
+    s.forced += st->forced_bytes.load(std::memory_order_relaxed);
   }
   s.charged = charged_bytes();
   return s;
@@ -490,6 +631,7 @@ std::string Arena::format_stats() const {
   line("retained", s.retained);
   line("metadata", s.metadata);
   line("resident", s.resident);
+  line("forced", s.forced);
   return out;
 }
 
@@ -548,7 +690,21 @@ bool bind_thread(unsigned index) noexcept {
 }
 }  // namespace
 
+bool safe_point() noexcept {
+  return memcg::safe_point();
+}
+
+
+
+bool jemalloc_serves_malloc() noexcept {
+  static const bool serves = check_jemalloc_serves_malloc();
+  return serves;
+}
+
+// Both boundaries are safe points: what the previous binding's hooks left runs before the thread
+// moves, and what this one's left runs when it ends.
 ScopedArenaAttach::ScopedArenaAttach(Arena& arena) noexcept : attach_(arena.group()) {
+  memcg::safe_point();
   if (!attach_.ok()) return;
   previous_arena_ = current_thread_arena();
   bound_ = bind_thread(arena.next_index());
@@ -556,6 +712,7 @@ ScopedArenaAttach::ScopedArenaAttach(Arena& arena) noexcept : attach_(arena.grou
 
 ScopedArenaAttach::~ScopedArenaAttach() {
   if (bound_) bind_thread(previous_arena_);
+  memcg::safe_point();
 }
 
 // ---- pmr --------------------------------------------------------------------------------------
@@ -564,6 +721,7 @@ void* ArenaResource::do_allocate(size_t bytes, size_t alignment) {
   int flags = flags_;
   if (alignment > alignof(std::max_align_t)) flags |= MALLOCX_ALIGN(alignment);
   void* p = ::mallocx(bytes == 0 ? 1 : bytes, flags);
+  memcg::safe_point();  // jemalloc returned: the hooks' deferred ladder runs here
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
@@ -572,6 +730,7 @@ void ArenaResource::do_deallocate(void* p, size_t bytes, size_t alignment) {
   int flags = MALLOCX_TCACHE_NONE;
   if (alignment > alignof(std::max_align_t)) flags |= MALLOCX_ALIGN(alignment);
   ::sdallocx(p, bytes == 0 ? 1 : bytes, flags);
+  memcg::safe_point();
 }
 
 bool ArenaResource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {

@@ -110,15 +110,41 @@ namespace memcg::jemalloc {
 // of this name if it registered one (Options::stat_kinds), else `anon`.
 inline constexpr const char* kArenaKindName = "arena";
 inline constexpr int kAutoKind = -2;
+// The memory.stat item that counts the bytes the hooks forced past memory.max (never-fail
+// arenas, and charges under library locks), when the controller registered an application kind
+// of this name (an event kind: it only grows). ArenaStats::forced has the same figure per arena.
+inline constexpr const char* kArenaForcedKindName = "arena_forced";
+
+// What an allocation does when its pages do not fit under memory.max (arena.hpp, "Failure
+// model").
+enum class ArenaFailure : uint8_t {
+  // The allocation fails: malloc returns null, operator new throws std::bad_alloc. The ladder
+  // (reclaim, OOM decision) runs at the thread's next safe point, for the allocations after it.
+  kRefuse,
+  // The allocation never fails: the pages are charged past memory.max and counted (forced); the
+  // next safe point reclaims until the group is back under memory.max and applies the OOM policy
+  // when reclaim cannot get there.
+  kNeverFail,
+};
 
 struct ArenaOptions {
+  // The default is never-fail because the threads bound to an arena usually run code the
+  // application does not own (a storage engine, a parser, the C++ library), and such code takes
+  // a null from malloc or a bad_alloc as fatal or, worse, as a corrupted state: RocksDB crashes
+  // on a null in its block cache and hangs its write path after a bad_alloc. Pick kRefuse for an
+  // arena used only by code written to handle failure (ArenaResource users, own containers).
+  ArenaFailure failure = ArenaFailure::kNeverFail;
   // memory.stat item the pages are counted under: kAutoKind, or a StatRegistry index of the
   // group's controller.
   int kind = kAutoKind;
-  // Flags of the page charges (charge.hpp). kMayBlock (the default): reclaim, throttle at
-  // memory.high and run the OOM ladder before failing. A NoFailScope open on the allocating
-  // thread forces the charge instead of failing.
+  // Flags of the deferred ladder (charge.hpp): kRetryMayFail runs no OOM killer for a refused
+  // allocation, kNoRetry reclaims once. A NoFailScope open on the allocating thread forces the
+  // charge of a kRefuse arena instead of refusing it.
   uint32_t charge_flags = kDefaultCharge;
+  // Start jemalloc's background purge threads (mallctl background_thread, process-wide, once),
+  // so that freed pages of an arena that no longer allocates are returned on time (arena.hpp,
+  // "Idle memory"). Without them jemalloc decays an arena only when it allocates again.
+  bool background_purge = true;
   // jemalloc's arena.<i>.dirty_decay_ms for this arena: -1 never decays, 0 returns freed pages
   // at once; kKeepDefault keeps jemalloc's setting (opt.dirty_decay_ms).
   static constexpr int64_t kKeepDefault = INT64_MIN;
@@ -144,7 +170,8 @@ struct ArenaStats {
   uint64_t resident = 0;  // jemalloc's upper estimate of resident bytes
   uint64_t commits = 0;           // commit hook calls that charged
   uint64_t decommits = 0;         // decommit hook calls
-  uint64_t failed_charges = 0;    // commits (and committed allocs) refused
+  uint64_t failed_charges = 0;    // allocations refused (once per safe-point interval)
+  uint64_t forced = 0;            // bytes charged past memory.max (never-fail, library locks)
 };
 
 class Arena {
@@ -152,7 +179,9 @@ class Arena {
   // Creates a jemalloc arena with the group's hooks and registers its reclaimer on the group.
   // Errors, changing nothing: EINVAL for the root group, a kind that is not the controller's, a
   // controller unit larger than jemalloc's page, or an option out of range; ENOENT for an offline
-  // group; EAGAIN when jemalloc refuses a new arena (its limit of arenas, or no memory).
+  // group; EAGAIN when jemalloc refuses a new arena (its limit of arenas, or no memory);
+  // ENOTSUP when jemalloc is not the allocator serving malloc in this process (another
+  // allocator preloaded, a sanitizer): bound threads would charge nothing.
   static int create(Group& group, std::unique_ptr<Arena>* out, const ArenaOptions& options = {});
 
   // Unregisters the reclaimer and releases the jemalloc arena (see Lifetime above).
@@ -199,6 +228,16 @@ class Arena {
 // Blocks freed into other threads' caches keep an arena alive until those caches are flushed
 // (thread exit, or mallctl thread.tcache.flush on that thread).
 size_t collect_released() noexcept;
+
+// A safe point (memcg/core/safe_point.hpp) for threads bound to an arena: runs what this thread's
+// hook charges left (the ladder of a refused or forced allocation, the memory.high throttle, the
+// wake of waiting charges). A long-running loop that allocates with plain malloc calls it between
+// items; operator new and delete and ScopedArenaAttach call it on their own. Returns true if
+// anything was pending.
+bool safe_point() noexcept;
+
+// Whether jemalloc serves malloc in this process (what Arena::create checks).
+bool jemalloc_serves_malloc() noexcept;
 
 // Attaches the calling thread to the arena's group (like ScopedAttach) and binds it to the
 // arena, for the scope; restores the previous group and arena at its end. Each change flushes the
