@@ -115,6 +115,17 @@ inline constexpr int kAutoKind = -2;
 // of this name (an event kind: it only grows). ArenaStats::forced has the same figure per arena.
 inline constexpr const char* kArenaForcedKindName = "arena_forced";
 
+// The most a never-fail thread takes past max(memory.max, the group's usage at its previous safe
+// point) beyond the pages of the allocations it makes between two safe points: one jemalloc
+// metadata block those allocations may need (arena.hpp, "Safe points").
+inline constexpr uint64_t kNeverFailSlackBytes = 2u << 20;
+// With ArenaOptions::background_purge, the freed pages of an arena that allocates no more are
+// uncharged within kIdleDecayFactor x dirty_decay_ms + kIdleSlackMs: jemalloc decays along a
+// smooth curve over dirty_decay_ms and its purge threads sleep between passes (measured on
+// this VM: 0.4 s at 200 ms, 2.7 s at 1 s, 8.1 s at 3 s). At jemalloc's default of 10 s: 31 s.
+inline constexpr int64_t kIdleDecayFactor = 3;
+inline constexpr int64_t kIdleSlackMs = 1000;
+
 // What an allocation does when its pages do not fit under memory.max (arena.hpp, "Failure
 // model").
 enum class ArenaFailure : uint8_t {
