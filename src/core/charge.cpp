@@ -17,29 +17,26 @@
 
 #include "memcg/core/internal/alloc_hook.hpp"
 #include "memcg/core/internal/charge_wait_hooks.hpp"
-#include "memcg/core/safe_point.hpp"
 
+#include "charge_ladder.hpp"
 #include "controller_registry.hpp"
 
 namespace memcg {
 namespace {
 
-// Reclaim attempts without progress before the OOM handler (the kernel's MAX_RECLAIM_RETRIES).
-constexpr int kMaxReclaimRetries = 16;
-// Charges above this many 4 KiB pages are "costly": no free retry after partial progress and no
-// OOM kill (the kernel's PAGE_ALLOC_COSTLY_ORDER 3 = 8 pages). Scaled to the unit in use.
-constexpr int64_t kCostlyBytes = 8 * 4096;
-// The smallest reclaim request (the kernel's SWAP_CLUSTER_MAX = 32 pages of 4 KiB).
-constexpr int64_t kMinReclaimBytes = 32 * 4096;
+using internal::at_least_one;
+using internal::DeferredSlot;
+using internal::kCostlyBytes;
+using internal::kMaxReclaimRetries;
+using internal::kMinReclaimBytes;
+using internal::oom_stalled;
+using internal::reclaim_stalled;
+using internal::tl_deferred;
 
 Group* group_of_counter(Group& start, const PageCounter* counter) noexcept {
   for (Group* g = &start; g; g = g->parent())
     if (&g->memory() == counter) return g;
   return nullptr;
-}
-
-int64_t at_least_one(int64_t v) noexcept {
-  return v > 0 ? v : 1;
 }
 
 // memory.high bookkeeping of the calling thread: units charged while some level was over high
@@ -68,43 +65,6 @@ thread_local PendingHigh tl_high;
 
 void handle_over_high() noexcept;
 
-// What charges and uncharges made inside allocator hooks left for the next safe point
-// (alloc_hook.hpp), one slot per group. Each slot holds a reference to its group; a record whose
-// controller is gone (its serial is dead) is dropped without touching the group.
-struct DeferredSlot {
-  Group* group = nullptr;  // holds a reference while non-null
-  uint64_t serial = 0;
-  int64_t refused = 0;  // the largest refused request, in units
-  int64_t forced = 0;   // units forced past the limit
-  uint32_t flags = 0;   // of the refused request (kRetryMayFail, kNoRetry)
-  bool wake = false;    // an uncharge skipped the wake of waiting charges
-};
-struct DeferredRecords {
-  // Groups one thread touches between two safe points; a record past them still counts but runs
-  // no ladder (the next charge of that group outside a hook runs its own).
-  static constexpr int kSlots = 4;
-  DeferredSlot slots[kSlots];
-
-  // The slot of `group`, or a new one (takes a reference; atomic only: callable in a hook).
-  DeferredSlot* slot_for(Group& group) noexcept {
-    DeferredSlot* free_slot = nullptr;
-    for (DeferredSlot& s : slots) {
-      if (s.group == &group && s.serial == group.controller().serial()) return &s;
-      if (s.group == nullptr && free_slot == nullptr) free_slot = &s;
-    }
-    if (free_slot == nullptr) return nullptr;
-    group.get();
-    free_slot->group = &group;
-    free_slot->serial = group.controller().serial();
-    internal::tl_deferred_pending = 1;
-    return free_slot;
-  }
-  ~DeferredRecords() {  // thread exit
-    for (DeferredSlot& s : slots)
-      if (Group* g = std::exchange(s.group, nullptr)) internal::put_if_live(s.serial, *g);
-  }
-};
-thread_local DeferredRecords tl_deferred;
 
 // After the counters were charged: note whether some level is over memory.high, and if the
 // caller may block, reclaim and throttle now (the kernel does it on return to user space, which
@@ -138,16 +98,6 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
     handle_over_high();
 }
 
-// Reclaim and the OOM handler (with its wait for a victim) are memory stalls of the charging
-// thread, accounted to the charged group (psi.hpp).
-int64_t reclaim_stalled(Group& group, Group& over_limit, int64_t units) {
-  MemStall stall(group);
-  return group.controller().reclaim_for_charge(over_limit, units);
-}
-bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
-  MemStall stall(group);
-  return group.controller().out_of_memory(over_limit, units);
-}
 
 // A charge inside an allocator hook (alloc_hook.hpp): the counters only. Refused or forced, it
 // leaves a record for the next safe point and raises nothing.
@@ -162,6 +112,7 @@ ChargeStatus charge_in_hook(Group& group, int64_t n, uint32_t flags) noexcept {
       if (batch > n) ctl.stock().refill(&group, batch - n);
       group.stat_add(StatRegistry::kPgfault, 1, 1);
       check_high(group, batch, flags & ~kMayBlock);
+      if (tl_high.pages > 0) internal::tl_deferred_pending = 1;  // the throttle waits too
       return ChargeStatus::kOk;
     }
     if (batch == n) break;
@@ -189,6 +140,7 @@ ChargeStatus charge_in_hook(Group& group, int64_t n, uint32_t flags) noexcept {
   stats.forced.fetch_add(1, std::memory_order_relaxed);
   if (slot != nullptr) slot->forced += n;
   check_high(group, n, flags & ~kMayBlock);
+  if (tl_high.pages > 0) internal::tl_deferred_pending = 1;
   return ChargeStatus::kForced;
 }
 
@@ -286,6 +238,20 @@ ChargeStatus charge_in_hook(Group& group, int64_t n, uint32_t flags) noexcept {
 }
 
 }  // namespace
+
+// Reclaim and the OOM handler (with its wait for a victim) are memory stalls of the charging
+// thread, accounted to the charged group (psi.hpp).
+int64_t internal::reclaim_stalled(Group& group, Group& over_limit, int64_t units) {
+  MemStall stall(group);
+  return group.controller().reclaim_for_charge(over_limit, units);
+}
+bool internal::oom_stalled(Group& group, Group& over_limit, int64_t units) {
+  MemStall stall(group);
+  return group.controller().out_of_memory(over_limit, units);
+}
+bool internal::high_pending() noexcept {
+  return tl_high.pages > 0;
+}
 
 // The per-kind byte total of memory.stat follows every charge and uncharge, so that the state
 // items add up to memory.current minus what sits in the stocks. On the hot paths the stock slot
@@ -518,110 +484,5 @@ void handle_over_high() noexcept {
   group->put();
 }
 
-// The deepest level below the root at which `need` more units do not fit (need 0: a level over
-// its max), or null.
-Group* level_short_of(Group& group, int64_t need) noexcept {
-  Group* worst = nullptr;
-  for (Group* g = &group; g && !g->is_root(); g = g->parent()) {
-    const int64_t usage = g->memory().usage();
-    const int64_t max = g->memory().max();
-    if (usage > max || max - usage < need) {
-      worst = g;
-      break;
-    }
-  }
-  return worst;
-}
-
-// The ladder an allocator hook could not run (alloc_hook.hpp), now outside the allocator. For a
-// refusal: reclaim until the refused amount fits, then the OOM decision as the charge would have
-// made it (requests of at most the costly size, not with kRetryMayFail). After forced charges:
-// reclaim until the group is back under memory.max, then the OOM policy whatever the size (the
-// memory is taken already; killing is the only way back).
-void run_ladder(Group& group, const DeferredSlot& rec) noexcept {
-  Controller& ctl = group.controller();
-  const int64_t costly = at_least_one(kCostlyBytes >> ctl.unit_shift());
-  const int64_t min_reclaim = at_least_one(kMinReclaimBytes >> ctl.unit_shift());
-  const bool forced = rec.forced > 0;
-  const int64_t need = forced ? 0 : rec.refused;
-  Group* over = level_short_of(group, need);
-  if (over == nullptr) return;
-  over->raise(Event::kMax);
-  int retries = rec.flags & kNoRetry ? 0 : kMaxReclaimRetries;
-  bool drained = false;
-  int kills = 0;
-  for (;;) {
-    const int64_t short_by =
-        over->memory().usage() + need - static_cast<int64_t>(over->memory().max());
-    const int64_t reclaimed =
-        reclaim_stalled(group, *over, std::max(std::max<int64_t>(short_by, 1), min_reclaim));
-    over = level_short_of(group, need);
-    if (over == nullptr) return;
-    if (!drained) {
-      drained = true;
-      ctl.obj_stock().drain_all(over);
-      ctl.stock().drain_all(over);
-      ctl.charge_counters().drains.fetch_add(1, std::memory_order_relaxed);
-      if ((over = level_short_of(group, need)) == nullptr) return;
-      continue;
-    }
-    if (reclaimed > 0 && retries > 0) {
-      --retries;
-      continue;
-    }
-    if (retries-- > 0) continue;
-    const bool may_kill = forced || (need <= costly && !(rec.flags & kRetryMayFail));
-    // A bounded number of kills per safe point: each waits for its victim (oom.hpp).
-    if (!may_kill || kills++ >= 4) return;
-    over->raise(Event::kOom);
-    if (!oom_stalled(group, *over, std::max<int64_t>(need, 1))) return;
-    const std::atomic<bool>* dying = internal::tl_charging_member_killed;
-    if (dying && dying->load(std::memory_order_acquire)) return;
-    retries = kMaxReclaimRetries;
-    if ((over = level_short_of(group, need)) == nullptr) return;
-  }
-}
-
-thread_local bool tl_in_safe_point = false;
-
 }  // namespace
-
-std::atomic<internal::LadderScopeFn> internal::g_ladder_scope{nullptr};
-
-bool internal::run_deferred() noexcept {
-  if (internal::tl_deferred_pending == 0 && tl_high.pages == 0) return false;
-  if (internal::tl_alloc_hook_depth > 0 || internal::tl_reclaim_depth > 0 ||
-      internal::tl_hook_bypass > 0 || tl_in_safe_point)
-    return false;
-  tl_in_safe_point = true;
-  // Taken out first: the ladder allocates and charges, which may leave new records.
-  DeferredSlot taken[DeferredRecords::kSlots];
-  for (int i = 0; i < DeferredRecords::kSlots; ++i)
-    taken[i] = std::exchange(tl_deferred.slots[i], DeferredSlot{});
-  internal::tl_deferred_pending = 0;
-  internal::tl_deferred_refusals = 0;
-  const internal::LadderScopeFn scope = internal::g_ladder_scope.load(std::memory_order_acquire);
-  if (scope != nullptr) scope(true);
-  for (DeferredSlot& rec : taken) {
-    Group* g = std::exchange(rec.group, nullptr);
-    if (g == nullptr) continue;
-    if (!internal::controller_live(rec.serial)) continue;  // gone: nothing to touch
-    if (rec.wake) internal::wake_charge_waiters(*g);
-    if (rec.refused > 0 || rec.forced > 0) run_ladder(*g, rec);
-    g->put();
-  }
-  if (tl_high.pages > 0) handle_over_high();
-  if (scope != nullptr) scope(false);
-  tl_in_safe_point = false;
-  return true;
-}
-
-}  // namespace memcg
-
-namespace memcg {
-bool safe_point() noexcept {
-  if (internal::tl_deferred_pending == 0 && tl_high.pages == 0) [[likely]]
-    return false;
-  return internal::run_deferred();
-}
 }  // namespace memcg

@@ -14,17 +14,13 @@
 #include <string>
 #include <utility>
 
-#include <dlfcn.h>
-
-#include <chrono>
-#include <condition_variable>
-#include <thread>
-
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/internal/alloc_hook.hpp"
 #include "memcg/core/reclaim.hpp"
 #include "memcg/core/safe_point.hpp"
+
+#include "internal.hpp"
 
 namespace memcg::jemalloc {
 
@@ -350,68 +346,6 @@ State* create_state(Group& group, int kind, const ArenaOptions& options) noexcep
   return st;
 }
 
-// Collects released arenas on its own, so that a removed tenant's arena goes once its last block
-// is freed without waiting for an unrelated Arena call: a thread started on the first arena
-// queued with live blocks, that calls collect_released() every kCollectPeriod while the queue is
-// not empty, then sleeps until another one is queued. Joined at process exit.
-constexpr auto kCollectPeriod = std::chrono::milliseconds(100);
-
-class Collector {
- public:
-  static Collector& get() {
-    static Collector c;
-    return c;
-  }
-  void wake() noexcept {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      work_ = true;
-      if (!started_) {
-        try {
-          thread_ = std::thread([this] { run(); });
-          started_ = true;
-        } catch (...) {
-          return;  // no thread: Arena calls still collect
-        }
-      }
-    }
-    cv_.notify_one();
-  }
-  ~Collector() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  void run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      if (!work_) {
-        cv_.wait(lock, [this] { return stop_ || work_; });
-        continue;
-      }
-      lock.unlock();
-      const size_t remaining = collect_released();
-      lock.lock();
-      if (remaining == 0) {
-        work_ = false;
-        continue;
-      }
-      cv_.wait_for(lock, kCollectPeriod, [this] { return stop_; });
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::thread thread_;
-  bool started_ = false;
-  bool work_ = false;
-  bool stop_ = false;
-};
-
 // Destroys `st`'s jemalloc arena now if it holds no block, else queues it for
 // collect_released() and the collector.
 void release_state(State* st) noexcept {
@@ -428,42 +362,7 @@ void release_state(State* st) noexcept {
   if (destroyed) {
     delete_state(st);  // no lock held: may drop the last group reference
   } else {
-    Collector::get().wake();
-  }
-}
-
-// Whether the malloc this process calls is the one in the jemalloc we link: the object that
-// defines `malloc` as the program resolves it is the one that defines mallctl, and jemalloc knows
-// a block malloc returned. Another allocator preloaded, or a sanitizer's malloc, fails the first
-// test (then no jemalloc call is made on foreign memory).
-bool check_jemalloc_serves_malloc() noexcept {
-  void* m = ::dlsym(RTLD_DEFAULT, "malloc");
-  void* c = reinterpret_cast<void*>(&::mallctl);
-  Dl_info mi{}, ci{};
-  if (m == nullptr || ::dladdr(m, &mi) == 0 || ::dladdr(c, &ci) == 0) return false;
-  if (mi.dli_fbase != ci.dli_fbase) return false;
-  void* p = std::malloc(64);
-  if (p == nullptr) return false;
-  const bool known = arena_of(p) != UINT32_MAX;
-  std::free(p);
-  return known;
-}
-
-// The ladder of a safe point runs on jemalloc's arena 0 (alloc_hook.hpp, g_ladder_scope): what
-// reclaimers and kill callbacks allocate is the library's and the application's, not the
-// tenant's, and must not keep the tenant's arena alive. Each change flushes the thread's cache.
-thread_local unsigned tl_ladder_home = UINT32_MAX;
-void ladder_scope(bool enter) noexcept {
-  if (enter) {
-    const unsigned home = read_ctl<unsigned>("thread.arena");
-    if (home == 0) return;
-    ::mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
-    unsigned zero = 0;
-    if (::mallctl("thread.arena", nullptr, nullptr, &zero, sizeof zero) == 0) tl_ladder_home = home;
-  } else if (tl_ladder_home != UINT32_MAX) {
-    unsigned home = std::exchange(tl_ladder_home, UINT32_MAX);
-    ::mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
-    ::mallctl("thread.arena", nullptr, nullptr, &home, sizeof home);
+    wake_collector();
   }
 }
 
@@ -504,7 +403,7 @@ int Arena::create(Group& group, std::unique_ptr<Arena>* out, const ArenaOptions&
   if (!jemalloc_serves_malloc()) return ENOTSUP;
   if (!group.is_online()) return ENOENT;
   if (options.background_purge) start_background_purge();
-  internal::g_ladder_scope.store(&ladder_scope, std::memory_order_release);
+  install_ladder_scope();
   collect_released();
 
   std::unique_ptr<Arena> arena;
@@ -661,81 +560,6 @@ size_t collect_released() noexcept {
     done = next;
   }
   return remaining;
-}
-
-// ---- binding ----------------------------------------------------------------------------------
-
-unsigned current_thread_arena() noexcept {
-  unsigned a = 0;
-  size_t sz = sizeof a;
-  ::mallctl("thread.arena", &a, &sz, nullptr, 0);
-  return a;
-}
-
-unsigned arena_of(const void* p) noexcept {
-  unsigned a = UINT32_MAX;
-  size_t sz = sizeof a;
-  if (::mallctl("arenas.lookup", &a, &sz, &p, sizeof p) != 0) return UINT32_MAX;
-  return a;
-}
-
-void flush_thread_cache() noexcept {
-  ::mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
-}
-
-namespace {
-bool bind_thread(unsigned index) noexcept {
-  flush_thread_cache();
-  return ::mallctl("thread.arena", nullptr, nullptr, &index, sizeof index) == 0;
-}
-}  // namespace
-
-bool safe_point() noexcept {
-  return memcg::safe_point();
-}
-
-
-
-bool jemalloc_serves_malloc() noexcept {
-  static const bool serves = check_jemalloc_serves_malloc();
-  return serves;
-}
-
-// Both boundaries are safe points: what the previous binding's hooks left runs before the thread
-// moves, and what this one's left runs when it ends.
-ScopedArenaAttach::ScopedArenaAttach(Arena& arena) noexcept : attach_(arena.group()) {
-  memcg::safe_point();
-  if (!attach_.ok()) return;
-  previous_arena_ = current_thread_arena();
-  bound_ = bind_thread(arena.next_index());
-}
-
-ScopedArenaAttach::~ScopedArenaAttach() {
-  if (bound_) bind_thread(previous_arena_);
-  memcg::safe_point();
-}
-
-// ---- pmr --------------------------------------------------------------------------------------
-
-void* ArenaResource::do_allocate(size_t bytes, size_t alignment) {
-  int flags = flags_;
-  if (alignment > alignof(std::max_align_t)) flags |= MALLOCX_ALIGN(alignment);
-  void* p = ::mallocx(bytes == 0 ? 1 : bytes, flags);
-  memcg::safe_point();  // jemalloc returned: the hooks' deferred ladder runs here
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-
-void ArenaResource::do_deallocate(void* p, size_t bytes, size_t alignment) {
-  int flags = MALLOCX_TCACHE_NONE;
-  if (alignment > alignof(std::max_align_t)) flags |= MALLOCX_ALIGN(alignment);
-  ::sdallocx(p, bytes == 0 ? 1 : bytes, flags);
-  memcg::safe_point();
-}
-
-bool ArenaResource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {
-  const auto* o = dynamic_cast<const ArenaResource*>(&other);
-  return o != nullptr && o->flags_ == flags_;
 }
 
 }  // namespace memcg::jemalloc
