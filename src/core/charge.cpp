@@ -315,7 +315,7 @@ void uncharge_direct(Group& group, int64_t units, int kind) noexcept {
   }
   account_kind(group, kind, -units);
   group.memory().uncharge(units);
-  if (internal::any_charge_waiters()) [[unlikely]] {
+  if (internal::charge_waiters_on_path(group)) [[unlikely]] {
     // In an allocator hook the wake (which takes the wait state's mutex) waits for the safe
     // point; the waiters' poll bounds the delay where none comes.
     if (internal::tl_alloc_hook_depth > 0) {
