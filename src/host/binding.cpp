@@ -107,7 +107,9 @@ int HostBinding::refresh(std::string* error) {
   }
   guard.unlock();  // the writes below may reclaim and call back into user code
   root.set_high(s.high);  // stored for readers; the library does not throttle the root
-  if (s.max != root.max()) write_max(root, s.max, !options_.enforce);
+  // Only a change is written: an unchanged limit would drain every stock at each period.
+  if (controller_.to_units_floor(s.max) != root.memory().max())
+    write_max(root, s.max, !options_.enforce);
   const uint64_t current = root.current();
   if (s.high != kNoLimit && current > s.high) reclaim_root(current - s.high, false);
   const uint64_t after = root.current();
