@@ -3,6 +3,9 @@
 #include <prometheus/exposer.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <limits>
 #include <stdexcept>
 #include <string_view>
@@ -40,27 +43,36 @@ std::string unescape(std::string_view s, size_t line_no) {
 
 double value_of(std::string_view v, size_t line_no) {
   if (v == "+Inf") return std::numeric_limits<double>::infinity();
-  if (v.empty()) bad(line_no, "no value");
-  // Integers only: the renderer prints counts and bytes.
-  double out = 0;
-  size_t i = 0;
-  const bool negative = v[0] == '-';
-  if (negative) i = 1;
-  if (i == v.size()) bad(line_no, "not a number");
-  for (; i < v.size(); ++i) {
-    if (v[i] < '0' || v[i] > '9') bad(line_no, "not a number");
-    out = out * 10 + (v[i] - '0');
-  }
-  return negative ? -out : out;
+  if (v.empty() || v.size() > 64) bad(line_no, "not a number");
+  // Counts and bytes are integers; seconds (a histogram's sum and bounds) are decimals.
+  for (char c : v)
+    if (!((c >= '0' && c <= '9') || c == '-' || c == '.' || c == 'e' || c == 'E' || c == '+'))
+      bad(line_no, "not a number");
+  const std::string copy(v);
+  char* end = nullptr;
+  const double out = std::strtod(copy.c_str(), &end);
+  if (end != copy.c_str() + copy.size()) bad(line_no, "not a number");
+  return out;
 }
 
-// name{a="x",b="y"} value  ->  labels and value, for family `family`.
+// name{a="x",b="y"} value  ->  labels and value, for family `family`. A histogram's samples
+// carry a suffix (_bucket, _sum, _count), returned in *suffix; other families' carry none.
 prometheus::ClientMetric sample_of(std::string_view line, const prometheus::MetricFamily& family,
-                                   size_t line_no) {
+                                   size_t line_no, std::string_view* suffix = nullptr,
+                                   double* value = nullptr) {
   prometheus::ClientMetric m;
   size_t pos = line.find_first_of("{ ");
-  if (pos == std::string_view::npos || line.substr(0, pos) != family.name)
+  const std::string_view name = pos == std::string_view::npos ? line : line.substr(0, pos);
+  if (pos == std::string_view::npos || name.substr(0, family.name.size()) != family.name)
     bad(line_no, "a sample outside its family");
+  const std::string_view rest = name.substr(family.name.size());
+  if (family.type == prometheus::MetricType::Histogram) {
+    if (rest != "_bucket" && rest != "_sum" && rest != "_count")
+      bad(line_no, "a histogram sample other than _bucket, _sum or _count");
+    *suffix = rest;
+  } else if (!rest.empty()) {
+    bad(line_no, "a sample outside its family");
+  }
   if (line[pos] == '{') {
     ++pos;
     while (pos < line.size() && line[pos] != '}') {
@@ -79,12 +91,44 @@ prometheus::ClientMetric sample_of(std::string_view line, const prometheus::Metr
   }
   if (pos >= line.size() || line[pos] != ' ') bad(line_no, "no value");
   const double v = value_of(line.substr(pos + 1), line_no);
+  if (value != nullptr) *value = v;
   if (family.type == prometheus::MetricType::Counter) {
     m.counter.value = v;
   } else {
     m.gauge.value = v;
   }
   return m;
+}
+
+// One sample of a histogram family: its _bucket lines (with an `le` label), _sum and _count
+// join the metric of the same other labels, which starts at its first sample.
+void add_histogram_sample(prometheus::MetricFamily& f, std::string_view line, size_t line_no) {
+  std::string_view suffix;
+  double v = 0;
+  prometheus::ClientMetric m = sample_of(line, f, line_no, &suffix, &v);
+  double le = 0;
+  bool has_le = false;
+  for (auto it = m.label.begin(); it != m.label.end(); ++it) {
+    if (it->name != "le") continue;
+    le = value_of(it->value, line_no);
+    has_le = true;
+    m.label.erase(it);
+    break;
+  }
+  if (has_le != (suffix == "_bucket")) bad(line_no, "a histogram bucket needs `le`, only it");
+  if (f.metric.empty() || !(f.metric.back().label == m.label)) {
+    m.histogram = {};
+    f.metric.push_back(std::move(m));
+  }
+  prometheus::ClientMetric::Histogram& h = f.metric.back().histogram;
+  if (v < 0) bad(line_no, "a negative histogram value");
+  if (suffix == "_bucket") {
+    if (!std::isinf(le)) h.bucket.push_back({static_cast<std::uint64_t>(v), le});
+  } else if (suffix == "_sum") {
+    h.sample_sum = v;
+  } else {
+    h.sample_count = static_cast<std::uint64_t>(v);
+  }
 }
 
 }  // namespace
@@ -121,13 +165,20 @@ std::vector<prometheus::MetricFamily> parse_exposition(const std::string& text) 
         families.back().type = prometheus::MetricType::Gauge;
       } else if (type == "counter") {
         families.back().type = prometheus::MetricType::Counter;
+      } else if (type == "histogram") {
+        families.back().type = prometheus::MetricType::Histogram;
       } else {
-        bad(line_no, "a type other than gauge or counter");
+        bad(line_no, "a type other than gauge, counter or histogram");
       }
       typed = true;
     } else {
       if (families.empty() || !typed) bad(line_no, "a sample before its family's TYPE");
-      families.back().metric.push_back(sample_of(line, families.back(), line_no));
+      prometheus::MetricFamily& f = families.back();
+      if (f.type == prometheus::MetricType::Histogram) {
+        add_histogram_sample(f, line, line_no);
+      } else {
+        f.metric.push_back(sample_of(line, f, line_no));
+      }
     }
   }
   return families;

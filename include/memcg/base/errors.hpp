@@ -23,6 +23,12 @@
 //   EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT  the HTTP server's bind (which may also pass on
 //               another errno of bind(2) or listen(2): errno_name says "unknown" for those,
 //               strerror() knows them)
+//   EFBIG       a kernel cgroup file larger than memcg::host reads (host/)
+//   EOPNOTSUPP  (= ENOTSUP) jemalloc does not serve malloc in this process (Arena::create)
+//   ECONNABORTED, EHOSTDOWN, EHOSTUNREACH, ENETDOWN, ENETUNREACH, ENOBUFS, ENONET, ENOPROTOOPT,
+//   ENOTSOCK, EPERM, EPROTO, ETIMEDOUT
+//               accept(2) errors that the HTTP server handles and counts (ServerStats); named
+//               so that a report of them reads by name
 //
 //    errno values are used instead of an enum so that results can be handed straight to code
 //    that already speaks errno (a FUSE front end, strerror, a scenario's `expect: EINVAL`).
@@ -52,7 +58,10 @@ namespace memcg {
 inline constexpr int kLibraryErrnos[] = {0,      EINVAL, ERANGE,     EBUSY,         EAGAIN,
                                          EINTR,  ENOMEM, EACCES,     ENOENT,        EEXIST,
                                          EBADF,  EMFILE, ENFILE,     EALREADY,      EADDRINUSE,
-                                         EADDRNOTAVAIL,  EAFNOSUPPORT, EIO};
+                                         EADDRNOTAVAIL,  EAFNOSUPPORT, EIO,
+                                         EFBIG,  EOPNOTSUPP, ECONNABORTED, EHOSTDOWN,
+                                         EHOSTUNREACH, ENETDOWN, ENETUNREACH, ENOBUFS, ENONET,
+                                         ENOPROTOOPT, ENOTSOCK, EPERM, EPROTO, ETIMEDOUT};
 
 // The symbolic name of a result code: "ok" for 0, "EINVAL" etc. for every code of
 // kLibraryErrnos, "unknown" for anything else.
@@ -76,6 +85,20 @@ constexpr const char* errno_name(int code) {
     case EADDRNOTAVAIL: return "EADDRNOTAVAIL";
     case EAFNOSUPPORT: return "EAFNOSUPPORT";
     case EIO: return "EIO";
+    case EFBIG: return "EFBIG";
+    case EOPNOTSUPP: return "EOPNOTSUPP";
+    case ECONNABORTED: return "ECONNABORTED";
+    case EHOSTDOWN: return "EHOSTDOWN";
+    case EHOSTUNREACH: return "EHOSTUNREACH";
+    case ENETDOWN: return "ENETDOWN";
+    case ENETUNREACH: return "ENETUNREACH";
+    case ENOBUFS: return "ENOBUFS";
+    case ENONET: return "ENONET";
+    case ENOPROTOOPT: return "ENOPROTOOPT";
+    case ENOTSOCK: return "ENOTSOCK";
+    case EPERM: return "EPERM";
+    case EPROTO: return "EPROTO";
+    case ETIMEDOUT: return "ETIMEDOUT";
     default: return "unknown";
   }
 }
