@@ -41,13 +41,14 @@ std::string unescape(std::string_view s, size_t line_no) {
   return out;
 }
 
-double value_of(std::string_view v, size_t line_no) {
+// Counts and bytes are integers; seconds (a histogram's sum and bucket bounds) are decimals,
+// accepted only where `decimal` says so.
+double value_of(std::string_view v, size_t line_no, bool decimal = false) {
   if (v == "+Inf") return std::numeric_limits<double>::infinity();
   if (v.empty() || v.size() > 64) bad(line_no, "not a number");
-  // Counts and bytes are integers; seconds (a histogram's sum and bounds) are decimals.
   for (char c : v)
-    if (!((c >= '0' && c <= '9') || c == '-' || c == '.' || c == 'e' || c == 'E' || c == '+'))
-      bad(line_no, "not a number");
+    if (!((c >= '0' && c <= '9') || c == '-' || (decimal && c == '.')))
+      bad(line_no, decimal ? "not a number" : "not an integer");
   const std::string copy(v);
   char* end = nullptr;
   const double out = std::strtod(copy.c_str(), &end);
@@ -90,7 +91,8 @@ prometheus::ClientMetric sample_of(std::string_view line, const prometheus::Metr
     ++pos;  // '}'
   }
   if (pos >= line.size() || line[pos] != ' ') bad(line_no, "no value");
-  const double v = value_of(line.substr(pos + 1), line_no);
+  const double v = value_of(line.substr(pos + 1), line_no,
+                            family.type == prometheus::MetricType::Histogram);
   if (value != nullptr) *value = v;
   if (family.type == prometheus::MetricType::Counter) {
     m.counter.value = v;
@@ -110,7 +112,7 @@ void add_histogram_sample(prometheus::MetricFamily& f, std::string_view line, si
   bool has_le = false;
   for (auto it = m.label.begin(); it != m.label.end(); ++it) {
     if (it->name != "le") continue;
-    le = value_of(it->value, line_no);
+    le = value_of(it->value, line_no, true);
     has_le = true;
     m.label.erase(it);
     break;
