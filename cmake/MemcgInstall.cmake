@@ -57,7 +57,12 @@ set(CPACK_COMPONENT_TOOLS_DESCRIPTION "memcg: memcgctl, the scenario runner")
 # computed by dpkg-shlibdeps; libmemcg itself is found in the build tree.
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
+# The shared objects of the optional components sit in their own build folders (memcgctl links
+# memcg_host, for one).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR})
+foreach(component hook jemalloc http prometheus_cpp host rocksdb)
+  list(APPEND CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/src/${component})
+endforeach()
 # The development files need the Debian -dev packages of what the optional components use:
 # memcgConfig.cmake and the link lines look for them.
 set(dev_depends)
