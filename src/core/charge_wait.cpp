@@ -1,7 +1,8 @@
 // Waiting charges (charge_wait.hpp): one queue per group whose memory.max held, with its own
 // mutex, hung on the group; a small per-controller state for the aging bound and the teardown.
 // Each waiter blocks in the controller's Clock::wait_until() and is woken with Clock::wake().
-// The policy is in dispatch_path().
+// The policy is in dispatch_path(); the public overloads and their deadlines are in
+// charge_wait_api.cpp.
 #include "memcg/core/charge_wait.hpp"
 
 #include <algorithm>
@@ -18,87 +19,9 @@
 #include "memcg/core/obj_stock.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/percpu/internal/stock.hpp"
+#include "charge_wait_internal.hpp"
 
 namespace memcg {
-
-namespace internal {
-
-struct ChargeHandleAccess {
-  static void fill(ChargeHandle& h, Group& group, uint64_t bytes, int kind) noexcept {
-    group.get();
-    h.group_ = &group;
-    h.bytes_ = bytes;
-    h.kind_ = kind;
-  }
-};
-
-// One waiting charge. It lives on the waiting thread's stack (nothing is allocated to queue it)
-// and is linked into the queue of the group whose limit held while it waits.
-struct Waiter {
-  enum State : uint8_t { kWaiting, kGranted, kRemoved };
-  Waiter(Group* g, int64_t n, int c) noexcept : group(g), units(n), cls(c) {}
-  Waiter* prev = nullptr;  // in its class's list, arrival order; guarded by the queue's mutex
-  Waiter* next = nullptr;
-  Group* group;            // charged group (a reference is held while waiting)
-  int64_t units;           // asked
-  int64_t reserved = 0;    // already charged to `group` for it (aged waiters)
-  uint64_t since_ns = 0;   // queued at, on the controller's clock
-  uint64_t arrival = 0;    // the queue's arrival number: orders waiters queued at the same time
-  uint64_t aged_seen = 0;  // the queue's dispatch epoch in which round 1 looked at it
-  uint64_t seen = 0;       // ...in which it was served or reserved for (round 2 skips it)
-  const int cls;           // WaitPriority kLow..kHigh
-  State state = kWaiting;
-  ClockWaiter clock_waiter;  // what the controller's clock blocks and wakes
-};
-
-struct WaiterList {
-  Waiter* head = nullptr;
-  Waiter* tail = nullptr;
-  void push_back(Waiter* w) noexcept {
-    w->prev = tail;
-    w->next = nullptr;
-    (tail ? tail->next : head) = w;
-    tail = w;
-  }
-  void erase(Waiter* w) noexcept {
-    (w->prev ? w->prev->next : head) = w->next;
-    (w->next ? w->next->prev : tail) = w->prev;
-    w->prev = w->next = nullptr;
-  }
-};
-
-// The charges waiting on one group's memory.max, and what became of those that waited.
-struct WaitQueue {
-  explicit WaitQueue(Group& g) noexcept : owner(&g) {}
-  std::mutex mu;  // a leaf but for the other queues of a path, taken root first
-  Group* const owner;
-  // Guarded by mu.
-  WaiterList lists[kWaitPriorities];
-  uint64_t epoch = 0;  // dispatches so far
-  uint64_t arrivals = 0;
-  WaitStats::Class counts[kWaitPriorities];
-  uint64_t last_wait_ns = 0, max_wait_ns = 0, wait_ns_sum = 0;
-  uint64_t buckets[WaitStats::kBuckets] = {};
-  // The class of the owner's own charges that ask for kDefault.
-  std::atomic<uint8_t> default_cls{static_cast<uint8_t>(WaitPriority::kNormal)};
-  // In ControllerWaits::queues; guarded by ControllerWaits::mu.
-  WaitQueue* ctl_prev = nullptr;
-  WaitQueue* ctl_next = nullptr;
-};
-
-struct ControllerWaits {
-  // Taken by waiters on entry and exit, by a queue's creation and freeing, by a removal and by
-  // ~Controller; never by an uncharge. Before any queue's mutex.
-  std::mutex mu;
-  std::atomic<int64_t> aging_ns;
-  std::atomic<bool> dying{false};  // written under mu; read under a queue's mutex too
-  int active = 0;                  // threads inside a wait (guarded by mu)
-  ClockWaiter* destroyer = nullptr;  // ~Controller, waiting for `active` to drop to 0
-  WaitQueue* queues = nullptr;       // every queue of the controller
-  explicit ControllerWaits(int64_t aging) noexcept : aging_ns(aging) {}
-};
-
-}  // namespace internal
 
 namespace {
 
@@ -393,14 +316,8 @@ const char* wait_priority_name(WaitPriority p) noexcept {
   return "?";
 }
 
-namespace {
-
-// Charges `units` (checked, > 0) to `group` (not the root), waiting on the limit that holds.
-// `deadline()` gives the deadline on the controller's clock; it is called once, only when the
-// ladder failed, so that a charge that succeeds at once reads no clock.
-template <class Deadline>
-WaitStatus charge_or_wait(Group& group, int64_t units, const Deadline& deadline,
-                          const std::stop_token& stop, int cls, int kind) noexcept {
+WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadline& deadline,
+                                    const std::stop_token& stop, int cls, int kind) noexcept {
   Controller& ctl = group.controller();
   Clock& clock = ctl.clock();
 
@@ -509,126 +426,8 @@ WaitStatus charge_or_wait(Group& group, int64_t units, const Deadline& deadline,
   return status;
 }
 
-// `timeout` from now on `clock`, saturated at kMaxNs; a negative timeout is 0.
-uint64_t deadline_after(const Clock& clock, std::chrono::nanoseconds timeout) noexcept {
-  return Clock::after(clock.now_ns(),
-                      static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
-}
-
-// A timeout from the call (the _for overloads): measured from when the call started.
-struct AfterTimeout {
-  uint64_t deadline_ns;
-  AfterTimeout(const Group& g, std::chrono::nanoseconds timeout) noexcept
-      : deadline_ns(deadline_after(g.controller().clock(), timeout)) {}
-  uint64_t operator()() const noexcept { return deadline_ns; }
-};
-
-// A steady-clock deadline: what is left of it (0 once passed) becomes a timeout on the
-// controller's clock, looked at when the wait starts.
-struct AtSteadyDeadline {
-  const Group& group;
-  WaitClock::time_point deadline;
-  uint64_t operator()() const noexcept {
-    const auto now = WaitClock::now();
-    // Compared first: deadline - now could overflow for a deadline far in the past.
-    const auto left = deadline > now
-                          ? std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now)
-                          : std::chrono::nanoseconds(0);
-    return deadline_after(group.controller().clock(), left);
-  }
-};
-
-template <class Deadline>
-WaitStatus charge_units(Group& group, int64_t units, const Deadline& deadline,
-                        const std::stop_token& stop, const WaitOptions& o) noexcept {
-  const Controller& ctl = group.controller();
-  if (static_cast<uint64_t>(units) > static_cast<uint64_t>(ctl.max_units())) [[unlikely]]
-    return WaitStatus::kInvalid;
-  const int cls = class_of(group, o.priority);
-  if (cls < 0) [[unlikely]]
-    return WaitStatus::kInvalid;
-  if (units == 0 || group.is_root()) return WaitStatus::kOk;
-  return charge_or_wait(group, units, deadline, stop, cls, o.kind);
-}
-
-template <class Deadline>
-WaitStatus charge_bytes(Group& group, uint64_t bytes, const Deadline& deadline,
-                        const std::stop_token& stop, const WaitOptions& o) noexcept {
-  const Controller& ctl = group.controller();
-  if (bytes > (static_cast<uint64_t>(ctl.max_units()) << ctl.unit_shift())) [[unlikely]]
-    return WaitStatus::kInvalid;
-  return charge_units(group, ctl.to_units_ceil(bytes), deadline, stop, o);
-}
-
-template <class Deadline>
-WaitStatus charge_handle(ChargeHandle& out, Group& group, uint64_t bytes, const Deadline& deadline,
-                         const std::stop_token& stop, const WaitOptions& o) noexcept {
-  out.release();
-  const WaitStatus s = charge_bytes(group, bytes, deadline, stop, o);
-  if (s == WaitStatus::kOk && !group.is_root() && bytes > 0)
-    internal::ChargeHandleAccess::fill(out, group, bytes, o.kind);
-  return s;
-}
-
-WaitOptions of_kind(int kind) noexcept {
-  WaitOptions o;
-  o.kind = kind;
-  return o;
-}
-
-}  // namespace
-
-WaitStatus try_charge_wait_for(Group& group, int64_t units, std::chrono::nanoseconds timeout,
-                               std::stop_token stop, const WaitOptions& options) noexcept {
-  return charge_units(group, units, AfterTimeout(group, timeout), stop, options);
-}
-WaitStatus try_charge_bytes_wait_for(Group& group, uint64_t bytes, std::chrono::nanoseconds timeout,
-                                     std::stop_token stop, const WaitOptions& options) noexcept {
-  return charge_bytes(group, bytes, AfterTimeout(group, timeout), stop, options);
-}
-WaitStatus charge_wait_for(ChargeHandle& out, Group& group, uint64_t bytes,
-                           std::chrono::nanoseconds timeout, std::stop_token stop,
-                           const WaitOptions& options) noexcept {
-  return charge_handle(out, group, bytes, AfterTimeout(group, timeout), stop, options);
-}
-WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point deadline,
-                           std::stop_token stop, const WaitOptions& options) noexcept {
-  return charge_units(group, units, AtSteadyDeadline{group, deadline}, stop, options);
-}
-WaitStatus try_charge_bytes_wait(Group& group, uint64_t bytes, WaitClock::time_point deadline,
-                                 std::stop_token stop, const WaitOptions& options) noexcept {
-  return charge_bytes(group, bytes, AtSteadyDeadline{group, deadline}, stop, options);
-}
-WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
-                       WaitClock::time_point deadline, std::stop_token stop,
-                       const WaitOptions& options) noexcept {
-  return charge_handle(out, group, bytes, AtSteadyDeadline{group, deadline}, stop, options);
-}
-
-WaitStatus try_charge_wait_for(Group& group, int64_t units, std::chrono::nanoseconds timeout,
-                               std::stop_token stop, int kind) noexcept {
-  return try_charge_wait_for(group, units, timeout, std::move(stop), of_kind(kind));
-}
-WaitStatus try_charge_bytes_wait_for(Group& group, uint64_t bytes, std::chrono::nanoseconds timeout,
-                                     std::stop_token stop, int kind) noexcept {
-  return try_charge_bytes_wait_for(group, bytes, timeout, std::move(stop), of_kind(kind));
-}
-WaitStatus charge_wait_for(ChargeHandle& out, Group& group, uint64_t bytes,
-                           std::chrono::nanoseconds timeout, std::stop_token stop,
-                           int kind) noexcept {
-  return charge_wait_for(out, group, bytes, timeout, std::move(stop), of_kind(kind));
-}
-WaitStatus try_charge_wait(Group& group, int64_t units, WaitClock::time_point deadline,
-                           std::stop_token stop, int kind) noexcept {
-  return try_charge_wait(group, units, deadline, std::move(stop), of_kind(kind));
-}
-WaitStatus try_charge_bytes_wait(Group& group, uint64_t bytes, WaitClock::time_point deadline,
-                                 std::stop_token stop, int kind) noexcept {
-  return try_charge_bytes_wait(group, bytes, deadline, std::move(stop), of_kind(kind));
-}
-WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
-                       WaitClock::time_point deadline, std::stop_token stop, int kind) noexcept {
-  return charge_wait(out, group, bytes, deadline, std::move(stop), of_kind(kind));
+int internal::wait_class_of(const Group& group, WaitPriority p) noexcept {
+  return class_of(group, p);
 }
 
 int set_wait_priority(Group& group, WaitPriority priority) noexcept {

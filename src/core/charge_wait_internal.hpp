@@ -1,0 +1,102 @@
+// The waiting charges' own types (a waiter, a group's queue, a controller's wait state) and what
+// charge_wait_api.cpp (the public overloads) needs of charge_wait.cpp (the queues and the
+// policy). Private to src/core.
+
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <stop_token>
+
+#include "memcg/base/clock.hpp"
+#include "memcg/core/charge_wait.hpp"
+
+namespace memcg {
+class Group;
+
+namespace internal {
+
+// One waiting charge. It lives on the waiting thread's stack (nothing is allocated to queue it)
+// and is linked into the queue of the group whose limit held while it waits.
+struct Waiter {
+  enum State : uint8_t { kWaiting, kGranted, kRemoved };
+  Waiter(Group* g, int64_t n, int c) noexcept : group(g), units(n), cls(c) {}
+  Waiter* prev = nullptr;  // in its class's list, arrival order; guarded by the queue's mutex
+  Waiter* next = nullptr;
+  Group* group;            // charged group (a reference is held while waiting)
+  int64_t units;           // asked
+  int64_t reserved = 0;    // already charged to `group` for it (aged waiters)
+  uint64_t since_ns = 0;   // queued at, on the controller's clock
+  uint64_t arrival = 0;    // the queue's arrival number: orders waiters queued at the same time
+  uint64_t aged_seen = 0;  // the queue's dispatch epoch in which round 1 looked at it
+  uint64_t seen = 0;       // ...in which it was served or reserved for (round 2 skips it)
+  const int cls;           // WaitPriority kLow..kHigh
+  State state = kWaiting;
+  ClockWaiter clock_waiter;  // what the controller's clock blocks and wakes
+};
+
+struct WaiterList {
+  Waiter* head = nullptr;
+  Waiter* tail = nullptr;
+  void push_back(Waiter* w) noexcept {
+    w->prev = tail;
+    w->next = nullptr;
+    (tail ? tail->next : head) = w;
+    tail = w;
+  }
+  void erase(Waiter* w) noexcept {
+    (w->prev ? w->prev->next : head) = w->next;
+    (w->next ? w->next->prev : tail) = w->prev;
+    w->prev = w->next = nullptr;
+  }
+};
+
+// The charges waiting on one group's memory.max, and what became of those that waited.
+struct WaitQueue {
+  explicit WaitQueue(Group& g) noexcept : owner(&g) {}
+  std::mutex mu;  // a leaf but for the other queues of a path, taken root first
+  Group* const owner;
+  // Guarded by mu.
+  WaiterList lists[kWaitPriorities];
+  uint64_t epoch = 0;  // dispatches so far
+  uint64_t arrivals = 0;
+  WaitStats::Class counts[kWaitPriorities];
+  uint64_t last_wait_ns = 0, max_wait_ns = 0, wait_ns_sum = 0;
+  uint64_t buckets[WaitStats::kBuckets] = {};
+  // The class of the owner's own charges that ask for kDefault.
+  std::atomic<uint8_t> default_cls{static_cast<uint8_t>(WaitPriority::kNormal)};
+  // In ControllerWaits::queues; guarded by ControllerWaits::mu.
+  WaitQueue* ctl_prev = nullptr;
+  WaitQueue* ctl_next = nullptr;
+};
+
+struct ControllerWaits {
+  // Taken by waiters on entry and exit, by a queue's creation and freeing, by a removal and by
+  // ~Controller; never by an uncharge. Before any queue's mutex.
+  std::mutex mu;
+  std::atomic<int64_t> aging_ns;
+  std::atomic<bool> dying{false};  // written under mu; read under a queue's mutex too
+  int active = 0;                  // threads inside a wait (guarded by mu)
+  ClockWaiter* destroyer = nullptr;  // ~Controller, waiting for `active` to drop to 0
+  WaitQueue* queues = nullptr;       // every queue of the controller
+  explicit ControllerWaits(int64_t aging) noexcept : aging_ns(aging) {}
+};
+
+// A deadline on the controller's clock, computed only when it is needed: called once, when the
+// ladder failed, so that a charge that succeeds at once reads no clock.
+struct LazyDeadline {
+  uint64_t (*fn)(const void* arg) noexcept;
+  const void* arg;
+  uint64_t operator()() const noexcept { return fn(arg); }
+};
+
+// Charges `units` (checked, > 0) to `group` (not the root), waiting on the limit that holds.
+WaitStatus charge_or_wait(Group& group, int64_t units, const LazyDeadline& deadline,
+                          const std::stop_token& stop, int cls, int kind) noexcept;
+
+// The wait class of `p` for `group` (kDefault: the group's own), or -1 when `p` is out of range.
+int wait_class_of(const Group& group, WaitPriority p) noexcept;
+
+}  // namespace internal
+}  // namespace memcg
