@@ -281,6 +281,7 @@ TEST(JemallocArena, AtMaxMallocReturnsNullAndNewThrows) {
   ASSERT_EQ(ctl.create("t", &g), 0);
   g->set_max(16 * kMiB);
   ArenaOptions o;
+  o.failure = ArenaFailure::kRefuse;
   o.dirty_decay_ms = -1;
   auto a = make_arena(*g, o);
   std::vector<void*> blocks;
@@ -501,8 +502,10 @@ TEST(JemallocArena, ATenantAtItsLimitNeverFailsAnother) {
   GroupRef ga, gb;
   ASSERT_EQ(ctl.create("a", &ga), 0);
   ASSERT_EQ(ctl.create("b", &gb), 0);
-  auto aa = make_arena(*ga);
-  auto ab = make_arena(*gb);
+  ArenaOptions refuse;
+  refuse.failure = ArenaFailure::kRefuse;
+  auto aa = make_arena(*ga, refuse);
+  auto ab = make_arena(*gb, refuse);
   ga->set_max(aa->charged_bytes() + 4 * kMiB);
   std::atomic<int> a_failures{0}, b_failures{0};
   std::atomic<bool> stop{false};
@@ -585,7 +588,9 @@ TEST(JemallocArena, PmrResourceAllocatesInTheArenaWithoutBinding) {
   Controller ctl;
   GroupRef g;
   ASSERT_EQ(ctl.create("t", &g), 0);
-  auto a = make_arena(*g);
+  ArenaOptions o;
+  o.failure = ArenaFailure::kRefuse;
+  auto a = make_arena(*g, o);
   ArenaResource mr(*a);
   ArenaResource same(*a);
   EXPECT_TRUE(mr.is_equal(same));
@@ -621,7 +626,9 @@ TEST(JemallocArena, LibraryCallsFromAFullTenantNeitherFailNorDeadlock) {
   Controller ctl;
   GroupRef g;
   ASSERT_EQ(ctl.create("t", &g), 0);
-  auto a = make_arena(*g);
+  ArenaOptions o;
+  o.failure = ArenaFailure::kRefuse;
+  auto a = make_arena(*g, o);
   g->set_max(a->charged_bytes() + kMiB);
   // The library's structures that a bound thread allocates live in its arena, and keep it from
   // being destroyed while they do (arena.hpp): grow the parent's child list beforehand, from here,
@@ -738,43 +745,6 @@ TEST(JemallocArena, CreatingAnArenaAtTheLimitDoesNotReclaimUnderJemallocsLock) {
   release(second);
   release(first);
   EXPECT_EQ(g->current(), 0u);
-}
-
-
-// A small page request (a slab of a few pages) that finds nothing to reclaim goes to the OOM
-// killer, whose victim's release lets the allocation succeed; a large one (more than 8 pages,
-// the kernel's costly order) fails instead, as in the kernel.
-TEST(JemallocArena, SmallPageRequestsAtMaxRunTheOomKiller) {
-  Controller ctl;
-  GroupRef g;
-  ASSERT_EQ(ctl.create("t", &g), 0);
-  auto a = make_arena(*g);
-  const int64_t unit = static_cast<int64_t>(ctl.unit_size());
-  g->set_max(a->charged_bytes() + 4 * kMiB);
-  std::atomic<int> kills{0};
-  Member query(*g, "query", [&](Member& m) {
-    kills.fetch_add(1);
-    m.uncharge(m.charged());
-  });
-  // The member holds all the room but a few pages.
-  ASSERT_EQ(query.charge(static_cast<int64_t>(4 * kMiB) / unit - 2), ChargeStatus::kOk);
-  void* large = nullptr;
-  std::vector<void*> small;
-  small.reserve(20000);
-  {
-    ScopedArenaAttach in(*a);
-    large = std::malloc(kMiB);  // costly: fails, nobody is killed
-    EXPECT_EQ(kills.load(), 0);
-    for (int i = 0; i < 20000 && kills.load() == 0; ++i) small.push_back(std::malloc(64));
-  }
-  EXPECT_EQ(large, nullptr);
-  EXPECT_EQ(kills.load(), 1);
-  EXPECT_EQ(g->events().get(Event::kOomKill), 1u);
-  for (void* p : small) EXPECT_NE(p, nullptr);
-  EXPECT_EQ(query.charged(), 0);
-  EXPECT_EQ(g->current(), a->stats().mapped);
-  for (void* p : small) std::free(p);
-  release(a);
 }
 
 
