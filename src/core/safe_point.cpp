@@ -47,19 +47,38 @@ Group* level_short_of(Group& group, int64_t need) noexcept {
   return worst;
 }
 
-// The ladder an allocator hook could not run (alloc_hook.hpp), now outside the allocator. For a
-// refusal: reclaim until the refused amount fits, then the OOM decision as the charge would have
-// made it (requests of at most the costly size, not with kRetryMayFail). After forced charges:
-// reclaim until the group is back under memory.max, then the OOM policy whatever the size (the
-// memory is taken already; killing is the only way back).
-void run_ladder(Group& group, const DeferredSlot& rec) noexcept {
+// Forced ladders that could not bring their group back under memory.max, per thread: the group
+// (compared, never dereferenced), its controller's serial and the controller-clock time before
+// which this thread runs no ladder for it again (safe_point.hpp, kStalledLadderBackoffNs).
+struct StalledLadder {
+  const Group* group = nullptr;
+  uint64_t serial = 0;
+  uint64_t until_ns = 0;
+};
+thread_local StalledLadder tl_stalled[DeferredRecords::kSlots];
+thread_local unsigned tl_stalled_next = 0;
+
+StalledLadder* stalled_entry(const Group& group, uint64_t serial) noexcept {
+  for (StalledLadder& s : tl_stalled)
+    if (s.group == &group && s.serial == serial) return &s;
+  return nullptr;
+}
+
+// The ladder an allocator hook could not run (alloc_hook.hpp), now outside the allocator: one
+// bounded pass. For a refusal: reclaim until the refused amount fits, then the OOM decision as
+// the charge would have made it (requests of at most the costly size, not with kRetryMayFail).
+// After forced charges: reclaim while it makes progress and the group is over memory.max, then
+// the OOM policy whatever the size (the memory is taken already; killing is the only way back);
+// reclaim that freed nothing is not retried (the memory is held: retrying only spins). Returns
+// true when the group is still over its limit at the end (the pass stalled).
+bool run_ladder(Group& group, const DeferredSlot& rec) noexcept {
   Controller& ctl = group.controller();
   const int64_t costly = costly_charge_units(ctl);
   const int64_t min_reclaim = at_least_one(kMinReclaimBytes >> ctl.unit_shift());
   const bool forced = rec.forced > 0;
   const int64_t need = forced ? 0 : rec.refused;
   Group* over = level_short_of(group, need);
-  if (over == nullptr) return;
+  if (over == nullptr) return false;
   over->raise(Event::kMax);
   int retries = rec.flags & kNoRetry ? 0 : kMaxReclaimRetries;
   bool drained = false;
@@ -70,30 +89,48 @@ void run_ladder(Group& group, const DeferredSlot& rec) noexcept {
     const int64_t reclaimed =
         reclaim_stalled(group, *over, std::max(std::max<int64_t>(short_by, 1), min_reclaim));
     over = level_short_of(group, need);
-    if (over == nullptr) return;
+    if (over == nullptr) return false;
     if (!drained) {
       drained = true;
       ctl.obj_stock().drain_all(over);
       ctl.stock().drain_all(over);
       ctl.charge_counters().drains.fetch_add(1, std::memory_order_relaxed);
-      if ((over = level_short_of(group, need)) == nullptr) return;
+      if ((over = level_short_of(group, need)) == nullptr) return false;
       continue;
     }
     if (reclaimed > 0 && retries > 0) {
       --retries;
       continue;
     }
-    if (retries-- > 0) continue;
+    if (!forced && retries-- > 0) continue;
     const bool may_kill = forced || (need <= costly && !(rec.flags & kRetryMayFail));
     // A bounded number of kills per safe point: each waits for its victim (oom.hpp).
-    if (!may_kill || kills++ >= 4) return;
+    if (!may_kill || kills++ >= 4) return true;
     over->raise(Event::kOom);
-    if (!oom_stalled(group, *over, std::max<int64_t>(need, 1))) return;
+    if (!oom_stalled(group, *over, std::max<int64_t>(need, 1))) return true;
     const std::atomic<bool>* dying = internal::tl_charging_member_killed;
-    if (dying && dying->load(std::memory_order_acquire)) return;
+    if (dying && dying->load(std::memory_order_acquire)) return true;
     retries = kMaxReclaimRetries;
-    if ((over = level_short_of(group, need)) == nullptr) return;
+    if ((over = level_short_of(group, need)) == nullptr) return false;
   }
+}
+
+// Runs the ladder of a record, unless it only forced charges and this thread's last forced
+// ladder for the group stalled less than kStalledLadderBackoffNs ago: the forced bytes are
+// counted already (by the hook), and a new pass would find the same held memory.
+void run_record(Group& group, const DeferredSlot& rec) noexcept {
+  const bool forced_only = rec.refused == 0;
+  const uint64_t now = group.controller().clock().now_ns();
+  StalledLadder* memo = stalled_entry(group, rec.serial);
+  if (forced_only && memo != nullptr && now < memo->until_ns) return;
+  const bool stalled = run_ladder(group, rec);
+  if (!stalled || !forced_only) {
+    if (memo != nullptr) *memo = StalledLadder{};
+    return;
+  }
+  if (memo == nullptr) memo = &tl_stalled[tl_stalled_next++ % DeferredRecords::kSlots];
+  const uint64_t until = now + kStalledLadderBackoffNs;
+  *memo = StalledLadder{&group, rec.serial, until < now ? UINT64_MAX : until};
 }
 
 thread_local bool tl_in_safe_point = false;
@@ -121,7 +158,7 @@ bool internal::run_deferred() noexcept {
     if (g == nullptr) continue;
     if (!internal::controller_live(rec.serial)) continue;  // gone: nothing to touch
     if (rec.wake) internal::wake_charge_waiters(*g);
-    if (rec.refused > 0 || rec.forced > 0) run_ladder(*g, rec);
+    if (rec.refused > 0 || rec.forced > 0) run_record(*g, rec);
     g->put();
   }
   if (internal::high_pending()) handle_pending_high();

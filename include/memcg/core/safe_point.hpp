@@ -17,7 +17,19 @@
 // from a reclaimer (a no-op there: the ladder would recurse).
 #pragma once
 
+#include <cstdint>
+
 namespace memcg {
+
+// One safe point runs one bounded ladder pass per group. After forced charges the pass reclaims
+// while reclaim makes progress, then applies the OOM policy; when the group is still over
+// memory.max at its end (the memory is held by live blocks and no victim freed enough), the same
+// thread runs no further ladder for that group for this long (the controller's clock): its
+// forced charges meanwhile are still counted, and its safe points cost a clock read. The next
+// safe point after that runs a full pass again (the OOM policy included). Without the pause, a
+// thread that cannot take a failure and keeps allocating past the limit would run reclaim and
+// the OOM decision at each page range it commits (thousands of times per second for nothing).
+inline constexpr uint64_t kStalledLadderBackoffNs = 10'000'000;  // 10 ms
 
 // Runs the deferred ladder of the calling thread; returns true if anything was pending.
 bool safe_point() noexcept;
