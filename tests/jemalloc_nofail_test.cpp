@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "memcg/base/clock.hpp"
 #include "memcg/core/charge.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/oom.hpp"
@@ -123,6 +124,68 @@ TEST(JemallocNoFail, NeverFailArenaRunsToTheEndUnderALimit) {
   EXPECT_GT(g->current(), g->max());  // the code holds more than max: nothing else to take
   for (char* p : held) delete[] p;
   flush_thread_cache();
+  EXPECT_LE(g->current(), g->max());
+  EXPECT_EQ(g->current(), a->stats().mapped);
+  release(a);
+  EXPECT_EQ(g->current(), 0u);
+}
+
+// A never-fail thread that keeps allocating past memory.max while nothing can be reclaimed (its
+// own live blocks hold the memory, no member to kill): the ladder runs once, then not again for
+// that group on that thread until kStalledLadderBackoffNs of the controller's clock passed
+// (safe_point.hpp), while every block is still charged and counted as forced. Before, each
+// forced commit ran reclaim up to 17 times and the OOM decision (example_jemalloc_tenants spun
+// at 100 % CPU into its timeout).
+TEST(JemallocNoFail, AStalledLadderIsNotRerunAtEveryForcedCommit) {
+  Watchdog dog("stalled never-fail ladder", std::chrono::seconds(30));
+  ManualClock clock(uint64_t{1} << 40);
+  Options opts;
+  opts.clock = &clock;
+  Controller ctl(opts);
+  GroupRef g;
+  ASSERT_EQ(ctl.create("t", &g), 0);
+  ArenaOptions o;
+  o.dirty_decay_ms = -1;  // nothing decays on its own
+  auto a = make_arena(*g, o);
+  g->set_max(a->charged_bytes() + kMiB);
+  std::atomic<int> oom_calls{0};
+  ctl.set_oom_hook([&](Group& domain, int64_t units) {
+    oom_calls.fetch_add(1);
+    return OomKiller::kill(domain, units);
+  });
+  constexpr size_t kBlock = 256 * 1024;
+  constexpr int kBlocks = 64;  // 16 MiB against 1 MiB: each block a forced commit
+  std::vector<char*> held;
+  held.reserve(kBlocks + 1);
+  const uint64_t max_before = g->events().get(Event::kMax);
+  uint64_t commits = 0;
+  {
+    ScopedArenaAttach in(*a);
+    const uint64_t commits_before = a->stats().commits;
+    for (int i = 0; i < kBlocks; ++i) {
+      char* p = new char[kBlock];  // never throws; its return is a safe point
+      touch(p, kBlock);
+      held.push_back(p);
+    }
+    commits = a->stats().commits - commits_before;
+    EXPECT_EQ(oom_calls.load(), 1);
+    EXPECT_EQ(g->events().get(Event::kMax) - max_before, 1u);
+    EXPECT_EQ(g->events().get(Event::kOom), 1u);
+    clock.advance(kStalledLadderBackoffNs);  // the pause is over: the next pass runs in full
+    char* p = new char[kBlock];
+    touch(p, kBlock);
+    held.push_back(p);
+    EXPECT_EQ(oom_calls.load(), 2);
+    EXPECT_EQ(g->events().get(Event::kMax) - max_before, 2u);
+  }
+  EXPECT_GE(commits, static_cast<uint64_t>(kBlocks) / 2);  // the ladders had that many chances
+  const ArenaStats s = a->stats();
+  EXPECT_GE(s.forced, (kBlocks - 4) * kBlock);  // every block past the limit is counted
+  EXPECT_EQ(s.failed_charges, 0u);
+  EXPECT_GT(g->current(), g->max());
+  for (char* p : held) delete[] p;
+  flush_thread_cache();
+  a->purge();
   EXPECT_LE(g->current(), g->max());
   EXPECT_EQ(g->current(), a->stats().mapped);
   release(a);
