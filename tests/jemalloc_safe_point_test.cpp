@@ -6,13 +6,16 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "memcg/base/nofail.hpp"
 #include "memcg/core/charge.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
@@ -227,5 +230,80 @@ TEST(JemallocSafePoint, DecommitUnderTheWaitMutexDoesNotSelfDeadlock) {
   a.reset();
 }
 
+// The two-thread form of the above: a library lock against jemalloc's growth mutex. One thread,
+// bound to the tenant's arena at its limit, allocates: the arena's commit runs with jemalloc's
+// growth mutex held, and a ladder run there walks the tenant's subtree (the controller's
+// hierarchy lock, shared) and its reclaimer lists (each group's mutex). The other thread, bound
+// to the same arena without a thread cache, creates child groups (under the hierarchy lock,
+// exclusive) and adds reclaimers to them (under the group's mutex): its blocks come from the
+// arena and need the growth mutex for fresh extents. A ladder run inside the hook deadlocks the
+// two (seen: the hook in Controller::walk, the other thread in Controller::create waiting for
+// jemalloc); at a safe point it cannot. (The charge-wait queues allocate nothing under their
+// mutexes, so the form with the wait mutex does not arise.)
+TEST(JemallocSafePoint, CommitReclaimAgainstALibraryLockHolderOfTheSameArena) {
+  Watchdog dog("a commit hook's reclaim against a lock holder bound to the same arena",
+               std::chrono::seconds(30));
+  struct Empty final : Reclaimer {
+    int64_t reclaimable() const noexcept override { return 0; }
+    ReclaimResult reclaim(int64_t, int) override { return {}; }
+  } empty;
+  Controller ctl;
+  GroupRef tenant;
+  ASSERT_EQ(ctl.create("tenant", &tenant), 0);
+  ArenaOptions o = refuse_options();
+  o.dirty_decay_ms = 0;  // freed extents are decommitted at once: new ones need the growth mutex
+  auto a = make_arena(*tenant, o);
+  tenant->set_max(a->charged_bytes() + 4 * kMiB);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> registrations{0};
+  std::thread registrar([&] {
+    ScopedArenaAttach in(*a);
+    bool off = false;
+    mallctl("thread.tcache.enabled", nullptr, nullptr, &off, sizeof off);
+    NoFailScope nofail;  // its own allocations pass the tenant's limit (counted as forced)
+    for (int round = 0; !stop.load(); ++round) {
+      GroupRef child;
+      if (ctl.create("tenant/c" + std::to_string(round), &child) != 0) continue;
+      {
+        std::vector<ReclaimerRegistration> regs;
+        regs.reserve(4096);
+        for (int i = 0; i < 4096 && !stop.load(); ++i) regs.emplace_back(*child, empty);
+        registrations.fetch_add(regs.size());
+      }
+      EXPECT_EQ(ctl.remove(*child), 0);
+    }
+    bool on = true;
+    mallctl("thread.tcache.enabled", nullptr, nullptr, &on, sizeof on);
+  });
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  uint64_t refused = 0;
+  {
+    ScopedArenaAttach in(*a);
+    std::vector<void*> held;
+    held.reserve(64);
+    while (std::chrono::steady_clock::now() < end) {
+      void* p = std::malloc(256 * 1024);
+      if (p == nullptr) {
+        ++refused;
+        if (!held.empty()) {  // churn at the limit
+          std::free(held.back());
+          held.pop_back();
+        }
+        continue;
+      }
+      touch(p, 256 * 1024);
+      held.push_back(p);
+    }
+    for (void* p : held) std::free(p);
+  }
+  stop.store(true);
+  registrar.join();
+  EXPECT_GT(refused, 10u);
+  EXPECT_GT(registrations.load(), 4096u);
+  std::printf("refused %llu, registrations %llu\n", static_cast<unsigned long long>(refused),
+              static_cast<unsigned long long>(registrations.load()));
+  flush_thread_cache();
+  a.reset();  // the removed children live in the arena until their last reference goes
+}
 }  // namespace
 }  // namespace memcg::jemalloc
