@@ -134,7 +134,7 @@ TEST(JemallocNoFail, NeverFailArenaRunsToTheEndUnderALimit) {
 // own live blocks hold the memory, no member to kill): the ladder runs once, then not again for
 // that group on that thread until kStalledLadderBackoffNs of the controller's clock passed
 // (safe_point.hpp), while every block is still charged and counted as forced. Before, each
-// forced commit ran reclaim up to 17 times and the OOM decision (example_jemalloc_tenants spun
+// forced commit ran reclaim up to 18 times and the OOM decision (example_jemalloc_tenants spun
 // at 100 % CPU into its timeout).
 TEST(JemallocNoFail, AStalledLadderIsNotRerunAtEveryForcedCommit) {
   Watchdog dog("stalled never-fail ladder", std::chrono::seconds(30));

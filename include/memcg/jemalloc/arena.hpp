@@ -87,7 +87,11 @@
 // allocations it makes there plus kNeverFailSlackBytes (one jemalloc metadata block). For C++
 // code that is one allocation (operator new is a safe point); a C loop calling malloc keeps the
 // bound by calling safe_point() between items. Forced bytes: ArenaStats::forced, the memory.stat
-// item kArenaForcedKindName when registered, and a `max` event per ladder.
+// item kArenaForcedKindName when registered, and a `max` event per ladder pass. A pass that ends
+// with the group still over memory.max pauses that thread's ladders for the group for
+// kStalledLadderBackoffNs (safe_point.hpp): the forced pages are counted meanwhile, the bound
+// above holds unchanged (it is measured from the usage at the previous safe point), and the OOM
+// policy runs again at the first safe point after the pause.
 //
 // While the library holds one of its locks on the thread (internal/lock.hpp), a commit is forced
 // whatever the failure model (the library's own allocation cannot fail). Allocations made inside
@@ -124,6 +128,7 @@
 #include "memcg/core/attach.hpp"
 #include "memcg/core/charge.hpp"
 #include "memcg/core/group.hpp"
+#include "memcg/core/safe_point.hpp"
 
 namespace memcg::jemalloc {
 
