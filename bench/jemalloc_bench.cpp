@@ -1,11 +1,14 @@
 // Cost of per-group jemalloc arenas (this program links memcg::jemalloc, so its malloc is
-// jemalloc). The same workloads as hook_bench (which runs on glibc malloc and memcg::hook), with
+// jemalloc, and its operator new/delete are memcg::jemalloc's: mallocx/dallocx plus the safe
+// point's thread-local test, for every variant). The same workloads as hook_bench (which runs on glibc malloc and memcg::hook), with
 // the same allocator template, so that bench/jemalloc_compare.sh can put all of them side by side:
 //  - Jemalloc: plain jemalloc, the thread on its automatic arena;
 //  - JemallocArena: the thread bound to an arena of its own without hooks (what an arena per
 //    tenant costs before any accounting);
 //  - MemcgArena: the thread bound with ScopedArenaAttach to a memcg::jemalloc arena of a group
 //    (pages charged by the hooks); with threads:2 both threads share the tenant's arena;
+//  - MemcgArenaRefuse: the same with an arena that refuses at its limit (ArenaFailure::kRefuse;
+//    MemcgArena has the default, never-fail);
 //  - MemcgArenaPerThread (threads:2): each thread in a tenant of its own, each with its arena;
 //  - MemcgSpread: one tenant with two arenas (ArenaOptions::nr_arenas = 2): its bound threads
 //    take them in turn.
@@ -38,6 +41,8 @@ struct Setup {
   std::unique_ptr<memcg::jemalloc::Arena> arena;
   memcg::GroupRef other;  // a second tenant, for threads:2 with one tenant per thread
   std::unique_ptr<memcg::jemalloc::Arena> other_arena;
+  memcg::GroupRef refuse;  // a tenant whose arena refuses at its limit (ArenaFailure::kRefuse)
+  std::unique_ptr<memcg::jemalloc::Arena> refuse_arena;
   memcg::GroupRef spread;  // a tenant with two arenas (ArenaOptions::nr_arenas)
   std::unique_ptr<memcg::jemalloc::Arena> spread_arena;
   unsigned plain_arena = 0;  // a jemalloc arena with the default hooks
@@ -45,6 +50,11 @@ struct Setup {
     if (ctl->create("bench", &group) != 0 ||
         memcg::jemalloc::Arena::create(*group, &arena) != 0 || ctl->create("other", &other) != 0 ||
         memcg::jemalloc::Arena::create(*other, &other_arena) != 0)
+      std::abort();
+    memcg::jemalloc::ArenaOptions refusing;
+    refusing.failure = memcg::jemalloc::ArenaFailure::kRefuse;
+    if (ctl->create("refuse", &refuse) != 0 ||
+        memcg::jemalloc::Arena::create(*refuse, &refuse_arena, refusing) != 0)
       std::abort();
     memcg::jemalloc::ArenaOptions two;
     two.nr_arenas = 2;
@@ -61,7 +71,14 @@ Setup& setup() {
   return *s;
 }
 
-enum class Variant { kJemalloc, kJemallocArena, kMemcgArena, kMemcgArenaPerThread, kMemcgSpread };
+enum class Variant {
+  kJemalloc,
+  kJemallocArena,
+  kMemcgArena,
+  kMemcgArenaRefuse,
+  kMemcgArenaPerThread,
+  kMemcgSpread
+};
 
 // Binds the calling thread for the benchmark's duration.
 class Bind {
@@ -70,6 +87,8 @@ class Bind {
     Setup& s = setup();
     if (v == Variant::kMemcgArena || (v == Variant::kMemcgArenaPerThread && thread == 0)) {
       attach_ = std::make_unique<memcg::jemalloc::ScopedArenaAttach>(*s.arena);
+    } else if (v == Variant::kMemcgArenaRefuse) {
+      attach_ = std::make_unique<memcg::jemalloc::ScopedArenaAttach>(*s.refuse_arena);
     } else if (v == Variant::kMemcgSpread) {
       attach_ = std::make_unique<memcg::jemalloc::ScopedArenaAttach>(*s.spread_arena);
     } else if (v == Variant::kMemcgArenaPerThread) {
@@ -100,6 +119,8 @@ memcg::jemalloc::Arena* arena_of_variant(Variant v) {
   switch (v) {
     case Variant::kMemcgArena:
       return s.arena.get();
+    case Variant::kMemcgArenaRefuse:
+      return s.refuse_arena.get();
     case Variant::kMemcgSpread:
       return s.spread_arena.get();
     default:
@@ -145,6 +166,9 @@ void BM_MapOfStrings_JemallocArena(benchmark::State& s) {
 }
 void BM_MapOfStrings_MemcgArena(benchmark::State& s) {
   map_of_strings(s, Variant::kMemcgArena);
+}
+void BM_MapOfStrings_MemcgArenaRefuse(benchmark::State& s) {
+  map_of_strings(s, Variant::kMemcgArenaRefuse);
 }
 void BM_MapOfStrings_MemcgArenaPerThread(benchmark::State& s) {
   map_of_strings(s, Variant::kMemcgArenaPerThread);
@@ -231,6 +255,7 @@ void BM_Footprint_MemcgArena(benchmark::State& state) {
 BENCHMARK(BM_MapOfStrings_Jemalloc)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_JemallocArena)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgArena)->Threads(1)->Threads(2);
+BENCHMARK(BM_MapOfStrings_MemcgArenaRefuse)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgArenaPerThread)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgSpread)->Threads(1)->Threads(2);
 BENCHMARK(BM_NewDelete_Jemalloc)->Threads(1)->Threads(2);

@@ -34,7 +34,8 @@ for f in sorted(glob.glob(work + "/hook.*.json") + glob.glob(work + "/je.*.json"
         cpu[b["run_name"]].append(b["cpu_time"] / (1000.0 if "MapOf" in b["run_name"] else 1.0))
 names = [("glibc malloc", "Malloc"), ("memcg::hook (attached)", "HookAttached"),
          ("plain jemalloc", "Jemalloc"), ("jemalloc, own arena, no hooks", "JemallocArena"),
-         ("memcg::jemalloc (ScopedArenaAttach)", "MemcgArena"),
+         ("memcg::jemalloc (ScopedArenaAttach), kNeverFail", "MemcgArena"),
+         ("memcg::jemalloc (ScopedArenaAttach), kRefuse", "MemcgArenaRefuse"),
          ("memcg::jemalloc, one tenant per thread", "MemcgArenaPerThread"),
          ("memcg::jemalloc, one tenant, nr_arenas = 2", "MemcgSpread")]
 for work_name, unit in (("MapOfStrings", "µs per map, CPU time per thread"),

@@ -8,32 +8,34 @@
 
 #include "memcg/core/controller.hpp"
 #include "memcg/core/limits.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/base/nofail.hpp"
 #include "memcg/core/obj_stock.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/core/reclaim.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
+#include "memcg/core/internal/alloc_hook.hpp"
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 
+#include "charge_ladder.hpp"
 #include "controller_registry.hpp"
 
 namespace memcg {
 namespace {
 
-// Reclaim attempts without progress before the OOM handler (the kernel's MAX_RECLAIM_RETRIES).
-constexpr int kMaxReclaimRetries = 16;
-// The smallest reclaim request (the kernel's SWAP_CLUSTER_MAX = 32 pages of 4 KiB).
-constexpr int64_t kMinReclaimBytes = 32 * 4096;
+using internal::at_least_one;
+using internal::DeferredSlot;
+using internal::kMaxReclaimRetries;
+using internal::kMinReclaimBytes;
+using internal::oom_stalled;
+using internal::reclaim_stalled;
+using internal::tl_deferred;
 
 Group* group_of_counter(Group& start, const PageCounter* counter) noexcept {
   for (Group* g = &start; g; g = g->parent())
     if (&g->memory() == counter) return g;
   return nullptr;
-}
-
-int64_t at_least_one(int64_t v) noexcept {
-  return v > 0 ? v : 1;
 }
 
 // memory.high bookkeeping of the calling thread: units charged while some level was over high
@@ -64,6 +66,7 @@ thread_local PendingHigh tl_high;
 
 void handle_over_high() noexcept;
 
+
 // After the counters were charged: note whether some level is over memory.high, and if the
 // caller may block, reclaim and throttle now (the kernel does it on return to user space, which
 // for an in-process allocator is the end of the allocation call).
@@ -71,6 +74,12 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
   for (Group* g = &group; g && !g->is_root(); g = g->parent()) {
     if (g->memory().usage() > g->memory().high()) [[unlikely]] {
       const uint64_t serial = group.controller().serial();
+      // In an allocator hook a record of another group stays (dropping it may free a group,
+      // which takes library locks): the units count there until the safe point.
+      if (internal::tl_alloc_hook_depth > 0 && tl_high.group != nullptr) {
+        tl_high.pages += batch;
+        break;
+      }
       if (tl_high.group != &group || tl_high.serial != serial) {
         // Pages over high carry over between groups of one controller, as the kernel's per-task
         // count does; a record of another controller is dropped with its count.
@@ -91,18 +100,58 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
     handle_over_high();
 }
 
-// Reclaim and the OOM handler (with its wait for a victim) are memory stalls of the charging
-// thread, accounted to the charged group (psi.hpp).
-int64_t reclaim_stalled(Group& group, Group& over_limit, int64_t units) {
-  MemStall stall(group);
-  return group.controller().reclaim_for_charge(over_limit, units);
-}
-bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
-  MemStall stall(group);
-  return group.controller().out_of_memory(over_limit, units);
+
+// A charge inside an allocator hook (alloc_hook.hpp): the counters only. Refused or forced, it
+// leaves a record for the next safe point and raises nothing.
+ChargeStatus charge_in_hook(Group& group, int64_t n, uint32_t flags) noexcept {
+  Controller& ctl = group.controller();
+  ChargeCounters& stats = ctl.charge_counters();
+  stats.slow_path.fetch_add(1, std::memory_order_relaxed);
+  int64_t batch = std::max<int64_t>(ctl.options().batch, n);
+  if ((flags & kNoSpin) || !group.is_online()) batch = n;
+  for (;;) {
+    if (group.memory().try_charge(batch) == nullptr) {
+      if (batch > n) ctl.stock().refill(&group, batch - n);
+      group.stat_add(StatRegistry::kPgfault, 1, 1);
+      check_high(group, batch, flags & ~kMayBlock);
+      if (tl_high.pages > 0) internal::tl_deferred_pending = 1;  // the throttle waits too
+      return ChargeStatus::kOk;
+    }
+    if (batch == n) break;
+    batch = n;
+  }
+  const bool force = (flags & (kNoFail | kHighPrio | kInReclaim)) ||
+                     internal::tl_nofail_depth > 0 || internal::tl_reclaim_depth > 0;
+  DeferredSlot* slot = tl_deferred.slot_for(group);
+  if (!force) {
+    // Counted once per safe-point interval, whatever the allocator retries.
+    if (slot == nullptr || slot->refused == 0) {
+      stats.failed.fetch_add(1, std::memory_order_relaxed);
+      ++internal::tl_deferred_refusals;
+    }
+    if (slot != nullptr) {
+      slot->refused = std::max(slot->refused, n);
+      slot->flags = flags;
+    }
+    return ChargeStatus::kNoMem;
+  }
+  if (!group.memory().charge(n)) [[unlikely]] {
+    stats.failed.fetch_add(1, std::memory_order_relaxed);
+    return ChargeStatus::kNoMem;
+  }
+  stats.forced.fetch_add(1, std::memory_order_relaxed);
+  if (slot != nullptr) slot->forced += n;
+  check_high(group, n, flags & ~kMayBlock);
+  if (tl_high.pages > 0) internal::tl_deferred_pending = 1;
+  return ChargeStatus::kForced;
 }
 
 [[gnu::noinline]] ChargeStatus charge_slow(Group& group, int64_t n, uint32_t flags) noexcept {
+  if (internal::tl_alloc_hook_depth > 0) [[unlikely]]
+    return charge_in_hook(group, n, flags);
+  // A safe point: finish what earlier charges in allocator hooks left (alloc_hook.hpp).
+  if (internal::tl_deferred_pending != 0) [[unlikely]]
+    internal::run_deferred();
   Controller& ctl = group.controller();
   // A charge made while this thread reclaims must not recurse into reclaim.
   if (internal::tl_reclaim_depth > 0) flags |= kInReclaim;
@@ -192,6 +241,20 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units) {
 
 }  // namespace
 
+// Reclaim and the OOM handler (with its wait for a victim) are memory stalls of the charging
+// thread, accounted to the charged group (psi.hpp).
+int64_t internal::reclaim_stalled(Group& group, Group& over_limit, int64_t units) {
+  MemStall stall(group);
+  return group.controller().reclaim_for_charge(over_limit, units);
+}
+bool internal::oom_stalled(Group& group, Group& over_limit, int64_t units) {
+  MemStall stall(group);
+  return group.controller().out_of_memory(over_limit, units);
+}
+bool internal::high_pending() noexcept {
+  return tl_high.pages > 0;
+}
+
 // The per-kind byte total of memory.stat follows every charge and uncharge, so that the state
 // items add up to memory.current minus what sits in the stocks. On the hot paths the stock slot
 // caches it (Stock::consume/refill take the kind); the other paths add it here.
@@ -254,7 +317,15 @@ void uncharge_direct(Group& group, int64_t units, int kind) noexcept {
   }
   account_kind(group, kind, -units);
   group.memory().uncharge(units);
-  internal::wake_charge_waiters(group);
+  if (internal::charge_waiters_on_path(group)) [[unlikely]] {
+    // In an allocator hook the wake (which takes the wait state's mutex) waits for the safe
+    // point; the waiters' poll bounds the delay where none comes.
+    if (internal::tl_alloc_hook_depth > 0) {
+      if (DeferredSlot* slot = tl_deferred.slot_for(group)) slot->wake = true;
+      return;
+    }
+    internal::wake_charge_waiters_slow(group);
+  }
 }
 
 namespace {

@@ -8,13 +8,19 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 #include <string>
+#include <utility>
 
-#include "memcg/core/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/internal/alloc_hook.hpp"
 #include "memcg/core/reclaim.hpp"
+#include "memcg/core/safe_point.hpp"
+
+#include "internal.hpp"
 
 namespace memcg::jemalloc {
 
@@ -25,7 +31,9 @@ struct Arena::State {
   extent_hooks_t hooks;
   GroupRef group;
   int kind = kDefaultKind;
+  int forced_kind = -1;  // memory.stat item of forced bytes (kArenaForcedKindName), or -1
   uint32_t flags = kDefaultCharge;
+  bool never_fail = true;
   unsigned unit_shift = 12;
   unsigned index = 0;
   // Bytes charged and not uncharged. Relaxed: a mirror of what the group's counters hold for this
@@ -39,6 +47,7 @@ struct Arena::State {
   std::atomic<uint64_t> commits{0};
   std::atomic<uint64_t> decommits{0};
   std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> forced_bytes{0};
   State* next_released = nullptr;  // guarded by released_mutex()
 
   // The library's own bookkeeping lives in arena 0, never in a tenant's arena.
@@ -65,22 +74,33 @@ State* state_of(extent_hooks_t* hooks) noexcept {
 thread_local int tl_creating = 0;
 
 // Charges `bytes` (whole pages, so whole units) for the arena; false when refused.
+// The hooks run with jemalloc's locks held: the charge takes or is refused the counters only,
+// and the rest of the ladder waits for the thread's next safe point (alloc_hook.hpp).
 bool charge_pages(State* st, size_t bytes) noexcept {
+  internal::AllocHookScope in_hook;
   const int64_t units = static_cast<int64_t>(bytes >> st->unit_shift);
-  // Under a library lock the charge must not reclaim (the reclaim path takes library locks) and
-  // must not fail the library's own allocation: forced, as the object layer forces its own. The
-  // arena's first metadata, asked for while jemalloc holds its control lock, likewise.
-  const uint32_t flags =
-      internal::tl_hook_bypass != 0 || tl_creating != 0 ? kNoFail : (st->flags | kNoSpin);
-  if (!charged(try_charge(*st->group, units, flags, st->kind))) {
-    st->failed.fetch_add(1, std::memory_order_relaxed);
+  // Never-fail arenas force what does not fit; so does a charge under a library lock (the
+  // library's own allocation cannot fail) and the arena's first metadata.
+  const bool force = st->never_fail || internal::tl_hook_bypass != 0 || tl_creating != 0;
+  const uint32_t flags = (force ? st->flags | kNoFail : st->flags) | kNoSpin;
+  const uint64_t refusals = internal::tl_deferred_refusals;
+  const ChargeStatus status = try_charge(*st->group, units, flags, st->kind);
+  if (!charged(status)) {
+    // Once per safe-point interval, whatever jemalloc retries (the core counts the same way).
+    if (internal::tl_deferred_refusals != refusals)
+      st->failed.fetch_add(1, std::memory_order_relaxed);
     return false;
+  }
+  if (status == ChargeStatus::kForced) {
+    st->forced_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    if (st->forced_kind >= 0) st->group->stat_add(st->forced_kind, static_cast<int64_t>(bytes), units);
   }
   st->charged.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   return true;
 }
 
 void uncharge_pages(State* st, size_t bytes) noexcept {
+  internal::AllocHookScope in_hook;  // the wake of waiting charges is deferred
   st->charged.fetch_sub(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   uncharge_direct(*st->group, static_cast<int64_t>(bytes >> st->unit_shift), st->kind);
 }
@@ -299,7 +319,9 @@ State* create_state(Group& group, int kind, const ArenaOptions& options) noexcep
   st->hooks.merge = hook_merge;
   st->group = GroupRef(&group);
   st->kind = kind;
+  st->forced_kind = group.controller().stat_index(kArenaForcedKindName);
   st->flags = options.charge_flags;
+  st->never_fail = options.failure == ArenaFailure::kNeverFail;
   st->unit_shift = group.controller().unit_shift();
 
   // The hooks run during creation (metadata): everything they read is set above.
@@ -325,7 +347,7 @@ State* create_state(Group& group, int kind, const ArenaOptions& options) noexcep
 }
 
 // Destroys `st`'s jemalloc arena now if it holds no block, else queues it for
-// collect_released().
+// collect_released() and the collector.
 void release_state(State* st) noexcept {
   bool destroyed;
   {
@@ -337,7 +359,19 @@ void release_state(State* st) noexcept {
       g_released = st;
     }
   }
-  if (destroyed) delete_state(st);  // no lock held: may drop the last group reference
+  if (destroyed) {
+    delete_state(st);  // no lock held: may drop the last group reference
+  } else {
+    wake_collector();
+  }
+}
+
+void start_background_purge() noexcept {
+  static const bool started = [] {
+    bool on = true;
+    return ::mallctl("background_thread", nullptr, nullptr, &on, sizeof on) == 0;
+  }();
+  (void)started;
 }
 
 }  // namespace
@@ -364,7 +398,12 @@ int Arena::create(Group& group, std::unique_ptr<Arena>* out, const ArenaOptions&
   if (options.dirty_decay_ms != ArenaOptions::kKeepDefault && options.dirty_decay_ms < -1)
     return EINVAL;
   if (options.nr_arenas < 1 || options.nr_arenas > kMaxArenasPerGroup) return EINVAL;
+  if (options.failure != ArenaFailure::kRefuse && options.failure != ArenaFailure::kNeverFail)
+    return EINVAL;
+  if (!jemalloc_serves_malloc()) return ENOTSUP;
   if (!group.is_online()) return ENOENT;
+  if (options.background_purge) start_background_purge();
+  install_ladder_scope();
   collect_released();
 
   std::unique_ptr<Arena> arena;
@@ -467,6 +506,7 @@ ArenaStats Arena::stats() const noexcept {
     s.commits += st->commits.load(std::memory_order_relaxed);
     s.decommits += st->decommits.load(std::memory_order_relaxed);
     s.failed_charges += st->failed.load(std::memory_order_relaxed);
+    s.forced += st->forced_bytes.load(std::memory_order_relaxed);
   }
   s.charged = charged_bytes();
   return s;
@@ -490,6 +530,7 @@ std::string Arena::format_stats() const {
   line("retained", s.retained);
   line("metadata", s.metadata);
   line("resident", s.resident);
+  line("forced", s.forced);
   return out;
 }
 
@@ -519,64 +560,6 @@ size_t collect_released() noexcept {
     done = next;
   }
   return remaining;
-}
-
-// ---- binding ----------------------------------------------------------------------------------
-
-unsigned current_thread_arena() noexcept {
-  unsigned a = 0;
-  size_t sz = sizeof a;
-  ::mallctl("thread.arena", &a, &sz, nullptr, 0);
-  return a;
-}
-
-unsigned arena_of(const void* p) noexcept {
-  unsigned a = UINT32_MAX;
-  size_t sz = sizeof a;
-  if (::mallctl("arenas.lookup", &a, &sz, &p, sizeof p) != 0) return UINT32_MAX;
-  return a;
-}
-
-void flush_thread_cache() noexcept {
-  ::mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
-}
-
-namespace {
-bool bind_thread(unsigned index) noexcept {
-  flush_thread_cache();
-  return ::mallctl("thread.arena", nullptr, nullptr, &index, sizeof index) == 0;
-}
-}  // namespace
-
-ScopedArenaAttach::ScopedArenaAttach(Arena& arena) noexcept : attach_(arena.group()) {
-  if (!attach_.ok()) return;
-  previous_arena_ = current_thread_arena();
-  bound_ = bind_thread(arena.next_index());
-}
-
-ScopedArenaAttach::~ScopedArenaAttach() {
-  if (bound_) bind_thread(previous_arena_);
-}
-
-// ---- pmr --------------------------------------------------------------------------------------
-
-void* ArenaResource::do_allocate(size_t bytes, size_t alignment) {
-  int flags = flags_;
-  if (alignment > alignof(std::max_align_t)) flags |= MALLOCX_ALIGN(alignment);
-  void* p = ::mallocx(bytes == 0 ? 1 : bytes, flags);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-
-void ArenaResource::do_deallocate(void* p, size_t bytes, size_t alignment) {
-  int flags = MALLOCX_TCACHE_NONE;
-  if (alignment > alignof(std::max_align_t)) flags |= MALLOCX_ALIGN(alignment);
-  ::sdallocx(p, bytes == 0 ? 1 : bytes, flags);
-}
-
-bool ArenaResource::do_is_equal(const std::pmr::memory_resource& other) const noexcept {
-  const auto* o = dynamic_cast<const ArenaResource*>(&other);
-  return o != nullptr && o->flags_ == flags_;
 }
 
 }  // namespace memcg::jemalloc

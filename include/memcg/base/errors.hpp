@@ -24,8 +24,8 @@
 //               another errno of bind(2) or listen(2): errno_name says "unknown" for those,
 //               strerror() knows them)
 //   EFBIG       a kernel cgroup file larger than memcg::host reads (host/)
-//   EOPNOTSUPP, ECONNABORTED, EHOSTDOWN, EHOSTUNREACH, ENETDOWN, ENETUNREACH, ENOBUFS, ENONET,
-//   ENOPROTOOPT,
+//   EOPNOTSUPP  (= ENOTSUP) jemalloc does not serve malloc in this process (Arena::create)
+//   ECONNABORTED, EHOSTDOWN, EHOSTUNREACH, ENETDOWN, ENETUNREACH, ENOBUFS, ENONET, ENOPROTOOPT,
 //   ENOTSOCK, EPERM, EPROTO, ETIMEDOUT
 //               accept(2) errors that the HTTP server handles and counts (ServerStats); named
 //               so that a report of them reads by name

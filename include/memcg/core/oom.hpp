@@ -31,7 +31,9 @@
 // longer holds back the next choice. A charge of a killed member does not wait: it fails.
 //
 // Kill callbacks run without any library lock held, on the thread that ran the OOM killer (the
-// charging thread, or the writer of memory.max), at most once per kill. A callback may charge,
+// charging thread, or the writer of memory.max), at most once per kill, and never inside an
+// allocator's hooks: a charge made there leaves the OOM decision to the thread's next safe point
+// (safe_point.hpp). A callback may charge,
 // uncharge, read files, and destroy its own member or any other (a member of the same oom.group
 // destroyed before its turn is skipped), also by waiting for another thread that destroys it
 // (cancel the victim's query and join its worker): ~Member never waits for a callback, and the

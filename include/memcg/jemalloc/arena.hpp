@@ -21,12 +21,10 @@
 //               committed (its metadata; a fallback after the arena's growth failed), the whole
 //               region is charged; a refused charge unmaps it and fails the allocation. The
 //               arena's first metadata block, asked for while jemalloc holds its control lock
-//               during Arena::create, is charged forced and without reclaim (a reclaimer's purge
-//               would take that lock again): it can pass memory.max by that block.
-//   commit      charges `length` bytes through the charge path's ladder (reclaim, drain,
-//               retries; the OOM killer only for requests of at most 8 pages, the kernel's costly
-//               order). A refused charge returns failure: jemalloc fails the allocation, malloc
-//               returns null and operator new throws std::bad_alloc.
+//               during Arena::create, is charged forced: it can pass memory.max by that block.
+//   commit      charges `length` bytes, counters only (see "Safe points"). Refused (kRefuse):
+//               returns failure, jemalloc fails the allocation, malloc returns null and operator
+//               new throws std::bad_alloc. Never-fail: forced past memory.max and counted.
 //   decommit    madvise(MADV_DONTNEED) on the range (the pages go back to the system and read
 //               as zeros later), then uncharges `length` bytes (uncharge_direct: the counters
 //               drop at once, as reclaim expects).
@@ -47,7 +45,7 @@
 // The count is what the arena holds of the machine's memory, not the bytes requested: size-class
 // rounding, partly used slabs, and freed blocks whose pages jemalloc has not yet decayed (dirty
 // pages, returned after `dirty_decay_ms`, 10 s by default) are in it. Under a limit, the arena's
-// built-in reclaimer returns its dirty pages (arena.<i>.purge) before the charge fails. Not
+// built-in reclaimer returns its dirty pages (arena.<i>.purge) at the next safe point. Not
 // counted: blocks in threads' caches are counted as active by jemalloc, so a block of this
 // arena freed into another thread's cache stays in this group's count until that cache is
 // flushed, and may meanwhile be handed to that thread's allocations (jemalloc's thread caches
@@ -58,22 +56,46 @@
 // that no cached block of the previous arena is handed out under the new group. A plain
 // ScopedAttach changes the group that explicit charges go to but not the thread's arena. Do not
 // link memcg::hook into the same program: the attachment would make it charge each block's bytes
-// on top of its pages. Direct use without binding: ArenaResource (a std::pmr::memory_resource),
-// or mallocx()/dallocx() with Arena::mallocx_flags(). A block goes back to its own arena whoever
-// frees it.
+// on top of its pages (both replace operator new). Direct use without binding: ArenaResource
+// (a std::pmr::memory_resource), or mallocx()/dallocx() with Arena::mallocx_flags(). A block goes
+// back to its own arena whoever frees it.
 //
 // Lifetime: an Arena holds a reference to its group. Destroying the Arena unregisters its
 // reclaimer; the jemalloc arena (and with it the group reference) is destroyed when it holds no
-// block any more: at once when already empty, else later by collect_released() (called by every
-// Arena creation and destruction). Until then the group, even removed, stays charged and counted
-// in its ancestors for the arena's pages, as a removed cgroup with page cache does.
+// block any more: at once when already empty, else later by collect_released(), which every
+// Arena creation and destruction calls and a collector thread of this component calls every
+// 100 ms while released arenas with live blocks remain. Until then the group, even removed,
+// stays charged and counted in its ancestors for the arena's pages, as a removed cgroup with page
+// cache does.
 //
-// Lock rules (docs/ARCHITECTURE.md): a charge from the hooks may reclaim and sleep; jemalloc
-// may hold its arena's growth lock meanwhile, so other threads growing the same arena wait.
-// While the library holds one of its locks on the thread (internal/lock.hpp), a commit is charged
-// without reclaim and forced (it can neither recurse into the library nor fail the library's own
-// allocation). Allocations made inside the hooks (by the charge path) are served by jemalloc's
-// arena 0 and charged to nobody.
+// Safe points (docs/jemalloc.md). jemalloc calls the hooks with its locks held (the arena's
+// growth mutex through commit, the decay mutex through decommit), so nothing in a hook blocks:
+// no reclaim, sleep, OOM kill, callback, notification or library lock. A hook charge takes the
+// page counters or is refused / forced (core/internal/alloc_hook.hpp), and leaves a per-thread
+// record; an uncharge leaves the wake of waiting charges to it. The thread's next safe point
+// runs the record outside jemalloc, on jemalloc's arena 0: the `max` event, reclaim of the group
+// (this arena's purge included), the stock drain, the OOM decision, the memory.high throttle and
+// the wake. Safe points: this component's global operator new and delete (after jemalloc
+// returned), ScopedArenaAttach construction and end, ArenaResource calls, every charge slow path
+// outside a hook, and safe_point(). A refused allocation counts one failure and runs one ladder
+// whatever jemalloc retries underneath (a refused commit is followed by an alloc hook call for a
+// fresh committed region). Kill callbacks therefore never run inside jemalloc: oom.hpp's
+// pattern (cancel the victim's work, join its worker) holds for workers bound to the arena.
+//
+// Bound on the overshoot (never-fail): between two safe points a thread takes past
+// max(memory.max, the group's usage at its previous safe point) at most the pages of the
+// allocations it makes there plus kNeverFailSlackBytes (one jemalloc metadata block). For C++
+// code that is one allocation (operator new is a safe point); a C loop calling malloc keeps the
+// bound by calling safe_point() between items. Forced bytes: ArenaStats::forced, the memory.stat
+// item kArenaForcedKindName when registered, and a `max` event per ladder pass. A pass that ends
+// with the group still over memory.max pauses that thread's ladders for the group for
+// kStalledLadderBackoffNs (safe_point.hpp): the forced pages are counted meanwhile, the bound
+// above holds unchanged (it is measured from the usage at the previous safe point), and the OOM
+// policy runs again at the first safe point after the pause.
+//
+// While the library holds one of its locks on the thread (internal/lock.hpp), a commit is forced
+// whatever the failure model (the library's own allocation cannot fail). Allocations made inside
+// the hooks are served by jemalloc's arena 0 and charged to nobody.
 //
 // What a bound thread allocates is in its arena, the library's own structures included (a group
 // it creates, a string a file read returns): they count in the tenant's pages like any block, and
@@ -84,6 +106,9 @@
 // set around a bare malloc call (a NoFailScope, for one) may be moved past it or dropped; the
 // state set by ScopedArenaAttach goes through calls into jemalloc and is not affected. Open a
 // NoFailScope around operator new (or an opaque call) rather than around a bare malloc.
+//
+// Idle memory: with ArenaOptions::background_purge, the freed pages of an arena that no longer
+// allocates are uncharged within kIdleDecayFactor x dirty_decay_ms + kIdleSlackMs.
 //
 // REQUIRES: the controller's unit is at most jemalloc's page (4 KiB with Debian's build), so that
 // every hook range is a whole number of units. Every thread's ScopedArenaAttach ends before the
@@ -103,6 +128,7 @@
 #include "memcg/core/attach.hpp"
 #include "memcg/core/charge.hpp"
 #include "memcg/core/group.hpp"
+#include "memcg/core/safe_point.hpp"
 
 namespace memcg::jemalloc {
 
@@ -110,15 +136,52 @@ namespace memcg::jemalloc {
 // of this name if it registered one (Options::stat_kinds), else `anon`.
 inline constexpr const char* kArenaKindName = "arena";
 inline constexpr int kAutoKind = -2;
+// The memory.stat item that counts the bytes the hooks forced past memory.max (never-fail
+// arenas, and charges under library locks), when the controller registered an application kind
+// of this name (an event kind: it only grows). ArenaStats::forced has the same figure per arena.
+inline constexpr const char* kArenaForcedKindName = "arena_forced";
+
+// The most a never-fail thread takes past max(memory.max, the group's usage at its previous safe
+// point) beyond the pages of the allocations it makes between two safe points: one jemalloc
+// metadata block those allocations may need (arena.hpp, "Safe points").
+inline constexpr uint64_t kNeverFailSlackBytes = 2u << 20;
+// With ArenaOptions::background_purge, the freed pages of an arena that allocates no more are
+// uncharged within kIdleDecayFactor x dirty_decay_ms + kIdleSlackMs: jemalloc decays along a
+// smooth curve over dirty_decay_ms and its purge threads sleep between passes (measured on
+// this VM: 0.4 s at 200 ms, 2.7 s at 1 s, 8.1 s at 3 s). At jemalloc's default of 10 s: 31 s.
+inline constexpr int64_t kIdleDecayFactor = 3;
+inline constexpr int64_t kIdleSlackMs = 1000;
+
+// What an allocation does when its pages do not fit under memory.max (arena.hpp, "Failure
+// model").
+enum class ArenaFailure : uint8_t {
+  // The allocation fails: malloc returns null, operator new throws std::bad_alloc. The ladder
+  // (reclaim, OOM decision) runs at the thread's next safe point, for the allocations after it.
+  kRefuse,
+  // The allocation never fails: the pages are charged past memory.max and counted (forced); the
+  // next safe point reclaims until the group is back under memory.max and applies the OOM policy
+  // when reclaim cannot get there.
+  kNeverFail,
+};
 
 struct ArenaOptions {
+  // The default is never-fail because the threads bound to an arena usually run code the
+  // application does not own (a storage engine, a parser, the C++ library), and such code takes
+  // a null from malloc or a bad_alloc as fatal or, worse, as a corrupted state: RocksDB crashes
+  // on a null in its block cache and hangs its write path after a bad_alloc. Pick kRefuse for an
+  // arena used only by code written to handle failure (ArenaResource users, own containers).
+  ArenaFailure failure = ArenaFailure::kNeverFail;
   // memory.stat item the pages are counted under: kAutoKind, or a StatRegistry index of the
   // group's controller.
   int kind = kAutoKind;
-  // Flags of the page charges (charge.hpp). kMayBlock (the default): reclaim, throttle at
-  // memory.high and run the OOM ladder before failing. A NoFailScope open on the allocating
-  // thread forces the charge instead of failing.
+  // Flags of the deferred ladder (charge.hpp): kRetryMayFail runs no OOM killer for a refused
+  // allocation, kNoRetry reclaims once. A NoFailScope open on the allocating thread forces the
+  // charge of a kRefuse arena instead of refusing it.
   uint32_t charge_flags = kDefaultCharge;
+  // Start jemalloc's background purge threads (mallctl background_thread, process-wide, once),
+  // so that freed pages of an arena that no longer allocates are returned on time (arena.hpp,
+  // "Idle memory"). Without them jemalloc decays an arena only when it allocates again.
+  bool background_purge = true;
   // jemalloc's arena.<i>.dirty_decay_ms for this arena: -1 never decays, 0 returns freed pages
   // at once; kKeepDefault keeps jemalloc's setting (opt.dirty_decay_ms).
   static constexpr int64_t kKeepDefault = INT64_MIN;
@@ -144,7 +207,8 @@ struct ArenaStats {
   uint64_t resident = 0;  // jemalloc's upper estimate of resident bytes
   uint64_t commits = 0;           // commit hook calls that charged
   uint64_t decommits = 0;         // decommit hook calls
-  uint64_t failed_charges = 0;    // commits (and committed allocs) refused
+  uint64_t failed_charges = 0;    // allocations refused (once per safe-point interval)
+  uint64_t forced = 0;            // bytes charged past memory.max (never-fail, library locks)
 };
 
 class Arena {
@@ -152,7 +216,9 @@ class Arena {
   // Creates a jemalloc arena with the group's hooks and registers its reclaimer on the group.
   // Errors, changing nothing: EINVAL for the root group, a kind that is not the controller's, a
   // controller unit larger than jemalloc's page, or an option out of range; ENOENT for an offline
-  // group; EAGAIN when jemalloc refuses a new arena (its limit of arenas, or no memory).
+  // group; EAGAIN when jemalloc refuses a new arena (its limit of arenas, or no memory);
+  // ENOTSUP when jemalloc is not the allocator serving malloc in this process (another
+  // allocator preloaded, a sanitizer): bound threads would charge nothing.
   static int create(Group& group, std::unique_ptr<Arena>* out, const ArenaOptions& options = {});
 
   // Unregisters the reclaimer and releases the jemalloc arena (see Lifetime above).
@@ -199,6 +265,16 @@ class Arena {
 // Blocks freed into other threads' caches keep an arena alive until those caches are flushed
 // (thread exit, or mallctl thread.tcache.flush on that thread).
 size_t collect_released() noexcept;
+
+// A safe point (memcg/core/safe_point.hpp) for threads bound to an arena: runs what this thread's
+// hook charges left (the ladder of a refused or forced allocation, the memory.high throttle, the
+// wake of waiting charges). A long-running loop that allocates with plain malloc calls it between
+// items; operator new and delete and ScopedArenaAttach call it on their own. Returns true if
+// anything was pending.
+bool safe_point() noexcept;
+
+// Whether jemalloc serves malloc in this process (what Arena::create checks).
+bool jemalloc_serves_malloc() noexcept;
 
 // Attaches the calling thread to the arena's group (like ScopedAttach) and binds it to the
 // arena, for the scope; restores the previous group and arena at its end. Each change flushes the
