@@ -172,7 +172,8 @@ TEST_P(Example, PlotIsWellFormedXml) {
 INSTANTIATE_TEST_SUITE_P(Examples, Example,
                          testing::Values("protection", "low", "high", "oom_group", "multi_tenant",
                                          "signals", "vmpressure_modes", "psi_throttle",
-                                         "cache_policy", "psi_some_full", "admission"));
+                                         "cache_policy", "psi_some_full", "admission",
+                                         "inotify_delete_file", "inotify_delete_dir"));
 
 TEST(Run, FileTheLibraryLacksIsAFailureNotAValue) {
   const Scenario s = load_or_die(R"(

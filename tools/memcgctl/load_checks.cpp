@@ -10,7 +10,7 @@ bool Loader::load_expect(const YAML::Node& v, Step* step) {
   Entries e;
   if (!entries_required_map(v, "expect",
                             {"group", "file", "key", "eq", "le", "ge", "close_to", "err",
-                             "listener", "level", "trigger", "peak", "watch"},
+                             "listener", "level", "trigger", "peak", "watch", "removed"},
                             &e))
     return false;
   ExpectStep x;
@@ -52,6 +52,19 @@ bool Loader::load_expect(const YAML::Node& v, Step* step) {
     } else {
       x.level = static_cast<int>(lv);
     }
+  }
+  if (const YAML::Node* r = find(e, "removed")) {
+    bool on = false;
+    if (x.source != ExpectStep::Source::kWatch) {
+      error(*r, "expect: `removed` goes with `watch` only");
+      ok = false;
+    } else if (!boolean(*r, "expect removed", &on)) {
+      ok = false;
+    } else if (!on) {
+      error(*r, "expect removed: only `true` means something");
+      ok = false;
+    }
+    x.removed = on;
   }
   if (x.source == ExpectStep::Source::kFile) {
     ok = required(v, e, "expect", "group", &x.group) &&

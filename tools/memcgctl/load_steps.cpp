@@ -306,7 +306,8 @@ bool Loader::load_remove(const YAML::Node& v, Step* step) {
     }
   }
   for (const auto& [name, h] : handles_) {
-    if (h.second == r.group) {
+    // A watch sees the removal (its final notification) and stays open, on no group.
+    if (h.second == r.group && h.first != "watch") {
       error(g, "remove: `" + r.group + "` still has the " + h.first + " `" + name + "`" +
                    (h.first == "peak" ? " (close it first)" : " (it stays open to the end)"));
       return false;

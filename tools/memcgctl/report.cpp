@@ -63,6 +63,7 @@ Json step_args(const Step& st) {
             a[kSource[static_cast<int>(b.source)]] = b.handle;
             if (b.level >= 0)
               a["level"] = memcg::to_string(static_cast<memcg::PressureLevel>(b.level));
+            if (b.removed) a["removed"] = true;
           } else {
             a["group"] = b.group;
             a["file"] = b.file;

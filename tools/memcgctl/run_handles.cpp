@@ -102,7 +102,11 @@ bool Runner::perform_body(const Step&, const WatchStep& w, StepResult* res) {
   WatchState* sp = st.get();
   const int err = memcg::EventListener::open(
       *g, w.local ? memcg::EventsFile::kEventsLocal : memcg::EventsFile::kEvents,
-      [sp](memcg::Group&, memcg::EventsFile) { sp->notified++; }, &st->listener);
+      [sp](memcg::Group& g, memcg::EventsFile) {
+        sp->notified++;
+        if (!g.is_online()) sp->removed++;  // the final notification: the group was removed
+      },
+      &st->listener);
   res->detail["result"] = memcg::errno_name(err);
   if (err) {
     res->failed = true;

@@ -70,7 +70,8 @@ struct TriggerState {
 };
 struct WatchState {
   std::unique_ptr<memcg::EventListener> listener;
-  uint64_t notified = 0;
+  uint64_t notified = 0;  // every notification, the removal notice included
+  uint64_t removed = 0;   // removal notices (the kernel's IN_DELETE_SELF): 0 or 1
 };
 
 class Runner {
