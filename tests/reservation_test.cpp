@@ -8,6 +8,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "memcg/memcg.hpp"
 #include "memcg/core/reservation.hpp"
@@ -244,6 +245,75 @@ TEST(Reservation, WaitIsGrantedByAnotherReservationsRelease) {
   EXPECT_EQ(w.get(), ReserveStatus::kOk);
   EXPECT_EQ(second.units(), 2);
   EXPECT_EQ(used(*g), 4);
+}
+
+// The priority of ReserveOptions reaches the waiting charge: in a full pool, a low reservation
+// (a group's) queues first, then one of the group's default class (normal) and a high one (a
+// member's); units freed one at a time go high, normal, low. On a ManualClock with an aging
+// bound far away, so the order is the classes' alone and every grant is made by the freeing call.
+TEST(Reservation, HighPriorityReservationIsServedFirst) {
+  testing::Watchdog dog("HighPriorityReservationIsServedFirst");
+  ManualClock clock(1'000'000);
+  Options o = one_shard();
+  o.batch = 1;  // nothing hides in the stock: usage is exact
+  o.clock = &clock;
+  Controller ctl(o);
+  set_wait_aging(ctl, 100s);
+  GroupRef pool, filler, lo, mid, hi;
+  ASSERT_EQ(ctl.create("pool", &pool), 0);
+  ASSERT_EQ(ctl.create("pool/filler", &filler), 0);
+  ASSERT_EQ(ctl.create("pool/lo", &lo), 0);
+  ASSERT_EQ(ctl.create("pool/mid", &mid), 0);
+  ASSERT_EQ(ctl.create("pool/hi", &hi), 0);
+  pool->set_max(4 * kUnit);
+  ASSERT_EQ(try_charge(*filler, 4), ChargeStatus::kOk);
+  Member query(*hi, "query", nullptr);
+  Reservation rlo(*lo, {.priority = WaitPriority::kLow});
+  Reservation rmid(*mid);  // kDefault: the group's class, kNormal
+  Reservation rhi(query, {.priority = WaitPriority::kHigh});
+  std::vector<std::future<ReserveStatus>> waits;
+  for (Reservation* r : {&rlo, &rmid, &rhi}) {
+    const uint64_t before = wait_stats(*pool).waiters;
+    waits.push_back(std::async(std::launch::async, [r] { return r->reserve_for(kUnit, 100s); }));
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (wait_stats(*pool).waiters != before + 1 && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(wait_stats(*pool).waiters, before + 1);
+  }
+  const WaitStats queued = wait_stats(*pool);
+  EXPECT_EQ(queued.by_priority[0].waiters, 1u);
+  EXPECT_EQ(queued.by_priority[1].waiters, 1u);
+  EXPECT_EQ(queued.by_priority[2].waiters, 1u);
+  const auto holders = [&] {
+    std::string s;
+    if (hi->memory().usage() > 0) s += "h";
+    if (mid->memory().usage() > 0) s += "m";
+    if (lo->memory().usage() > 0) s += "l";
+    return s;
+  };
+  for (const char* expected : {"h", "hm", "hml"}) {
+    uncharge_direct(*filler, 1);
+    EXPECT_EQ(holders(), expected);
+  }
+  EXPECT_EQ(waits[2].get(), ReserveStatus::kOk);
+  EXPECT_EQ(waits[1].get(), ReserveStatus::kOk);
+  EXPECT_EQ(waits[0].get(), ReserveStatus::kOk);
+  EXPECT_EQ(query.charged(), 1);  // the member form counts the grant towards its badness
+  EXPECT_EQ(rhi.units(), 1);
+  EXPECT_EQ(wait_stats(*pool).by_priority[2].granted, 1u);
+  EXPECT_EQ(wait_stats(*pool).by_priority[0].granted, 1u);
+}
+
+// A priority out of range refuses every request that would charge, and changes nothing.
+TEST(Reservation, PriorityOutOfRangeIsInvalid) {
+  Controller ctl(one_shard());
+  GroupRef g;
+  ASSERT_EQ(ctl.create("q", &g), 0);
+  Reservation r(*g, {.priority = static_cast<WaitPriority>(7)});
+  EXPECT_EQ(r.reserve(kUnit), ReserveStatus::kInvalid);
+  EXPECT_EQ(r.reserve_for(kUnit, 1s), ReserveStatus::kInvalid);
+  EXPECT_EQ(r.units(), 0);
+  EXPECT_EQ(used(*g), 0);
 }
 
 TEST(Reservation, MoveKeepsTheChargeAndReleasesOnce) {

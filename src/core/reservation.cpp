@@ -58,6 +58,9 @@ ReserveStatus Reservation::prepare(uint64_t total, int64_t* need) const noexcept
   if (units > static_cast<uint64_t>(ctl.max_units())) return ReserveStatus::kInvalid;
   *need = static_cast<int64_t>(units) - units_;
   if (*need <= 0) return ReserveStatus::kOk;  // a shrink or a change within the last unit
+  const auto prio = static_cast<unsigned>(options_.priority);
+  if (prio >= static_cast<unsigned>(kWaitPriorities) && options_.priority != WaitPriority::kDefault)
+    return ReserveStatus::kInvalid;  // refused before anything is charged, waiting or not
   if (stop_.stop_requested()) return ReserveStatus::kCancelled;
   if (member_ != nullptr && member_->killed()) return ReserveStatus::kKilled;
   return ReserveStatus::kOk;
@@ -111,13 +114,15 @@ ReserveStatus Reservation::charge_units(int64_t units) noexcept {
   return forced ? ReserveStatus::kForced : ReserveStatus::kOk;
 }
 
-// The one call into the waiting charges: their options (a priority) are passed on here.
+// The one call into the waiting charges: the reservation's wait class is passed on here.
 ReserveStatus Reservation::wait_units(int64_t units, uint64_t deadline_ns) noexcept {
   const uint64_t now = group_->controller().clock().now_ns();
   const auto timeout = std::chrono::nanoseconds(
       deadline_ns > now ? static_cast<int64_t>(deadline_ns - now) : 0);
-  const WaitStatus s = member_ != nullptr ? member_->charge_wait(units, timeout, stop_)
-                                          : try_charge_wait_for(*group_, units, timeout, stop_);
+  WaitOptions wo;
+  wo.priority = options_.priority;
+  const WaitStatus s = member_ != nullptr ? member_->charge_wait(units, timeout, stop_, wo)
+                                          : try_charge_wait_for(*group_, units, timeout, stop_, wo);
   switch (s) {
     case WaitStatus::kOk:
       units_ += units;

@@ -27,7 +27,10 @@
 //            that fails part-way gives back the pieces it charged.
 //   kNever   never the OOM killer (kRetryMayFail): reclaim and retries only.
 // Waiting requests (reserve_for, reserve_until, grow_for) never OOM-kill, whatever the policy:
-// they run the ladder without the OOM killer, then wait (charge_wait.hpp).
+// they run the ladder without the OOM killer, then wait (charge_wait.hpp) in the class of
+// ReserveOptions::priority, so that an interactive query's reservation is served before a
+// batch job's when both wait on one limit:
+//   memcg::Reservation mem(query, {.priority = memcg::WaitPriority::kHigh}, stop.get_token());
 //
 // Cancellation: a reservation made for a Member charges through it (its badness counts the
 // reservation) and refuses to grow once the member was OOM-killed (kKilled). The stop token
@@ -69,7 +72,8 @@ enum class ReserveStatus : uint8_t {
   kCancelled,    // the stop token was triggered (before the request, or while it waited)
   kKilled,       // the member was OOM-killed: a killed query does not grow
   kRemoved,      // a waiting request's group was removed or the controller destroyed
-  kInvalid,      // no group (an empty reservation), or a total no counter can hold
+  kInvalid,      // no group (an empty reservation), a total no counter can hold, or a
+                 // priority out of range (ReserveOptions::priority)
 };
 
 // "ok", "forced", "nomem", "nomem-costly", "timed-out", "cancelled", "killed", "removed",
@@ -90,9 +94,12 @@ enum class OomPolicy : uint8_t {
 
 struct ReserveOptions {
   OomPolicy oom = OomPolicy::kKernel;
-  // The waiting requests (reserve_for, reserve_until, grow_for) hand their options to the
-  // waiting charge in one place (Reservation::wait_units); a waiting charge's priority belongs
-  // here, next to the policy.
+  // The class of this reservation's waiting requests (reserve_for, reserve_until, grow_for):
+  // when memory is short, a kHigh query is served before a kLow batch job queued on the same
+  // limit (charge_wait.hpp, WaitPriority). kDefault takes the group's memory.wait.priority.
+  // Requests that do not wait ignore it. A value outside kLow..kHigh and not kDefault makes
+  // every request that would charge kInvalid (nothing is charged; shrinking still works).
+  WaitPriority priority = WaitPriority::kDefault;
 };
 
 class Reservation {
@@ -138,7 +145,8 @@ class Reservation {
   ReserveStatus charge_units(int64_t units) noexcept;
   ReserveStatus wait_units(int64_t units, uint64_t deadline_ns) noexcept;
   void uncharge_units(int64_t units) noexcept;
-  // The status of a request to hold `total` bytes before charging: kInvalid, kCancelled,
+  // The status of a request to hold `total` bytes before charging: kInvalid (also for a
+  // priority out of range), kCancelled,
   // kKilled, or kOk with the units it takes in `*need` (0 or less: nothing to charge).
   ReserveStatus prepare(uint64_t total, int64_t* need) const noexcept;
   ReserveStatus grow_to(uint64_t total, bool wait, uint64_t deadline_ns) noexcept;
