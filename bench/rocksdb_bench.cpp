@@ -168,6 +168,10 @@ void BM_ReadsGoverned(benchmark::State& state) {
   state.counters["peak_over_max_KiB"] =
       (static_cast<double>(w.governed_group->peak()) - static_cast<double>(kGroupMax)) / 1024;
   state.counters["forced"] = static_cast<double>(w.tenant->cache().allocator().forced());
+  const memcg::CacheGovernor::Stats gs = w.tenant->cache().governor().stats();
+  state.counters["reclaims"] = static_cast<double>(gs.reclaims);
+  state.counters["lowered"] = static_cast<double>(gs.lowered);
+  state.counters["raised"] = static_cast<double>(gs.raised);
 }
 void BM_MissesPlain(benchmark::State& state) { reads(state, *world().meter_plain, true); }
 void BM_MissesByteAllocator(benchmark::State& state) {

@@ -1,8 +1,23 @@
 #include "memcg/rocksdb/block_cache.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace memcg::rocksdb {
+
+namespace {
+// RocksDB's default shard count follows the configured capacity (one shard per 512 KiB, at most
+// 64). A governed cache runs at the group's room, often far below its configuration: 64 shards
+// of a 16 MiB room hold 256 KiB each, an index block larger than that is dropped after every
+// use and read again on the next Get. So the count follows the tightest limit above the group.
+int default_shard_bits(const Group& group, uint64_t capacity) {
+  for (const Group* g = &group; g != nullptr && !g->is_root(); g = g->parent())
+    capacity = std::min({capacity, g->high(), g->max()});
+  int bits = 0;
+  while (bits < 6 && (capacity >> (bits + 1)) >= (uint64_t{512} << 10)) ++bits;
+  return bits;
+}
+}  // namespace
 
 BlockCache::BlockCache(Group& group, BlockCacheOptions options)
     : allocator_(std::make_shared<ByteAllocator>(group)) {
@@ -13,7 +28,9 @@ BlockCache::BlockCache(Group& group, BlockCacheOptions options)
     throw std::invalid_argument("memcg::rocksdb::BlockCache: governor.min_bytes above capacity");
   ::rocksdb::LRUCacheOptions lru;
   lru.capacity = options.capacity_bytes;
-  lru.num_shard_bits = options.num_shard_bits;
+  lru.num_shard_bits = options.num_shard_bits >= 0
+                           ? options.num_shard_bits
+                           : default_shard_bits(group, options.capacity_bytes);
   lru.strict_capacity_limit = false;  // an insert never fails: the capacity is a target
   lru.memory_allocator = allocator_;
   cache_ = ::rocksdb::NewLRUCache(lru);

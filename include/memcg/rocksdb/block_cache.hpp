@@ -25,7 +25,9 @@ struct BlockCacheOptions {
   // The cache's configured size: the capacity never goes above it (CacheGovernorOptions'
   // max_bytes, which is overridden with it).
   uint64_t capacity_bytes = 64 << 20;
-  int num_shard_bits = -1;  // RocksDB's default
+  // -1: one shard per 512 KiB (at most 64, RocksDB's rule) of the smaller of capacity_bytes and
+  // the tightest memory.high/max above the group at construction, not of capacity_bytes alone.
+  int num_shard_bits = -1;
   CacheGovernorOptions governor;
 };
 
