@@ -23,30 +23,17 @@
 #include "memcg/core/reclaim.hpp"
 #include "memcg/core/safe_point.hpp"
 #include "memcg/jemalloc/arena.hpp"
+#include "jemalloc_test_helpers.hpp"
 #include "watchdog.hpp"
 
 namespace memcg::jemalloc {
 namespace {
 
 using memcg::testing::Watchdog;
-constexpr size_t kMiB = 1024 * 1024;
-
-std::unique_ptr<Arena> make_arena(Group& g, const ArenaOptions& o = {}) {
-  std::unique_ptr<Arena> a;
-  EXPECT_EQ(Arena::create(g, &a, o), 0);
-  return a;
-}
-
-void release(std::unique_ptr<Arena>& a) {
-  flush_thread_cache();
-  a.reset();
-  EXPECT_EQ(collect_released(), 0u);
-}
-
-void touch(void* p, size_t n) {
-  std::memset(p, 0x5a, n);
-  asm volatile("" : : "r"(p) : "memory");
-}
+using testing::kMiB;
+using testing::make_arena;
+using testing::release;
+using testing::touch;
 
 ArenaOptions refuse_options() {
   ArenaOptions o;
