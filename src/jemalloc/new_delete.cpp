@@ -10,8 +10,12 @@
 // malloc); mallocx and dallocx go through its generic path, 60-90 instructions more per call,
 // and are left to the aligned forms, as jemalloc does.
 //
-// GCC treats malloc and free as calls that touch no program state and could move the
-// thread-local read above them: a compiler barrier after each keeps it after jemalloc returned.
+// All three come from the object that defines the mallocx this file calls, looked up once at
+// startup, so that a block always goes back to the allocator it came from: called by name,
+// malloc and free would be another allocator's under LD_PRELOAD, sdallocx still jemalloc's.
+// Until the lookup ran (operator new called by an earlier static constructor) and when it
+// fails, the generic mallocx / dallocx / sdallocx serve, which mix with the fast ones.
+#include <dlfcn.h>
 #include <jemalloc/jemalloc.h>
 
 #include <cstddef>
@@ -25,8 +29,54 @@ namespace {
 
 constexpr size_t kDefaultAlign = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
 
-inline void compiler_barrier() noexcept {
-  asm volatile("" ::: "memory");
+using MallocFn = void* (*)(size_t);
+using FreeFn = void (*)(void*);
+using SizedFreeFn = void (*)(void*, size_t, int);
+
+void* generic_malloc(size_t size) noexcept {
+  return ::mallocx(size == 0 ? 1 : size, 0);
+}
+void generic_free(void* p) noexcept {
+  ::dallocx(p, 0);
+}
+void generic_sized_free(void* p, size_t size, int flags) noexcept {
+  ::sdallocx(p, size == 0 ? 1 : size, flags);
+}
+
+// Written once, by find_jemalloc_fast_paths(), a constructor that runs before main while the
+// program is single-threaded; plain pointers so that each call is one memory-indirect call.
+// Either value is right: the generic entry and the fast one of the same jemalloc mix.
+MallocFn g_malloc = generic_malloc;
+FreeFn g_free = generic_free;
+SizedFreeFn g_sized_free = generic_sized_free;
+
+// The object that defines `p`, or null.
+const void* object_of(const void* p) noexcept {
+  Dl_info info{};
+  return p != nullptr && ::dladdr(p, &info) != 0 ? info.dli_fbase : nullptr;
+}
+
+[[gnu::constructor]] void find_jemalloc_fast_paths() noexcept {
+  // The jemalloc the calls by name below reach, as the program resolves them.
+  void* const mx = ::dlsym(RTLD_DEFAULT, "mallocx");
+  Dl_info info{};
+  if (mx == nullptr || ::dladdr(mx, &info) == 0 || info.dli_fname == nullptr) return;
+  void* lib = ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (lib == nullptr) return;
+  void* const m = ::dlsym(lib, "malloc");
+  void* const f = ::dlsym(lib, "free");
+  void* const sf = ::dlsym(lib, "sdallocx");
+  // All from that one object (where jemalloc is linked into the program itself, its malloc may
+  // be another allocator's: then the generic entries stay).
+  const void* const home = info.dli_fbase;
+  if (object_of(m) == home && object_of(f) == home && object_of(sf) == home &&
+      object_of(::dlsym(RTLD_DEFAULT, "dallocx")) == home &&
+      object_of(::dlsym(RTLD_DEFAULT, "sdallocx")) == home) {
+    g_malloc = reinterpret_cast<MallocFn>(m);
+    g_free = reinterpret_cast<FreeFn>(f);
+    g_sized_free = reinterpret_cast<SizedFreeFn>(sf);
+  }
+  ::dlclose(lib);  // NOLOAD: drops the reference it took; the library stays
 }
 
 inline bool deferred_pending() noexcept {
@@ -37,12 +87,11 @@ inline int align_flags(size_t align) noexcept {
   return align > kDefaultAlign ? static_cast<int>(MALLOCX_ALIGN(align)) : 0;
 }
 
+// The calls go through pointers the compiler knows nothing of: the thread-local read after them
+// stays after them (GCC would move it across a call to malloc or free by name, which it treats
+// as touching no program state).
 inline void* allocate(size_t size, size_t align) noexcept {
-  if (align <= kDefaultAlign) {
-    void* p = std::malloc(size);
-    compiler_barrier();
-    return p;
-  }
+  if (align <= kDefaultAlign) return g_malloc(size);
   return ::mallocx(size == 0 ? 1 : size, align_flags(align));
 }
 
@@ -87,82 +136,25 @@ inline void after_free() noexcept {
 inline void deallocate(void* p, size_t align) noexcept {
   if (p == nullptr) return;
   if (align <= kDefaultAlign) {
-    std::free(p);
-    compiler_barrier();
+    g_free(p);
   } else {
     ::dallocx(p, align_flags(align));
   }
   after_free();
 }
 
-// The size is the one asked of operator new (jemalloc's sized delete takes it as it is, 0
-// included).
+// The size is the one asked of operator new; jemalloc's own sized delete passes it as it is, 0
+// included (the size class of 0 and 1 is the same).
 inline void deallocate_sized(void* p, size_t size, size_t align) noexcept {
   if (p == nullptr) return;
-  ::sdallocx(p, align <= kDefaultAlign || size != 0 ? size : 1, align_flags(align));
+  if (align <= kDefaultAlign) {
+    g_sized_free(p, size, 0);
+  } else {
+    ::sdallocx(p, size == 0 ? 1 : size, align_flags(align));
+  }
   after_free();
 }
 
 }  // namespace
 
-void* operator new(std::size_t n) {
-  return new_throwing(n, kDefaultAlign);
-}
-void* operator new[](std::size_t n) {
-  return new_throwing(n, kDefaultAlign);
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  return new_nothrow(n, kDefaultAlign);
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  return new_nothrow(n, kDefaultAlign);
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  return new_throwing(n, static_cast<size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a) {
-  return new_throwing(n, static_cast<size_t>(a));
-}
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return new_nothrow(n, static_cast<size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return new_nothrow(n, static_cast<size_t>(a));
-}
-
-void operator delete(void* p) noexcept {
-  deallocate(p, kDefaultAlign);
-}
-void operator delete[](void* p) noexcept {
-  deallocate(p, kDefaultAlign);
-}
-void operator delete(void* p, const std::nothrow_t&) noexcept {
-  deallocate(p, kDefaultAlign);
-}
-void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  deallocate(p, kDefaultAlign);
-}
-void operator delete(void* p, std::size_t n) noexcept {
-  deallocate_sized(p, n, kDefaultAlign);
-}
-void operator delete[](void* p, std::size_t n) noexcept {
-  deallocate_sized(p, n, kDefaultAlign);
-}
-void operator delete(void* p, std::align_val_t a) noexcept {
-  deallocate(p, static_cast<size_t>(a));
-}
-void operator delete[](void* p, std::align_val_t a) noexcept {
-  deallocate(p, static_cast<size_t>(a));
-}
-void operator delete(void* p, std::size_t n, std::align_val_t a) noexcept {
-  deallocate_sized(p, n, static_cast<size_t>(a));
-}
-void operator delete[](void* p, std::size_t n, std::align_val_t a) noexcept {
-  deallocate_sized(p, n, static_cast<size_t>(a));
-}
-void operator delete(void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
-  deallocate(p, static_cast<size_t>(a));
-}
-void operator delete[](void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
-  deallocate(p, static_cast<size_t>(a));
-}
+#include "memcg/base/internal/replaceable_new_delete.inc"
