@@ -119,7 +119,7 @@ TEST(JemallocNoFail, NeverFailArenaRunsToTheEndUnderALimit) {
 
 // A never-fail thread that keeps allocating past memory.max while nothing can be reclaimed (its
 // own live blocks hold the memory, no member to kill): the ladder runs once, then not again for
-// that group on that thread until kStalledLadderBackoffNs of the controller's clock passed
+// that group (on any thread) until kStalledLadderBackoffNs of the controller's clock passed
 // (safe_point.hpp), while every block is still charged and counted as forced. Before, each
 // forced commit ran reclaim up to 18 times and the OOM decision (example_jemalloc_tenants spun
 // at 100 % CPU into its timeout).

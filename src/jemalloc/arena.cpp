@@ -48,9 +48,8 @@ struct Arena::State {
   std::atomic<uint64_t> decommits{0};
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> forced_bytes{0};
-  // The most units by which this arena's forced charges have put the group past memory.max since
-  // the group last took one of its charges within the limit (relaxed: statistics; see
-  // count_forced()).
+  // The most units this arena's forced charges put the group past memory.max since it last took
+  // one of its charges within the limit (relaxed: statistics; count_forced()).
   std::atomic<int64_t> excess_peak{0};
   State* next_released = nullptr;  // guarded by released_mutex()
 
