@@ -1,8 +1,12 @@
 // Cost of per-group jemalloc arenas (this program links memcg::jemalloc, so its malloc is
-// jemalloc, and its operator new/delete are memcg::jemalloc's: mallocx/dallocx plus the safe
-// point's thread-local test, for every variant). The same workloads as hook_bench (which runs on glibc malloc and memcg::hook), with
-// the same allocator template, so that bench/jemalloc_compare.sh can put all of them side by side:
-//  - Jemalloc: plain jemalloc, the thread on its automatic arena;
+// jemalloc, and its operator new/delete are memcg::jemalloc's: jemalloc's fast paths plus the
+// safe point's thread-local test). The same workloads as hook_bench (which runs on glibc malloc
+// and memcg::hook), with the same allocator template, so that bench/jemalloc_compare.sh can put
+// all of them side by side:
+//  - JemallocOwnNew: plain jemalloc as a program without memcg has it: jemalloc's own operator
+//    new and sized delete (libjemalloc's C++ entry points, looked up in the library), the thread
+//    on its automatic arena. The baseline of the ratios;
+//  - Jemalloc: the thread on its automatic arena, through memcg::jemalloc's operator new/delete;
 //  - JemallocArena: the thread bound to an arena of its own without hooks (what an arena per
 //    tenant costs before any accounting);
 //  - MemcgArena: the thread bound with ScopedArenaAttach to a memcg::jemalloc arena of a group
@@ -18,11 +22,13 @@
 // Footprint (one iteration): a map of 200 000 keys with 40-byte values built in a memcg arena,
 // reporting the bytes the program asked for, memory.current, and the process's RSS growth.
 #include <benchmark/benchmark.h>
+#include <dlfcn.h>
 #include <jemalloc/jemalloc.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -71,7 +77,56 @@ Setup& setup() {
   return *s;
 }
 
+// jemalloc's own operator new and sized operator delete, as a program linking jemalloc without
+// memcg::jemalloc calls them (this program's global ones are memcg::jemalloc's): looked up in the
+// library that defines mallctl. Without them (a jemalloc built without its C++ part), malloc and
+// sdallocx, which are what they call.
+struct OwnNew {
+  void* (*op_new)(size_t) = nullptr;
+  void (*op_delete)(void*, size_t) = nullptr;
+  void (*op_delete_unsized)(void*) = nullptr;
+  OwnNew() {
+    Dl_info info{};
+    void* lib = nullptr;
+    if (::dladdr(reinterpret_cast<void*>(&::mallctl), &info) != 0 && info.dli_fname != nullptr)
+      lib = ::dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+    if (lib != nullptr) {
+      op_new = reinterpret_cast<void* (*)(size_t)>(::dlsym(lib, "_Znwm"));
+      op_delete = reinterpret_cast<void (*)(void*, size_t)>(::dlsym(lib, "_ZdlPvm"));
+      op_delete_unsized = reinterpret_cast<void (*)(void*)>(::dlsym(lib, "_ZdlPv"));
+    }
+    if (op_new == nullptr || op_delete == nullptr || op_delete_unsized == nullptr) {
+      op_new = [](size_t n) {
+        void* p = std::malloc(n);
+        if (p == nullptr) std::abort();
+        return p;
+      };
+      op_delete = [](void* p, size_t n) { ::sdallocx(p, n, 0); };
+      op_delete_unsized = [](void* p) { std::free(p); };
+    }
+  }
+};
+const OwnNew& own_new() {
+  static const OwnNew o;
+  return o;
+}
+
+template <typename T>
+struct OwnNewAllocator {
+  using value_type = T;
+  OwnNewAllocator() = default;
+  template <typename U>
+  OwnNewAllocator(const OwnNewAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(own_new().op_new(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { own_new().op_delete(p, n * sizeof(T)); }
+  template <typename U>
+  bool operator==(const OwnNewAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
 enum class Variant {
+  kJemallocOwnNew,
   kJemalloc,
   kJemallocArena,
   kMemcgArena,
@@ -128,12 +183,24 @@ memcg::jemalloc::Arena* arena_of_variant(Variant v) {
   }
 }
 
+// One map of the workload through the variant's operator new/delete.
+size_t one_map(Variant v) {
+  if (v == Variant::kJemallocOwnNew) return memcg::bench::map_of_strings<OwnNewAllocator>(1000, 7);
+  return memcg::bench::map_of_strings<memcg::bench::NewAllocator>(1000, 7);
+}
+
 void map_of_strings(benchmark::State& state, Variant v) {
   Bind bind(v, state.thread_index());
   memcg::jemalloc::Arena* arena = state.thread_index() == 0 ? arena_of_variant(v) : nullptr;
   const memcg::jemalloc::ArenaStats before = arena ? arena->stats() : memcg::jemalloc::ArenaStats{};
-  for (auto _ : state)
-    benchmark::DoNotOptimize(memcg::bench::map_of_strings<memcg::bench::NewAllocator>(1000, 7));
+  if (v == Variant::kJemallocOwnNew) {
+    own_new();
+    for (auto _ : state)
+      benchmark::DoNotOptimize(memcg::bench::map_of_strings<OwnNewAllocator>(1000, 7));
+  } else {
+    for (auto _ : state)
+      benchmark::DoNotOptimize(memcg::bench::map_of_strings<memcg::bench::NewAllocator>(1000, 7));
+  }
   state.counters["allocs_per_s"] =
       benchmark::Counter(3000, benchmark::Counter::kIsIterationInvariantRate);
   if (arena != nullptr) {
@@ -149,15 +216,27 @@ void map_of_strings(benchmark::State& state, Variant v) {
 void new_delete(benchmark::State& state, Variant v) {
   Bind bind(v, state.thread_index());
   std::array<void*, kBatch> p{};
-  for (auto _ : state) {
-    for (int i = 0; i < kBatch; ++i) p[i] = ::operator new(16 + 16 * (i % 16));
-    for (int i = 0; i < kBatch; ++i) ::operator delete(p[i]);
-    benchmark::DoNotOptimize(p);
+  if (v == Variant::kJemallocOwnNew) {
+    const OwnNew& o = own_new();
+    for (auto _ : state) {
+      for (int i = 0; i < kBatch; ++i) p[i] = o.op_new(16 + 16 * (i % 16));
+      for (int i = 0; i < kBatch; ++i) o.op_delete_unsized(p[i]);
+      benchmark::DoNotOptimize(p);
+    }
+  } else {
+    for (auto _ : state) {
+      for (int i = 0; i < kBatch; ++i) p[i] = ::operator new(16 + 16 * (i % 16));
+      for (int i = 0; i < kBatch; ++i) ::operator delete(p[i]);
+      benchmark::DoNotOptimize(p);
+    }
   }
   state.counters["ns_per_pair"] = benchmark::Counter(
       kBatch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
+void BM_MapOfStrings_JemallocOwnNew(benchmark::State& s) {
+  map_of_strings(s, Variant::kJemallocOwnNew);
+}
 void BM_MapOfStrings_Jemalloc(benchmark::State& s) {
   map_of_strings(s, Variant::kJemalloc);
 }
@@ -181,6 +260,9 @@ void BM_NewDelete_MemcgSpread(benchmark::State& s) {
 }
 void BM_NewDelete_MemcgArenaPerThread(benchmark::State& s) {
   new_delete(s, Variant::kMemcgArenaPerThread);
+}
+void BM_NewDelete_JemallocOwnNew(benchmark::State& s) {
+  new_delete(s, Variant::kJemallocOwnNew);
 }
 void BM_NewDelete_Jemalloc(benchmark::State& s) {
   new_delete(s, Variant::kJemalloc);
@@ -252,12 +334,14 @@ void BM_Footprint_MemcgArena(benchmark::State& state) {
   }
 }
 
+BENCHMARK(BM_MapOfStrings_JemallocOwnNew)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_Jemalloc)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_JemallocArena)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgArena)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgArenaRefuse)->Threads(1)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgArenaPerThread)->Threads(2);
 BENCHMARK(BM_MapOfStrings_MemcgSpread)->Threads(1)->Threads(2);
+BENCHMARK(BM_NewDelete_JemallocOwnNew)->Threads(1)->Threads(2);
 BENCHMARK(BM_NewDelete_Jemalloc)->Threads(1)->Threads(2);
 BENCHMARK(BM_NewDelete_JemallocArena)->Threads(1)->Threads(2);
 BENCHMARK(BM_NewDelete_MemcgArena)->Threads(1)->Threads(2);
@@ -265,6 +349,50 @@ BENCHMARK(BM_NewDelete_MemcgArenaPerThread)->Threads(2);
 BENCHMARK(BM_NewDelete_MemcgSpread)->Threads(1)->Threads(2);
 BENCHMARK(BM_Footprint_MemcgArena)->Iterations(1);
 
+// Instruction-count mode, for callgrind (its counts are deterministic where the wall clock of a
+// shared machine is not): `jemalloc_bench --maps=<variant>:<n>` binds the thread as that
+// variant's benchmark does, builds 50 maps to warm up, then `n` maps in measured_maps(), which
+// callgrind counts alone:
+//   valgrind --tool=callgrind --toggle-collect='*measured_maps*' \
+//     build/release/bench/jemalloc_bench --maps=MemcgArena:200
+[[gnu::noinline]] size_t measured_maps(Variant v, int n) {
+  size_t sum = 0;
+  for (int i = 0; i < n; ++i) sum += one_map(v);
+  return sum;
+}
+
+int count_maps(const char* spec) {
+  static const std::pair<const char*, Variant> kNames[] = {
+      {"JemallocOwnNew", Variant::kJemallocOwnNew},
+      {"Jemalloc", Variant::kJemalloc},
+      {"JemallocArena", Variant::kJemallocArena},
+      {"MemcgArena", Variant::kMemcgArena},
+      {"MemcgArenaRefuse", Variant::kMemcgArenaRefuse},
+      {"MemcgSpread", Variant::kMemcgSpread}};
+  const char* colon = std::strchr(spec, ':');
+  const int n = colon != nullptr ? std::atoi(colon + 1) : 0;
+  for (const auto& [name, v] : kNames) {
+    if (colon == nullptr || std::strlen(name) != static_cast<size_t>(colon - spec) ||
+        std::strncmp(name, spec, colon - spec) != 0 || n <= 0)
+      continue;
+    Bind bind(v, 0);
+    size_t sum = 0;
+    for (int i = 0; i < 50; ++i) sum += one_map(v);
+    sum += measured_maps(v, n);
+    std::printf("%s: %d maps measured (checksum %zu)\n", name, n, sum);
+    return 0;
+  }
+  std::fprintf(stderr, "usage: jemalloc_bench --maps=<variant>:<count>\n");
+  return 2;
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strncmp(argv[1], "--maps=", 7) == 0) return count_maps(argv[1] + 7);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -63,7 +63,7 @@ struct Fixture {
 };
 
 // Forced in a hook: nothing of the ladder runs there; the safe point runs one bounded pass
-// (reclaim that frees nothing is not retried), then pauses the group's ladder on this thread
+// (reclaim that frees nothing is not retried), then pauses the group's ladder
 // for kStalledLadderBackoffNs of the controller's clock while the forced units are still charged.
 TEST(SafePoint, AForcedChargeRunsOneBoundedPassThenPauses) {
   ManualClock clock(uint64_t{1} << 40);
@@ -100,6 +100,40 @@ TEST(SafePoint, AForcedChargeRunsOneBoundedPassThenPauses) {
   EXPECT_EQ(f.oom_calls.load(), 2);
   EXPECT_GT(pinned.calls.load(), first_pass);
   uncharge_direct(g, 64 + 8 + 11);
+  EXPECT_EQ(g.current(), 0u);
+}
+
+// The pause is the group's: after one thread's forced pass stalled, another thread of the same
+// group that forces charges runs no pass either until the pause is over (the ladder acts on the
+// group: two threads would otherwise run two passes and two OOM decisions for one overshoot).
+TEST(SafePoint, AStalledPassPausesTheGroupsLadderOnEveryThread) {
+  ManualClock clock(uint64_t{1} << 40);
+  Fixture f(&clock);
+  Group& g = *f.g;
+  Pinned pinned;
+  ReclaimerRegistration reg(g, pinned);
+  ASSERT_EQ(try_charge(g, 64, kDefaultCharge), ChargeStatus::kOk);
+  ASSERT_EQ(charge_in_hook(g, 8, kNoFail), ChargeStatus::kForced);
+  EXPECT_TRUE(safe_point());  // stalls: nothing can be reclaimed or killed
+  EXPECT_EQ(f.oom_calls.load(), 1);
+  EXPECT_EQ(g.events().get(Event::kMax), 1u);
+  const int first_pass = pinned.calls.load();
+  auto other_thread = [&] {
+    std::thread t([&] {
+      ASSERT_EQ(charge_in_hook(g, 1, kNoFail), ChargeStatus::kForced);
+      EXPECT_TRUE(safe_point());
+    });
+    t.join();
+  };
+  other_thread();
+  EXPECT_EQ(f.oom_calls.load(), 1);  // per-thread pauses: 2
+  EXPECT_EQ(g.events().get(Event::kMax), 1u);
+  EXPECT_EQ(pinned.calls.load(), first_pass);
+  clock.advance(kStalledLadderBackoffNs);
+  other_thread();  // the pause is over: a full pass, the OOM policy included
+  EXPECT_EQ(f.oom_calls.load(), 2);
+  EXPECT_EQ(g.events().get(Event::kMax), 2u);
+  uncharge_direct(g, 64 + 8 + 2);
   EXPECT_EQ(g.current(), 0u);
 }
 

@@ -47,23 +47,6 @@ Group* level_short_of(Group& group, int64_t need) noexcept {
   return worst;
 }
 
-// Forced ladders that could not bring their group back under memory.max, per thread: the group
-// (compared, never dereferenced), its controller's serial and the controller-clock time before
-// which this thread runs no ladder for it again (safe_point.hpp, kStalledLadderBackoffNs).
-struct StalledLadder {
-  const Group* group = nullptr;
-  uint64_t serial = 0;
-  uint64_t until_ns = 0;
-};
-thread_local StalledLadder tl_stalled[DeferredRecords::kSlots];
-thread_local unsigned tl_stalled_next = 0;
-
-StalledLadder* stalled_entry(const Group& group, uint64_t serial) noexcept {
-  for (StalledLadder& s : tl_stalled)
-    if (s.group == &group && s.serial == serial) return &s;
-  return nullptr;
-}
-
 // The ladder an allocator hook could not run (alloc_hook.hpp), now outside the allocator: one
 // bounded pass. For a refusal: reclaim until the refused amount fits, then the OOM decision as
 // the charge would have made it (requests of at most the costly size, not with kRetryMayFail).
@@ -115,22 +98,27 @@ bool run_ladder(Group& group, const DeferredSlot& rec) noexcept {
   }
 }
 
-// Runs the ladder of a record, unless it only forced charges and this thread's last forced
-// ladder for the group stalled less than kStalledLadderBackoffNs ago: the forced bytes are
-// counted already (by the hook), and a new pass would find the same held memory.
+// Runs the ladder of a record, unless it only forced charges and a forced ladder for the group,
+// on any thread, stalled less than kStalledLadderBackoffNs ago: the forced bytes are counted
+// already (by the hook), and a new pass would find the same held memory. The pause is the
+// group's, not the thread's: the ladder acts on the group (reclaim of its caches and arenas, its
+// OOM decision), so N threads of a stalled tenant would otherwise run N passes and N OOM
+// decisions for one overshoot. A refusal is never paused (its allocation failed: the thread
+// needs the pass to find room for the next one).
 void run_record(Group& group, const DeferredSlot& rec) noexcept {
   const bool forced_only = rec.refused == 0;
   const uint64_t now = group.controller().clock().now_ns();
-  StalledLadder* memo = stalled_entry(group, rec.serial);
-  if (forced_only && memo != nullptr && now < memo->until_ns) return;
+  std::atomic<uint64_t>& paused_until = group.stalled_ladder_until();
+  if (forced_only && now < paused_until.load(std::memory_order_relaxed)) return;
   const bool stalled = run_ladder(group, rec);
   if (!stalled || !forced_only) {
-    if (memo != nullptr) *memo = StalledLadder{};
+    // Relaxed: a pause lost to a racing pass only costs that pass.
+    if (paused_until.load(std::memory_order_relaxed) != 0)
+      paused_until.store(0, std::memory_order_relaxed);
     return;
   }
-  if (memo == nullptr) memo = &tl_stalled[tl_stalled_next++ % DeferredRecords::kSlots];
   const uint64_t until = now + kStalledLadderBackoffNs;
-  *memo = StalledLadder{&group, rec.serial, until < now ? UINT64_MAX : until};
+  paused_until.store(until < now ? UINT64_MAX : until, std::memory_order_relaxed);
 }
 
 thread_local bool tl_in_safe_point = false;

@@ -1,4 +1,5 @@
-// Replacement of every form of the global operator new and delete (see hook.hpp).
+// Replacement of every form of the global operator new and delete (see hook.hpp; the forms are
+// in base/internal/replaceable_new_delete.inc).
 //
 // Hot path of a charged allocation: malloc, malloc_usable_size (unless turned off), the object
 // layer's charge
@@ -144,68 +145,14 @@ uint64_t failed_charges() noexcept {
 
 }  // namespace memcg::hook
 
-namespace hk = memcg::hook;
+namespace {
+using memcg::hook::deallocate;
+using memcg::hook::new_nothrow;
+using memcg::hook::new_throwing;
+// The header records what was charged: the size passed to a sized delete is not needed.
+inline void deallocate_sized(void* p, size_t, size_t align) noexcept {
+  deallocate(p, align);
+}
+}  // namespace
 
-// ---- the replaceable global allocation functions ------------------------------------------------
-
-void* operator new(std::size_t n) {
-  return hk::new_throwing(n, hk::kDefaultAlign);
-}
-void* operator new[](std::size_t n) {
-  return hk::new_throwing(n, hk::kDefaultAlign);
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  return hk::new_nothrow(n, hk::kDefaultAlign);
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  return hk::new_nothrow(n, hk::kDefaultAlign);
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  return hk::new_throwing(n, static_cast<size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a) {
-  return hk::new_throwing(n, static_cast<size_t>(a));
-}
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return hk::new_nothrow(n, static_cast<size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  return hk::new_nothrow(n, static_cast<size_t>(a));
-}
-
-void operator delete(void* p) noexcept {
-  hk::deallocate(p, hk::kDefaultAlign);
-}
-void operator delete[](void* p) noexcept {
-  hk::deallocate(p, hk::kDefaultAlign);
-}
-void operator delete(void* p, const std::nothrow_t&) noexcept {
-  hk::deallocate(p, hk::kDefaultAlign);
-}
-void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  hk::deallocate(p, hk::kDefaultAlign);
-}
-void operator delete(void* p, std::size_t) noexcept {
-  hk::deallocate(p, hk::kDefaultAlign);
-}
-void operator delete[](void* p, std::size_t) noexcept {
-  hk::deallocate(p, hk::kDefaultAlign);
-}
-void operator delete(void* p, std::align_val_t a) noexcept {
-  hk::deallocate(p, static_cast<size_t>(a));
-}
-void operator delete[](void* p, std::align_val_t a) noexcept {
-  hk::deallocate(p, static_cast<size_t>(a));
-}
-void operator delete(void* p, std::size_t, std::align_val_t a) noexcept {
-  hk::deallocate(p, static_cast<size_t>(a));
-}
-void operator delete[](void* p, std::size_t, std::align_val_t a) noexcept {
-  hk::deallocate(p, static_cast<size_t>(a));
-}
-void operator delete(void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
-  hk::deallocate(p, static_cast<size_t>(a));
-}
-void operator delete[](void* p, std::align_val_t a, const std::nothrow_t&) noexcept {
-  hk::deallocate(p, static_cast<size_t>(a));
-}
+#include "memcg/base/internal/replaceable_new_delete.inc"

@@ -48,6 +48,9 @@ struct Arena::State {
   std::atomic<uint64_t> decommits{0};
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> forced_bytes{0};
+  // The most units this arena's forced charges put the group past memory.max since it last took
+  // one of its charges within the limit (relaxed: statistics; count_forced()).
+  std::atomic<int64_t> excess_peak{0};
   State* next_released = nullptr;  // guarded by released_mutex()
 
   // The library's own bookkeeping lives in arena 0, never in a tenant's arena.
@@ -73,6 +76,30 @@ State* state_of(extent_hooks_t* hooks) noexcept {
 // reclaimer's purge (a mallctl) would take again on this thread.
 thread_local int tl_creating = 0;
 
+// Units by which the group stands past memory.max at the level furthest past it (0: none).
+int64_t units_past_max(Group& group) noexcept {
+  int64_t worst = 0;
+  for (Group* g = &group; g != nullptr && !g->is_root(); g = g->parent()) {
+    const int64_t over = g->memory().usage() - g->memory().max();
+    if (over > worst) worst = over;
+  }
+  return worst;
+}
+
+// What a forced charge of `units` adds to the forced count (arena.hpp, ArenaStats::forced): the
+// part of it that puts the group further past memory.max than this arena's forced charges had
+// since the group last charged within its limit. A page purged and committed again while the
+// group stays over the limit raises nothing: the count is the overshoot, not the traffic.
+int64_t count_forced(State* st, int64_t units) noexcept {
+  const int64_t excess = units_past_max(*st->group);
+  int64_t peak = st->excess_peak.load(std::memory_order_relaxed);
+  while (excess > peak &&
+         !st->excess_peak.compare_exchange_weak(peak, excess, std::memory_order_relaxed)) {
+  }
+  if (excess <= peak) return 0;
+  return excess - peak < units ? excess - peak : units;
+}
+
 // Charges `bytes` (whole pages, so whole units) for the arena; false when refused.
 // The hooks run with jemalloc's locks held: the charge takes or is refused the counters only,
 // and the rest of the ladder waits for the thread's next safe point (alloc_hook.hpp).
@@ -92,8 +119,16 @@ bool charge_pages(State* st, size_t bytes) noexcept {
     return false;
   }
   if (status == ChargeStatus::kForced) {
-    st->forced_bytes.fetch_add(bytes, std::memory_order_relaxed);
-    if (st->forced_kind >= 0) st->group->stat_add(st->forced_kind, static_cast<int64_t>(bytes), units);
+    const int64_t counted = count_forced(st, units);
+    if (counted > 0) {
+      const int64_t counted_bytes = counted << st->unit_shift;
+      st->forced_bytes.fetch_add(static_cast<uint64_t>(counted_bytes), std::memory_order_relaxed);
+      if (st->forced_kind >= 0) st->group->stat_add(st->forced_kind, counted_bytes, counted);
+    }
+  } else if (st->excess_peak.load(std::memory_order_relaxed) != 0) {
+    // The charge fitted at every level: the group is within its limit, an overshoot after this
+    // one counts from zero again.
+    st->excess_peak.store(0, std::memory_order_relaxed);
   }
   st->charged.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   return true;

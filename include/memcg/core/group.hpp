@@ -138,6 +138,10 @@ class Group final : public StockOwner {
   // Internal: references held by threads' memory.high records (charge.cpp). Such a record may
   // legitimately outlive the controller, so ~Controller's lifetime check does not count them.
   std::atomic<int64_t>& high_record_refs() noexcept { return high_record_refs_; }
+  // Internal: the controller-clock time before which no thread runs a forced-only deferred
+  // ladder for this group, after one that could not bring it back under memory.max
+  // (safe_point.hpp, kStalledLadderBackoffNs).
+  std::atomic<uint64_t>& stalled_ladder_until() noexcept { return stalled_ladder_until_; }
   // Thread attachment (attach.hpp): takes a reference and an attach count; ENOENT when the
   // group is offline. Atomic with respect to remove(), which refuses groups with attachments.
   int attach() noexcept;
@@ -194,6 +198,7 @@ class Group final : public StockOwner {
   std::atomic<int64_t> refs_{1};  // the tree's reference
   std::atomic<int> attached_{0};  // attached threads (removal is refused while any)
   std::atomic<int64_t> high_record_refs_{0};  // see high_record_refs()
+  std::atomic<uint64_t> stalled_ladder_until_{0};  // see stalled_ladder_until()
   std::atomic<bool> online_{true};
   std::atomic<bool> oom_group_{false};
   EventCounters events_;

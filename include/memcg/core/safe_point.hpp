@@ -23,12 +23,15 @@ namespace memcg {
 
 // One safe point runs one bounded ladder pass per group. After forced charges the pass reclaims
 // while reclaim makes progress, then applies the OOM policy; when the group is still over
-// memory.max at its end (the memory is held by live blocks and no victim freed enough), the same
-// thread runs no further ladder for that group for this long (the controller's clock): its
-// forced charges meanwhile are still counted, and its safe points cost a clock read. The next
-// safe point after that runs a full pass again (the OOM policy included). Without the pause, a
-// thread that cannot take a failure and keeps allocating past the limit would run reclaim and
-// the OOM decision at each page range it commits (thousands of times per second for nothing).
+// memory.max at its end (the memory is held by live blocks and no victim freed enough), no thread
+// runs a further ladder for forced charges of that group for this long (the controller's clock):
+// forced charges meanwhile are still counted, and safe points cost a clock read. The pause is
+// the group's because the ladder acts on the group (its reclaim, its OOM decision): every thread
+// of a stalled tenant would find the same held memory, and N threads would run N passes and N
+// OOM decisions for one overshoot. Refusals are never paused. The next safe point after the
+// pause runs a full pass again (the OOM policy included). Without the pause, a thread that
+// cannot take a failure and keeps allocating past the limit would run reclaim and the OOM
+// decision at each page range it commits (thousands of times per second for nothing).
 inline constexpr uint64_t kStalledLadderBackoffNs = 10'000'000;  // 10 ms
 
 // Runs the deferred ladder of the calling thread; returns true if anything was pending.

@@ -86,12 +86,23 @@
 // max(memory.max, the group's usage at its previous safe point) at most the pages of the
 // allocations it makes there plus kNeverFailSlackBytes (one jemalloc metadata block). For C++
 // code that is one allocation (operator new is a safe point); a C loop calling malloc keeps the
-// bound by calling safe_point() between items. Forced bytes: ArenaStats::forced, the memory.stat
-// item kArenaForcedKindName when registered, and a `max` event per ladder pass. A pass that ends
-// with the group still over memory.max pauses that thread's ladders for the group for
-// kStalledLadderBackoffNs (safe_point.hpp): the forced pages are counted meanwhile, the bound
-// above holds unchanged (it is measured from the usage at the previous safe point), and the OOM
-// policy runs again at the first safe point after the pause.
+// bound by calling safe_point() between items. Reported: ArenaStats::forced and the memory.stat
+// item kArenaForcedKindName when registered (forced bytes, below), ChargeCounters::forced (forced
+// charges, one per hook call), and a `max` event per ladder pass. A pass that ends with the
+// group still over memory.max pauses the group's ladder for forced charges, on every thread, for
+// kStalledLadderBackoffNs (safe_point.hpp; the ladder acts on the group, so a second thread's
+// pass would find the same held memory and take a second OOM decision for one overshoot): the
+// forced pages are charged meanwhile, the bound above holds unchanged (it is measured from the
+// usage at the previous safe point), refusals are not paused, and the OOM policy runs again at
+// the first safe point after the pause.
+//
+// Forced bytes measure the overshoot, not the traffic: a forced charge adds the part of it that
+// puts the group further past memory.max (at the level furthest past its limit) than this
+// arena's forced charges had put it since the group last took one of the arena's charges within
+// its limit. One excursion past the limit therefore adds its peak overshoot, and pages that
+// reclaim purged and jemalloc committed again while the group stayed over the limit add nothing
+// (counting every forced commit gave 2.3 GiB for a 116 MiB peak). Per arena: the arenas of one
+// Arena (ArenaOptions::nr_arenas) each count their own.
 //
 // While the library holds one of its locks on the thread (internal/lock.hpp), a commit is forced
 // whatever the failure model (the library's own allocation cannot fail). Allocations made inside
@@ -137,8 +148,9 @@ namespace memcg::jemalloc {
 inline constexpr const char* kArenaKindName = "arena";
 inline constexpr int kAutoKind = -2;
 // The memory.stat item that counts the bytes the hooks forced past memory.max (never-fail
-// arenas, and charges under library locks), when the controller registered an application kind
-// of this name (an event kind: it only grows). ArenaStats::forced has the same figure per arena.
+// arenas, and charges under library locks; the overshoot, as defined in "Safe points" above),
+// when the controller registered an application kind of this name (an event kind: it only
+// grows). ArenaStats::forced has the same figure per arena.
 inline constexpr const char* kArenaForcedKindName = "arena_forced";
 
 // The most a never-fail thread takes past max(memory.max, the group's usage at its previous safe
@@ -208,7 +220,7 @@ struct ArenaStats {
   uint64_t commits = 0;           // commit hook calls that charged
   uint64_t decommits = 0;         // decommit hook calls
   uint64_t failed_charges = 0;    // allocations refused (once per safe-point interval)
-  uint64_t forced = 0;            // bytes charged past memory.max (never-fail, library locks)
+  uint64_t forced = 0;            // overshoot past memory.max, summed over excursions (above)
 };
 
 class Arena {

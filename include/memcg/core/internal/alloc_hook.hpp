@@ -35,7 +35,10 @@ namespace memcg::internal {
 // Depth of allocator hooks running on this thread.
 inline thread_local int tl_alloc_hook_depth = 0;
 // Non-zero: some record waits for a safe point on this thread (one load on the fast paths).
-inline thread_local int tl_deferred_pending = 0;
+// Initial-exec, as jemalloc's own thread state: a load at a fixed offset from the thread pointer,
+// where the default model of position-independent code calls __tls_get_addr in a shared build
+// and takes three instructions in a static one.
+[[gnu::tls_model("initial-exec")]] inline thread_local int tl_deferred_pending = 0;
 // Refusals recorded on this thread since its last safe point (the allocator layer counts its
 // own failures once per interval by it).
 inline thread_local uint64_t tl_deferred_refusals = 0;
