@@ -201,6 +201,9 @@ struct Scenario {
   Config config;
   std::vector<GroupSpec> groups;  // in creation order
   std::vector<Step> steps;
+  // Units the `charge`, `grow` and `reclaim` steps ask for (the loader's count towards
+  // kMaxWorkUnits); the runner adds the units reclaim rotates to it as they happen.
+  uint64_t work_units = 0;
 };
 
 // Outcome names used in files and reports.
