@@ -237,6 +237,34 @@ TEST(Run, KnobTheLibraryRejectsIsMalformed) {
   EXPECT_TRUE(r.steps.empty());  // nothing ran
 }
 
+// A listener and a trigger see their group's removal, as a watch does: one final notification
+// (counted, and alone with `removed`), then nothing; the handles stay open on no group.
+TEST(Run, ListenersAndTriggersSeeTheirGroupRemoved) {
+  const Scenario s = load_or_die(R"(
+groups:
+  A: {}
+  B: {}
+steps:
+  - listen: { name: L, group: A, level: medium }
+  - trigger: { name: T, group: A, spec: "some 1000 1000000" }
+  - listen: { name: K, group: B, level: low }
+  - remove: { group: A }
+  - expect: { listener: L, removed: true, eq: 1 }
+  - expect: { listener: L, level: medium, eq: 1 }
+  - expect: { listener: L, eq: 1 }
+  - expect: { trigger: T, removed: true, eq: 1 }
+  - expect: { trigger: T, eq: 1 }
+  - expect: { listener: K, removed: true, eq: 0 }
+  - tick: 10s
+  - expect: { trigger: T, eq: 1 }
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  EXPECT_EQ(r.passed, 7);
+  for (const FinalGroup& g : r.final_groups) EXPECT_NE(g.path, "A");
+}
+
 // Rotations the file cannot show count in the work budget as they happen: a run whose reclaim
 // keeps rotating referenced cache units stops with an error at the step that exhausted the
 // budget, having rotated at most one reclaim cluster (32 units) past it, where it would

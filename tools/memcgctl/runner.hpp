@@ -60,14 +60,18 @@ struct MemberState {
 };
 
 // The handles of `listen`, `trigger`, `peak` and `watch` steps, with what they counted.
+// A listener's or trigger's counts include the library's removal notice when its group is
+// removed (given at the listener's own level); `removed` counts that notice alone (0 or 1).
 struct ListenerState {
   memcg::PressureListener listener;
   std::array<uint64_t, 3> by_level{};  // notifications received, by memcg::PressureLevel
   int64_t shrunk = 0;                  // units its `shrink` policy freed
+  uint64_t removed = 0;
 };
 struct TriggerState {
   memcg::PsiTrigger trigger;
   uint64_t fired = 0;
+  uint64_t removed = 0;
 };
 struct WatchState {
   std::unique_ptr<memcg::EventListener> listener;
