@@ -199,6 +199,33 @@ TEST(PressureRemoval, RegisteringOnARemovedGroupFailsWithEnoent) {
   EXPECT_EQ(t.arm(*g, "some 0 0", [] {}), EINVAL);
 }
 
+// memory.pressure: the eventfd of a trigger written to the open file is signalled once on the
+// group's removal (the kernel's POLLERR|POLLPRI on the file), and nothing follows.
+TEST(PressureRemoval, PressureFileEventfdIsSignalledOnRemoval) {
+  testing::ManualController s(kSec);
+  GroupRef g = s.make("g");
+  std::unique_ptr<File> file;
+  ASSERT_EQ(open_file(*g, "memory.pressure", &file), 0);
+  ASSERT_EQ(file->write("some 1000 1000000"), 0);
+  const int efd = pressure_file_eventfd(*file);
+  ASSERT_GE(efd, 0);
+  pollfd p{efd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+  ASSERT_EQ(s.ctl.remove(*g), 0);
+  EXPECT_EQ(::poll(&p, 1, 0), 1) << "the removal was not signalled";
+  uint64_t n = 0;
+  EXPECT_EQ(::read(efd, &n, sizeof n), static_cast<ssize_t>(sizeof n));
+  EXPECT_EQ(n, 1u);
+  {
+    MemStall st(*g);
+    s.clock.advance(500 * kMs);
+  }
+  s.ctl.tick();
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "an event after the removal notice";
+  std::string text;
+  EXPECT_EQ(file->read(&text), 0);  // the averages stay readable while the file is open
+}
+
 // A removed group's handles hold nothing of it: they may be reset after their controller is gone
 // (the checked lifetimes find nothing left), and their final notification may reset them.
 TEST(PressureRemoval, HandlesOfARemovedGroupOutliveTheController) {
