@@ -24,8 +24,9 @@
 //     that lock and calls begin_removal() there: removed() becomes true (group() null first),
 //     later begin()s are refused, and the final delivery opens. Outside the lock,
 //     finish_removal() makes the final notification, then lets go of the listener's reference;
-//   - the listener's destruction unlinks it under the same lock, release()s the reference (null
-//     if the removal took it), close()s the gate, then puts what it released.
+//   - the listener's destruction takes the reference with release() (null when the removal took
+//     it, having unlinked the listener), unlinks the listener under the same lock if still
+//     listed, close()s the gate, then puts what it took.
 // So every listener of a removed group gets one final notification that says so, unless it is
 // being destroyed at the same time, and no listener keeps a removed group dying.
 #ifndef MEMCG_CORE_DELIVERY_HPP_
