@@ -1,5 +1,7 @@
 // LruCache's list: adjacent runs of unit numbers are merged, so its memory follows the gaps
-// between live units, not the units reclaim rotated; the order of eviction is unchanged.
+// between live units, not the units reclaim rotated; the order of eviction is unchanged. The
+// rotations are counted (rotated(), the rotate callback), and a callback that returns false
+// stops them (a caller's work budget).
 #include "memcg/alloc/lru_cache.hpp"
 
 #include <gtest/gtest.h>
@@ -72,6 +74,46 @@ TEST(LruCache, GrowAfterRotationMergesWithTheYoungEnd) {
   EXPECT_EQ(cache.nr_runs(), 1u);
   ASSERT_EQ(cache.grow(4), 4);         // 4..7 follow 3
   EXPECT_EQ(cache.nr_runs(), 1u);
+}
+
+TEST(LruCache, RotationsAreCountedAndACallbackStopsThem) {
+  Controller ctl(one_shard());
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  LruCache cache(*g, "c", 50);
+  ASSERT_EQ(cache.grow(1000), 1000);
+  std::vector<int64_t> told;
+  int64_t budget = 150;
+  cache.set_rotate_callback([&](int64_t n) {
+    told.push_back(n);
+    budget -= n;
+    return budget > 0;
+  });
+  ReclaimResult r = cache.reclaim(100, 0);
+  EXPECT_EQ(r.scanned, 100);
+  EXPECT_EQ(r.reclaimed, 50);
+  EXPECT_EQ(cache.rotated(), 50u);
+  r = cache.reclaim(200, 0);
+  EXPECT_EQ(r.reclaimed, 100);
+  EXPECT_EQ(cache.rotated(), 150u);
+  EXPECT_EQ(told, (std::vector<int64_t>{50, 100}));
+  // The budget is spent: referenced units are freed like the others, and nobody is told.
+  r = cache.reclaim(100, 0);
+  EXPECT_EQ(r.scanned, 100);
+  EXPECT_EQ(r.reclaimed, 100);
+  EXPECT_EQ(cache.rotated(), 150u);
+  EXPECT_EQ(told.size(), 2u);
+  // A new callback (here none) lets it rotate again.
+  cache.set_rotate_callback(nullptr);
+  r = cache.reclaim(100, 0);
+  EXPECT_EQ(r.reclaimed, 50);
+  EXPECT_EQ(cache.rotated(), 200u);
+  EXPECT_EQ(cache.evicted(), 300u);
+  // Without referenced units nothing rotates.
+  LruCache plain(*g, "p");
+  ASSERT_EQ(plain.grow(10), 10);
+  EXPECT_EQ(plain.reclaim(10, 0).reclaimed, 10);
+  EXPECT_EQ(plain.rotated(), 0u);
 }
 
 }  // namespace

@@ -271,8 +271,11 @@ TEST(NotifyDelivery, RemovalRacesDeliveriesAndListenerChurn) {
     // At least the three final notifications (a raise's call that began before the removal may
     // also run after it and see the mark).
     EXPECT_GE(removal_calls.load(), 3) << "round " << round;
-    for (int i = 0; i < 4; ++i)
-      if (ls[i]) EXPECT_TRUE(ls[i]->removed());
+    for (int i = 0; i < 4; ++i) {
+      if (ls[i]) {
+        EXPECT_TRUE(ls[i]->removed());
+      }
+    }
     g = GroupRef();
     EXPECT_EQ(ctl.nr_dying(), 0u) << "round " << round;
   }

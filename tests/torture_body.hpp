@@ -6,9 +6,11 @@
 // members), attach and move between groups, run OOM-killable queries on worker threads and
 // register caches and misbehaving reclaimers; meanwhile other threads create and remove groups,
 // write every knob (invalid values included, which must be refused), read every file and the
-// Prometheus exposition, and register and destroy event, vmpressure and PSI listeners and run
-// memory.reclaim. At the end everything is dropped, the stocks are drained and every counter and
-// byte statistic must read exactly 0, with no group left dying.
+// Prometheus exposition, and register and destroy event, vmpressure and PSI listeners (also from
+// inside their callbacks) and run memory.reclaim. At the end everything is dropped but the
+// listeners, the stocks are drained, every counter and byte statistic must read exactly 0, and
+// once every group is removed none may stay dying while its listeners are still open: each was
+// told of the removal.
 //
 // Environment (all optional):
 //   MEMCG_TORTURE_SECONDS  run time of the random phase (default 5; 3 under sanitizers)
@@ -270,30 +272,33 @@ inline void reader(Shared& sh) {
 
 // ---- listeners ----------------------------------------------------------------------------------
 
-// memory.events listeners that callbacks destroy: from inside any listener's callback (their
-// own included), on whatever thread delivers it. A listener is taken out under the lock and
+// Listeners that callbacks destroy (memory.events listeners, vmpressure listeners, PSI
+// triggers): from inside any listener's callback (their own included, and the final notification
+// of a removal), on whatever thread delivers it. A listener is taken out under the lock and
 // destroyed after it, so that no destruction waits while holding it.
 struct VictimPool {
   std::mutex mu;
-  std::vector<std::unique_ptr<EventListener>> v;
+  std::vector<std::shared_ptr<void>> v;  // each an EventListener, PressureListener or PsiTrigger
   ~VictimPool() {
-    std::vector<std::unique_ptr<EventListener>> out;
+    std::vector<std::shared_ptr<void>> out;
     {
       std::lock_guard lock(mu);
       out.swap(v);
     }
     out.clear();  // waits for their calls; a call still running finds the pool empty
   }
-  void add(std::unique_ptr<EventListener> l) {
+  template <typename T>
+  void add(std::unique_ptr<T> l) {
+    std::shared_ptr<void> owner(std::move(l));
     std::lock_guard lock(mu);
-    v.push_back(std::move(l));
+    v.push_back(std::move(owner));
   }
   size_t size() {
     std::lock_guard lock(mu);
     return v.size();
   }
   void destroy_one(uint64_t r) {
-    std::unique_ptr<EventListener> victim;
+    std::shared_ptr<void> victim;
     {
       std::lock_guard lock(mu);
       if (v.empty()) return;
@@ -304,6 +309,12 @@ struct VictimPool {
     victim.reset();
   }
 };
+
+// A registration whose add returned ENOENT: its group was removed (the check before may have
+// seen it online).
+inline bool refused_as_removed(int rc, const Group& g) {
+  return rc == ENOENT && !g.is_online();
+}
 
 // A listener of a removed group was told so and let go of it.
 inline void check_removed_listener(Shared& sh, const EventListener& l) {
@@ -405,6 +416,9 @@ inline void listener_churn(Shared& sh) {
         static constexpr const char* kArgs[] = {"low", "medium", "critical", "low,hierarchy",
                                                 "medium,local", "critical,default"};
         auto l = std::make_unique<PressureListener>();
+        // Without the hook, some callbacks destroy a listener of the pool (any kind).
+        const bool destroys = !hook && chance(rng, 30);
+        const uint64_t victim = rng();
         int rc;
         if (chance(rng, 30)) {
           const int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -415,12 +429,24 @@ inline void listener_churn(Shared& sh) {
           ::close(efd);  // the registration keeps its own duplicate
         } else {
           rc = l->listen(*g, kArgs[rng() % std::size(kArgs)],
-                         [&notes](PressureLevel) { notes.fetch_add(1, std::memory_order_relaxed); });
+                         [&notes, destroys, victim,
+                          pool = std::weak_ptr<VictimPool>(victims)](PressureLevel) {
+                           notes.fetch_add(1, std::memory_order_relaxed);
+                           if (destroys)
+                             if (auto p = pool.lock()) p->destroy_one(victim);
+                         });
         }
-        EXPECT_EQ(rc, 0);
+        if (rc != 0 && !refused_as_removed(rc, *g))
+          sh.fail(__LINE__, "PressureListener::listen: rc=%d", rc);
         PressureListener bad;
         EXPECT_EQ(bad.listen(*g, "urgent", [](PressureLevel) {}), EINVAL);
-        if (rc == 0) pressure.push_back(std::move(l));
+        if (rc == 0) {
+          if (!hook && chance(rng, 40) && victims->size() < 8) {
+            victims->add(std::move(l));
+          } else {
+            pressure.push_back(std::move(l));
+          }
+        }
         break;
       }
       case 3: {
@@ -431,17 +457,29 @@ inline void listener_churn(Shared& sh) {
           break;
         }
         auto t = std::make_unique<PsiTrigger>();
+        const bool destroys = !hook && chance(rng, 30);
+        const uint64_t victim = rng();
+        auto cb = [&notes, destroys, victim, pool = std::weak_ptr<VictimPool>(victims)] {
+          notes.fetch_add(1, std::memory_order_relaxed);
+          if (destroys)
+            if (auto p = pool.lock()) p->destroy_one(victim);
+        };
         int rc;
         if (chance(rng, 30))
-          rc = t->arm(*g, "some 150000 2000000", [&notes] { notes.fetch_add(1); }, -1, false);
+          rc = t->arm(*g, "some 150000 2000000", cb, -1, false);
         else
-          rc = t->arm(*g, chance(rng, 50) ? "some 1000 100000" : "full 5000 500000",
-                      [&notes] { notes.fetch_add(1, std::memory_order_relaxed); });
-        EXPECT_EQ(rc, 0);
+          rc = t->arm(*g, chance(rng, 50) ? "some 1000 100000" : "full 5000 500000", cb);
+        if (rc != 0 && !refused_as_removed(rc, *g)) sh.fail(__LINE__, "PsiTrigger::arm: rc=%d", rc);
         PsiTrigger bad;
         EXPECT_EQ(bad.arm(*g, "some 0 0", [] {}), EINVAL);
         EXPECT_EQ(bad.arm(*g, "sometimes 1 2", [] {}), EINVAL);
-        if (rc == 0) triggers.push_back(std::move(t));
+        if (rc == 0) {
+          if (!hook && chance(rng, 40) && victims->size() < 8) {
+            victims->add(std::move(t));
+          } else {
+            triggers.push_back(std::move(t));
+          }
+        }
         break;
       }
       case 4: {
@@ -453,8 +491,8 @@ inline void listener_churn(Shared& sh) {
         }
         std::unique_ptr<File> f;
         ASSERT_EQ(open_file(*g, "memory.pressure", &f), 0);
-        EXPECT_EQ(f->write("some 2000 200000"), 0);
-        EXPECT_GE(pressure_file_eventfd(*f), 0);
+        if (const int rc = f->write("some 2000 200000"); rc != 0 && !refused_as_removed(rc, *g))
+          sh.fail(__LINE__, "memory.pressure write: rc=%d", rc);
         std::string s;
         EXPECT_EQ(f->read(&s), 0);
         std::unique_ptr<File> bad;
@@ -475,10 +513,11 @@ inline void listener_churn(Shared& sh) {
     std::this_thread::sleep_for(std::chrono::microseconds(pick(rng, 20, 300)));
   }
   op = "teardown";
-  events.clear();
-  pressure.clear();
-  triggers.clear();
-  pressure_files.clear();
+  // The handles left are kept through the final removal of every group (finish_run).
+  for (auto& l : events) sh.kept_events.push_back(std::move(l));
+  for (auto& l : pressure) sh.kept_pressure.push_back(std::move(l));
+  for (auto& t : triggers) sh.kept_triggers.push_back(std::move(t));
+  pressure_files.clear();  // an open file keeps its group, as in the kernel
   op = "done";
 }
 
@@ -601,6 +640,13 @@ inline void run(const Config& cfg) {
   }
   sh.print_counts();
   finish_run(cfg, ctl);  // under the watchdog too: drains and removals may hang
+  // Every group was removed with the listeners of the random phase still open: each was told.
+  for (const auto& l : sh.kept_events) EXPECT_TRUE(l->removed() && l->group() == nullptr);
+  for (const auto& l : sh.kept_pressure) EXPECT_TRUE(l->removed());
+  for (const auto& t : sh.kept_triggers) EXPECT_TRUE(t->removed());
+  sh.kept_events.clear();
+  sh.kept_pressure.clear();
+  sh.kept_triggers.clear();
 }
 
 }  // namespace memcg::torture

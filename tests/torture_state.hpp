@@ -180,6 +180,13 @@ struct Shared {
   bool running() const { return Clock::now() < end; }
   void print_counts() const;
 
+  // The listeners' handles still registered when the random phase ends, kept through the final
+  // removal of every group: each must be told, and no group may stay dying for them. run()
+  // drops them at the end (they hold nothing of a removed group).
+  std::vector<std::unique_ptr<EventListener>> kept_events;
+  std::vector<std::unique_ptr<PressureListener>> kept_pressure;
+  std::vector<std::unique_ptr<PsiTrigger>> kept_triggers;
+
   // Failures seen on threads that may be attached to a group. Recorded without allocating:
   // under the hook a gtest message built there would be charged to the group (and refused when
   // it is full), and would outlive the controller. run() reports them from the main thread.

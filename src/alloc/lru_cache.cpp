@@ -22,6 +22,12 @@ void LruCache::set_evict_callback(EvictFn fn) {
   on_evict_ = std::move(fn);
 }
 
+void LruCache::set_rotate_callback(RotateFn fn) {
+  internal::LockGuard lock(mu_);
+  on_rotate_ = std::move(fn);
+  rotation_stopped_ = false;
+}
+
 int64_t LruCache::grow(int64_t units, uint32_t flags) {
   int64_t added = 0;
   for (; added < units; ++added) {
@@ -90,11 +96,13 @@ int64_t LruCache::shrink(int64_t units) {
 ReclaimResult LruCache::reclaim(int64_t nr_to_scan, int /*priority*/) {
   ReclaimResult result;
   std::vector<Run> freed;
+  int64_t rotated = 0;
+  RotateFn on_rotate;
   {
     internal::LockGuard lock(mu_);
     while (result.scanned < nr_to_scan && !runs_.empty()) {
       ++result.scanned;
-      ref_accumulator_ += referenced_percent_;
+      if (!rotation_stopped_) ref_accumulator_ += referenced_percent_;
       if (ref_accumulator_ >= 100) {
         // Referenced since the last scan: rotate to the young end instead of freeing.
         ref_accumulator_ -= 100;
@@ -103,9 +111,18 @@ ReclaimResult LruCache::reclaim(int64_t nr_to_scan, int /*priority*/) {
         ++r.first;
         if (--r.count == 0) runs_.pop_front();
         append_young(unit);
+        ++rotated;
         continue;
       }
       result.reclaimed += pop_oldest(1, &freed);
+    }
+    if (rotated != 0) on_rotate = on_rotate_;
+  }
+  if (rotated != 0) {
+    rotated_.fetch_add(static_cast<uint64_t>(rotated), std::memory_order_relaxed);
+    if (on_rotate && !on_rotate(rotated)) {
+      internal::LockGuard lock(mu_);
+      rotation_stopped_ = true;
     }
   }
   // Straight from the counters: the charge that asked for this must see the room at once.

@@ -4,6 +4,7 @@
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 
 #include "controller_registry.hpp"
+#include "pressure_state.hpp"
 #include "timer.hpp"
 
 #include "memcg/base/internal/hook_bypass.hpp"
@@ -207,6 +208,8 @@ int Controller::remove(Group& group) {
   group.set_low(0);
   internal::charge_wait_group_removed(group);  // its waiting charges return kRemoved
   internal::notify_group_removed(group);       // the final notification of its listeners
+  internal::vmpressure_group_removed(group);   // ... of its vmpressure listeners
+  internal::psi_group_removed(group);          // ... and of its PSI triggers
   group.put();  // the tree's reference
   return 0;
 }

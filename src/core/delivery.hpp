@@ -15,10 +15,25 @@
 // A thread inside a delivery (any listener's callback) does not wait in close(): the wait could
 // be for itself, or close a cycle (two callbacks destroying each other's listener). The
 // deliveries it leaves running still hold their group, so none can see it freed.
+//
+// The gate also keeps the listener's own reference to its group and tells the group's removal
+// (the kernel's file going away), the same way for every kind of listener:
+//   - hold() at registration, under the lock of the group's listener list, after checking that
+//     the group is online (so a registration on a removed group fails with ENOENT);
+//   - the removal (Controller::remove, after the group went offline) unlinks the listener under
+//     that lock and calls begin_removal() there: removed() becomes true (group() null first),
+//     later begin()s are refused, and the final delivery opens. Outside the lock,
+//     finish_removal() makes the final notification, then lets go of the listener's reference;
+//   - the listener's destruction takes the reference with release() (null when the removal took
+//     it, having unlinked the listener), unlinks the listener under the same lock if still
+//     listed, close()s the gate, then puts what it took.
+// So every listener of a removed group gets one final notification that says so, unless it is
+// being destroyed at the same time, and no listener keeps a removed group dying.
 #ifndef MEMCG_CORE_DELIVERY_HPP_
 #define MEMCG_CORE_DELIVERY_HPP_
 
 #include <atomic>
+#include <utility>
 
 #include "memcg/core/group.hpp"
 
@@ -40,10 +55,11 @@ class DeliveryGate {
   // Opens a delivery: counted on this gate, and holding a reference to `group` (may be null)
   // until finish(). False, with nothing taken, once the gate is closed.
   // REQUIRES: `group` stays alive during the call; the gate outlives finish().
+  // Also false once the listener's group was removed: the final notification was the last.
   bool begin(Group* group) noexcept {
     // Dekker pair with close(): either this sees the gate closed, or close() sees the count.
     running_.fetch_add(1, std::memory_order_seq_cst);
-    if (closed_.load(std::memory_order_seq_cst)) {
+    if (closed_.load(std::memory_order_seq_cst) || removed_.load(std::memory_order_seq_cst)) {
       leave();
       return false;
     }
@@ -74,13 +90,51 @@ class DeliveryGate {
 
   bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
 
+  // ---- the listener's reference to its group, and the removal notice (see the top) ----
+
+  // Takes the listener's reference to `group`. REQUIRES: under the lock of the group's listener
+  // list, the group online; called once.
+  void hold(Group& group) noexcept {
+    group.get();
+    held_.store(&group, std::memory_order_release);
+  }
+  // The group while the listener holds it and it is not removed; null afterwards.
+  Group* group() const noexcept {
+    if (removed_.load(std::memory_order_acquire)) return nullptr;
+    return held_.load(std::memory_order_acquire);
+  }
+  // True once the group was removed: the final notification is delivered or being delivered.
+  bool removed() const noexcept { return removed_.load(std::memory_order_acquire); }
+
+  // Marks the removal and opens the final delivery, holding `group` as begin() does (finish()
+  // skips the call if the gate closes meanwhile). REQUIRES: under the lock of the group's
+  // listener list, which no longer lists the listener; `group` is the one held.
+  void begin_removal(Group& group) noexcept {
+    removed_.store(true, std::memory_order_seq_cst);
+    running_.fetch_add(1, std::memory_order_seq_cst);
+    group.get();
+  }
+  // Ends what begin_removal() opened with the final notification `call`, with no library lock
+  // held, then lets go of the listener's reference unless its destruction took it first.
+  // REQUIRES: the caller keeps the gate alive through the call (it owns a share of the listener).
+  template <typename F>
+  void finish_removal(Group& group, F&& call) noexcept {
+    finish(&group, std::forward<F>(call));
+    if (Group* g = release()) g->put();
+  }
+  // Takes the listener's reference: the group to put(), or null if the removal (or an earlier
+  // call) took it.
+  Group* release() noexcept { return held_.exchange(nullptr, std::memory_order_acq_rel); }
+
  private:
   void leave() noexcept {
     if (running_.fetch_sub(1, std::memory_order_seq_cst) == 1) running_.notify_all();
   }
 
   std::atomic<bool> closed_{false};
+  std::atomic<bool> removed_{false};
   std::atomic<int> running_{0};
+  std::atomic<Group*> held_{nullptr};
 };
 
 }  // namespace memcg::internal

@@ -55,14 +55,10 @@ struct EventListener::Core {
   Callback callback;
   int fd = -1;
   std::shared_ptr<internal::FileState> file;
+  // Also the listener's reference to the group (taken by open(), let go by the group's removal
+  // after the final notification or by the destructor, whichever comes first) and the removal
+  // mark: delivery.hpp.
   internal::DeliveryGate gate;
-  // The listener's reference to the group: taken by open(), dropped by the group's removal (after
-  // the final notification) or by the destructor, whichever comes first. Guarded by file->mu.
-  Group* held = nullptr;
-  // What group() returns: the group while held, then null.
-  std::atomic<Group*> view{nullptr};
-  // Set (before the final notification's delivery opens) when the group was removed.
-  std::atomic<bool> group_removed{false};
 
   ~Core() {
     if (fd >= 0) ::close(fd);
@@ -375,24 +371,13 @@ void notify_group_removed(Group& g) noexcept {
       told = std::move(fs.listeners);
       fs.listeners = std::make_shared<const ListenerList>();
       dequeue_locked(fs, fsp);
-      for (const auto& core : *told) {
-        // In this order: a reader that sees removed() sees group() null.
-        core->view.store(nullptr, std::memory_order_release);
-        core->group_removed.store(true, std::memory_order_release);
-      }
-      begin_all(fs, *told);  // the listeners' references still keep the group here
+      // The listeners' references still keep the group here.
+      for (const auto& core : *told) core->gate.begin_removal(g);
     }
-    // The final notification, not rate-limited (the file is gone, as in the kernel), then the
-    // listeners' references go. The caller (remove) still holds the tree's, so none is last.
-    finish_all(fs, *told);
-    for (const auto& core : *told) {
-      Group* held = nullptr;
-      {
-        internal::LockGuard lock(fs.mu);
-        held = std::exchange(core->held, nullptr);
-      }
-      if (held) held->put();
-    }
+    // The final notification, not rate-limited (the file is gone, as in the kernel), then each
+    // listener's reference goes. The caller (remove) still holds the tree's, so none is last.
+    for (const auto& core : *told)
+      core->gate.finish_removal(g, [&]() noexcept { core->notify(g, fs.file); });
   }
 }
 
@@ -449,9 +434,7 @@ int EventListener::open(Group& group, EventsFile file, Callback callback,
     auto list = std::make_shared<internal::ListenerList>(*fs.listeners);
     list->push_back(core);
     fs.listeners = std::move(list);
-    group.get();
-    core->held = &group;
-    core->view.store(&group, std::memory_order_release);
+    core->gate.hold(group);
   }
   internal::g_nr_event_listeners.fetch_add(1, std::memory_order_relaxed);
   *out = std::move(listener);
@@ -461,7 +444,7 @@ int EventListener::open(Group& group, EventsFile file, Callback callback,
 EventListener::~EventListener() {
   if (!core_) return;
   internal::FileState& fs = *core_->file;
-  Group* held = nullptr;
+  Group* held = nullptr;  // the listener's reference, unless the removal took it
   {
     internal::LockGuard lock(fs.mu);
     auto it = std::find(fs.listeners->begin(), fs.listeners->end(), core_);
@@ -477,8 +460,7 @@ EventListener::~EventListener() {
         internal::dequeue_locked(fs, core_->file);
       }
     }
-    held = std::exchange(core_->held, nullptr);
-    core_->view.store(nullptr, std::memory_order_release);
+    held = core_->gate.release();
   }
   internal::g_nr_event_listeners.fetch_sub(1, std::memory_order_relaxed);
   // This listener's own deliveries only; each holds its own reference to the group.
@@ -487,11 +469,11 @@ EventListener::~EventListener() {
 }
 
 Group* EventListener::group() const noexcept {
-  return core_->view.load(std::memory_order_acquire);
+  return core_->gate.group();
 }
 
 bool EventListener::removed() const noexcept {
-  return core_->group_removed.load(std::memory_order_acquire);
+  return core_->gate.removed();
 }
 
 int EventListener::fd() const noexcept {

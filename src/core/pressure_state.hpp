@@ -25,7 +25,10 @@ namespace memcg::internal {
 // Lifetime: entries are shared_ptrs. A delivering thread copies the list under the owner's lock,
 // drops the lock, then fires each entry through its DeliveryGate (delivery.hpp), holding no lock;
 // removal unlinks the entry, then closes the gate, which waits for this entry's own calls in
-// flight only (not from inside a callback: see delivery.hpp).
+// flight only (not from inside a callback: see delivery.hpp). The gate also holds the
+// registration's reference to its group and tells the group's removal (delivery.hpp): the
+// removal unlinks the entry under the owner's lock, marks it, and makes one final notification
+// (notify(), not counted in `delivered`), then lets go of the group.
 struct NotifyEntry {
   NotifyEntry(std::function<void(int)> fn, int eventfd_dup) : fn(std::move(fn)), efd(eventfd_dup) {}
   ~NotifyEntry();
@@ -35,6 +38,8 @@ struct NotifyEntry {
   // Delivers one event (callback argument `arg`) unless retired. Never throws. REQUIRES: the
   // caller holds a shared_ptr to the entry for the duration of the call.
   void fire(int arg) noexcept;
+  // The eventfd write and the callback, inside a delivery opened on `gate`.
+  void notify(int arg) noexcept;
   // No call starts after this; waits for this entry's calls in flight (see above).
   void retire() noexcept { gate.close(); }
 
@@ -117,6 +122,12 @@ struct VmpressureState {
   std::mutex listeners_mutex;
   std::shared_ptr<const std::vector<std::shared_ptr<PressureListenerEntry>>> listeners;
 };
+
+// The removal notices of the pressure registrations (Controller::remove, after the group went
+// offline): each vmpressure listener and PSI trigger of `g` is unlinked, gets its final
+// notification with removed() true, and lets go of the group (delivery.hpp).
+void vmpressure_group_removed(Group& g) noexcept;
+void psi_group_removed(Group& g) noexcept;
 
 // ---- PSI ----------------------------------------------------------------------------------------
 

@@ -497,13 +497,11 @@ std::string format_psi(const PsiStats& st) {
 
 // ---- triggers -----------------------------------------------------------------------------------
 
-PsiTrigger::PsiTrigger(PsiTrigger&& o) noexcept
-    : group_(std::move(o.group_)), entry_(std::move(o.entry_)) {}
+PsiTrigger::PsiTrigger(PsiTrigger&& o) noexcept : entry_(std::move(o.entry_)) {}
 
 PsiTrigger& PsiTrigger::operator=(PsiTrigger&& o) noexcept {
   if (this != &o) {
     reset();
-    group_ = std::move(o.group_);
     entry_ = std::move(o.entry_);
   }
   return *this;
@@ -517,6 +515,7 @@ int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
     return EINVAL;
   if (!privileged && spec.window_us % kPsiUnprivilegedGrainUs != 0) return EINVAL;
   if (!callback && eventfd < 0) return EINVAL;
+  if (!group.is_online()) return ENOENT;
   int efd = -1;
   if (eventfd >= 0 && (efd = internal::dup_eventfd(eventfd)) < 0) return EINVAL;
   std::function<void(int)> fn;
@@ -534,6 +533,10 @@ int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
   FiredList fired;
   {
     internal::LockGuard lock(ps.mutex);
+    // Under the lock the removal takes after the group went offline: either this sees it
+    // offline, or the removal finds the trigger.
+    if (!group.is_online()) return ENOENT;  // `e` closes its duplicate
+    e->gate.hold(group);
     uint64_t tot[2];
     const uint64_t now = advance(group, ps, tot, &fired);
     const uint64_t total = tot[spec.state == PsiState::kSome ? 0 : 1];
@@ -545,7 +548,6 @@ int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
     set_poll(group, e, next_poll(ps, *e, now, tot));  // a stall already in progress
   }
   deliver(fired);
-  group_ = GroupRef(&group);
   entry_ = std::move(e);
   return 0;
 }
@@ -561,8 +563,10 @@ int PsiTrigger::arm(Group& group, std::string_view text, Callback callback, int 
 void PsiTrigger::reset() noexcept {
   if (!entry_) return;
   auto e = std::static_pointer_cast<PsiTriggerEntry>(entry_);
-  PsiGroupState& ps = state_of(*group_);
-  {
+  // The trigger's reference: null when the group's removal took it (and unlinked `e`).
+  Group* held = e->gate.release();
+  if (held) {
+    PsiGroupState& ps = state_of(*held);
     internal::LockGuard lock(ps.mutex);
     auto& v = ps.triggers;
     v.erase(std::remove(v.begin(), v.end(), e), v.end());
@@ -570,7 +574,31 @@ void PsiTrigger::reset() noexcept {
   unpoll(e);     // no poll registers it again: it is no longer among the group's triggers
   e->retire();   // waits for a poll or call of it in flight (delivery.hpp)
   entry_.reset();
-  group_.reset();
+  if (held) held->put();
+}
+
+bool PsiTrigger::removed() const noexcept {
+  return entry_ && static_cast<const PsiTriggerEntry*>(entry_.get())->gate.removed();
+}
+
+void internal::psi_group_removed(Group& g) noexcept {
+  PsiGroupState& ps = state_of(g);
+  FiredList told;
+  {
+    internal::LockGuard lock(ps.mutex);
+    if (ps.triggers.empty()) return;
+    told.swap(ps.triggers);
+    for (const auto& t : told) t->gate.begin_removal(g);
+  }
+  // Off the poll registry before the group can go: a poll that took a trigger off it already
+  // holds the group through its delivery and finds no trigger left to evaluate.
+  for (const auto& t : told) unpoll(t);
+  // The kernel's pressure file goes away: poll(2) on a trigger's descriptor gives
+  // POLLERR|POLLPRI. Here: one final event on the eventfd and the callback, removed() true.
+  const bool outer = tl_delivering;
+  tl_delivering = true;  // as deliver(): a callback's stall sections are not accounted
+  for (const auto& t : told) t->gate.finish_removal(g, [&]() noexcept { t->notify(0); });
+  tl_delivering = outer;
 }
 
 uint64_t internal::psi_system_poll_due() noexcept {

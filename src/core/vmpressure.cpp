@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <utility>
 
 #include "memcg/core/controller.hpp"
 #include "pressure_state.hpp"
@@ -22,19 +23,23 @@ void NotifyEntry::fire(int arg) noexcept {
   if (!gate.begin(nullptr)) return;  // the callbacks are given no group
   gate.finish(nullptr, [&]() noexcept {
     delivered.fetch_add(1, std::memory_order_relaxed);
-    if (efd >= 0) {
-      const uint64_t one = 1;
-      // The counter saturates at 2^64 - 2 (EAGAIN): the reader still sees a pending event.
-      [[maybe_unused]] ssize_t n = ::write(efd, &one, sizeof(one));
-    }
-    if (fn) {
-      try {
-        fn(arg);
-      } catch (...) {
-        // A listener's failure is its own; delivery to the others goes on.
-      }
-    }
+    notify(arg);
   });
+}
+
+void NotifyEntry::notify(int arg) noexcept {
+  if (efd >= 0) {
+    const uint64_t one = 1;
+    // The counter saturates at 2^64 - 2 (EAGAIN): the reader still sees a pending event.
+    [[maybe_unused]] ssize_t n = ::write(efd, &one, sizeof(one));
+  }
+  if (fn) {
+    try {
+      fn(arg);
+    } catch (...) {
+      // A listener's failure is its own; delivery to the others goes on.
+    }
+  }
 }
 
 int dup_eventfd(int fd) noexcept {
@@ -186,12 +191,11 @@ bool under_socket_pressure(const Group& group) noexcept {
 // ---- listeners ----------------------------------------------------------------------------------
 
 PressureListener::PressureListener(PressureListener&& o) noexcept
-    : group_(std::move(o.group_)), entry_(std::move(o.entry_)) {}
+    : entry_(std::move(o.entry_)) {}
 
 PressureListener& PressureListener::operator=(PressureListener&& o) noexcept {
   if (this != &o) {
     reset();
-    group_ = std::move(o.group_);
     entry_ = std::move(o.entry_);
   }
   return *this;
@@ -201,6 +205,7 @@ int PressureListener::listen(Group& group, PressureLevel level, PressureMode mod
                              Callback callback, int eventfd) {
   if (entry_) return EBUSY;
   if (!callback && eventfd < 0) return EINVAL;
+  if (!group.is_online()) return ENOENT;
   int efd = -1;
   if (eventfd >= 0 && (efd = internal::dup_eventfd(eventfd)) < 0) return EBADF;
   std::function<void(int)> fn;
@@ -209,14 +214,17 @@ int PressureListener::listen(Group& group, PressureLevel level, PressureMode mod
   internal::VmpressureState& s = state_of(group);
   {
     internal::LockGuard lock(s.listeners_mutex);
+    // Under the lock the removal takes after the group went offline: either this sees it
+    // offline, or the removal finds the listener.
+    if (!group.is_online()) return ENOENT;
     auto next = s.listeners ? std::make_shared<ListenerList>(*s.listeners)
                             : std::make_shared<ListenerList>();
     next->push_back(e);
     s.listeners = std::move(next);
+    e->gate.hold(group);
+    if (internal::g_vmpressure_listeners.fetch_add(1, std::memory_order_relaxed) == 0)
+      g_generation.fetch_add(1, std::memory_order_relaxed);
   }
-  if (internal::g_vmpressure_listeners.fetch_add(1, std::memory_order_relaxed) == 0)
-    g_generation.fetch_add(1, std::memory_order_relaxed);
-  group_ = GroupRef(&group);
   entry_ = std::move(e);
   return 0;
 }
@@ -228,21 +236,54 @@ int PressureListener::listen(Group& group, std::string_view args, Callback callb
   return listen(group, level, mode, std::move(callback), eventfd);
 }
 
+namespace {
+// Takes `e` off `s`'s list; true if it was listed. REQUIRES: s.listeners_mutex held.
+bool unlink_locked(internal::VmpressureState& s, const std::shared_ptr<PressureListenerEntry>& e) {
+  if (!s.listeners) return false;
+  auto next = std::make_shared<ListenerList>();
+  for (const auto& x : *s.listeners)
+    if (x != e) next->push_back(x);
+  const bool found = next->size() != s.listeners->size();
+  s.listeners = std::move(next);
+  return found;
+}
+}  // namespace
+
 void PressureListener::reset() noexcept {
   if (!entry_) return;
   auto e = std::static_pointer_cast<PressureListenerEntry>(entry_);
-  internal::VmpressureState& s = state_of(*group_);
-  {
+  // The registration's reference: null when the group's removal took it (and unlinked `e`).
+  Group* held = e->gate.release();
+  if (held) {
+    internal::VmpressureState& s = state_of(*held);
     internal::LockGuard lock(s.listeners_mutex);
-    auto next = std::make_shared<ListenerList>();
-    for (const auto& x : *s.listeners)
-      if (x != e) next->push_back(x);
-    s.listeners = std::move(next);
+    // Whoever unlinks a listener (this or the removal) counts it out.
+    if (unlink_locked(s, e)) internal::g_vmpressure_listeners.fetch_sub(1, std::memory_order_relaxed);
   }
   e->retire();
-  internal::g_vmpressure_listeners.fetch_sub(1, std::memory_order_relaxed);
   entry_.reset();
-  group_.reset();
+  if (held) held->put();
+}
+
+bool PressureListener::removed() const noexcept {
+  return entry_ && static_cast<const PressureListenerEntry*>(entry_.get())->gate.removed();
+}
+
+void internal::vmpressure_group_removed(Group& g) noexcept {
+  internal::VmpressureState& s = state_of(g);
+  std::shared_ptr<const ListenerList> told;
+  {
+    internal::LockGuard lock(s.listeners_mutex);
+    if (!s.listeners || s.listeners->empty()) return;
+    told = std::exchange(s.listeners, nullptr);
+    internal::g_vmpressure_listeners.fetch_sub(static_cast<int64_t>(told->size()),
+                                               std::memory_order_relaxed);
+    for (const auto& e : *told) e->gate.begin_removal(g);
+  }
+  // The kernel signals a vmpressure eventfd once when its cgroup goes (memcg_event_remove):
+  // here the eventfd too, and the callback with the listener's own level, removed() true.
+  for (const auto& e : *told)
+    e->gate.finish_removal(g, [&]() noexcept { e->notify(static_cast<int>(e->level)); });
 }
 
 int PressureListener::set_rate_limit(std::chrono::nanoseconds min_interval) noexcept {

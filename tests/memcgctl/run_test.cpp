@@ -4,6 +4,9 @@
 // as failures, and knob writes the library rejects make the scenario malformed.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <regex>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -232,6 +235,95 @@ TEST(Run, KnobTheLibraryRejectsIsMalformed) {
   EXPECT_EQ(r.error.mark.line, 3);
   EXPECT_NE(r.error.message.find("no such file in this library"), std::string::npos);
   EXPECT_TRUE(r.steps.empty());  // nothing ran
+}
+
+// A listener and a trigger see their group's removal, as a watch does: one final notification
+// (counted, and alone with `removed`), then nothing; the handles stay open on no group.
+TEST(Run, ListenersAndTriggersSeeTheirGroupRemoved) {
+  const Scenario s = load_or_die(R"(
+groups:
+  A: {}
+  B: {}
+steps:
+  - listen: { name: L, group: A, level: medium }
+  - trigger: { name: T, group: A, spec: "some 1000 1000000" }
+  - listen: { name: K, group: B, level: low }
+  - remove: { group: A }
+  - expect: { listener: L, removed: true, eq: 1 }
+  - expect: { listener: L, level: medium, eq: 1 }
+  - expect: { listener: L, eq: 1 }
+  - expect: { trigger: T, removed: true, eq: 1 }
+  - expect: { trigger: T, eq: 1 }
+  - expect: { listener: K, removed: true, eq: 0 }
+  - tick: 10s
+  - expect: { trigger: T, eq: 1 }
+)");
+  const RunResult r = run_scenario(s);
+  ASSERT_FALSE(r.malformed) << r.error.message;
+  EXPECT_EQ(r.failed, 0) << text_report(r);
+  EXPECT_EQ(r.passed, 7);
+  for (const FinalGroup& g : r.final_groups) EXPECT_NE(g.path, "A");
+}
+
+// Rotations the file cannot show count in the work budget as they happen: a run whose reclaim
+// keeps rotating referenced cache units stops with an error at the step that exhausted the
+// budget, having rotated at most one reclaim cluster (32 units) past it, where it would
+// otherwise run for about 20 minutes (see the files' headers).
+void expect_stopped_by_rotations(const Scenario& s, int line, size_t steps_before) {
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult r = run_scenario(s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(r.malformed);
+  EXPECT_EQ(r.error.mark.line, line) << r.error.message;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.error.message, m,
+                                std::regex("^the run stopped here: reclaim rotated ([0-9]+) ")))
+      << r.error.message;
+  const uint64_t rotated = std::stoull(m[1]);
+  EXPECT_GT(s.work_units + rotated, kMaxWorkUnits);
+  EXPECT_LE(s.work_units + rotated, kMaxWorkUnits + 32);
+  EXPECT_EQ(r.steps.size(), steps_before);
+  EXPECT_LT(seconds, 120) << "sanitizer builds included; about 1 s in a release build";
+}
+
+TEST(Run, RotationsThatExhaustTheWorkBudgetStopTheRun) {
+  for (const char* name : {"rotation-budget-reclaim.yaml", "rotation-budget-charge.yaml"}) {
+    SCOPED_TRACE(name);
+    const fs::path f = kSource / "tests/memcgctl/malformed" / name;
+    std::ifstream in(f);
+    std::string first;
+    std::getline(in, first);
+    const int line = std::stoi(first.substr(std::string("# error: ").size()));
+    Scenario s;
+    std::vector<Diagnostic> errors;
+    ASSERT_TRUE(load_scenario_file(f.string(), &s, &errors));
+    EXPECT_LT(s.work_units, kMaxWorkUnits);
+    // Every step before the one that stopped the run ran (the cache, the member).
+    const size_t before = static_cast<size_t>(
+        std::find_if(s.steps.begin(), s.steps.end(),
+                     [&](const Step& st) { return st.mark.line == line; }) -
+        s.steps.begin());
+    ASSERT_LT(before, s.steps.size());
+    expect_stopped_by_rotations(s, line, before);
+  }
+  // In a lane of a `parallel` block: every lane stops.
+  const Scenario s = load_or_die(R"(
+groups:
+  G: {}
+steps:
+  - cache: { name: c, group: G, grow: 64G, referenced: 100% }
+  - member: { name: m, group: G }
+  - member: { name: n, group: G }
+  - parallel:
+      m:
+        - reclaim: { group: G, size: 4K }
+        - reclaim: { group: G, size: 4K }
+      n:
+        - tick: 1s
+        - reclaim: { group: G, size: 4K }
+)");
+  expect_stopped_by_rotations(s, 10, 3);
 }
 
 TEST(Run, CacheGrowthStopsAtAFailingCharge) {

@@ -19,7 +19,9 @@
 //   - a `parallel` block of more than kMaxLanes lanes (each is a thread for the block);
 //   - a `charge` or `grow` step of more than kMaxStepUnits units (`max` included): each unit is
 //     a charge of its own;
-//   - `charge`, `grow` and `reclaim` steps that ask for more than kMaxWorkUnits units in all;
+//   - `charge`, `grow` and `reclaim` steps that ask for more than kMaxWorkUnits units in all
+//     (the units reclaim rotates in `referenced:` caches count too, but only the run can count
+//     them: it stops with an error at the step that passes the budget, runner.hpp);
 //   - more than kMaxHandles handles open at once;
 //   - `print` steps that print more than kMaxPrintedFiles group files in all (a `print` of
 //     `all` counts every group online at that step).
@@ -52,7 +54,8 @@ inline constexpr uint64_t kMaxStepUnits = uint64_t{1} << 24;
 // Units all `charge`, `grow` and `reclaim` steps together may ask for: 2^25 (128G at the 4K
 // unit), two full steps, a few seconds of work. A reclaim step counts what it asks for, but no
 // more than the charge and grow steps before it asked for (it cannot find more). Counted over
-// the whole file, lanes included, whatever the steps would fail or find at run time.
+// the whole file, lanes included, whatever the steps would fail or find at run time. The run
+// adds the units reclaim rotates (Scenario::work_units is the loader's part).
 inline constexpr uint64_t kMaxWorkUnits = uint64_t{1} << 25;
 // The longest a waiting charge may wait: one hour of virtual time. The library looks for room
 // every 10 ms of it while it waits (360 000 looks for an hour).

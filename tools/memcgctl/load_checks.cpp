@@ -55,8 +55,12 @@ bool Loader::load_expect(const YAML::Node& v, Step* step) {
   }
   if (const YAML::Node* r = find(e, "removed")) {
     bool on = false;
-    if (x.source != ExpectStep::Source::kWatch) {
-      error(*r, "expect: `removed` goes with `watch` only");
+    if (x.source != ExpectStep::Source::kWatch && x.source != ExpectStep::Source::kListener &&
+        x.source != ExpectStep::Source::kTrigger) {
+      error(*r, "expect: `removed` goes with `watch`, `listener` or `trigger` only");
+      ok = false;
+    } else if (find(e, "level")) {
+      error(*r, "expect: `removed` counts the removal notice alone: no `level` with it");
       ok = false;
     } else if (!boolean(*r, "expect removed", &on)) {
       ok = false;

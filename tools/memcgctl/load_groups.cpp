@@ -16,6 +16,7 @@ bool Loader::load(std::string_view text, Scenario* out) {
   }
   try {
     load_root(root, out);
+    out->work_units = work_units_;
   } catch (const YAML::Exception& e) {
     // yaml-cpp throws only for misuse of a node; report it rather than crash on odd input.
     error(mark_of(e.mark), "cannot read this: " + e.msg);

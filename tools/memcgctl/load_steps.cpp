@@ -306,8 +306,9 @@ bool Loader::load_remove(const YAML::Node& v, Step* step) {
     }
   }
   for (const auto& [name, h] : handles_) {
-    // A watch sees the removal (its final notification) and stays open, on no group.
-    if (h.second == r.group && h.first != "watch") {
+    // A watch, listener or trigger sees the removal (its final notification) and stays open, on
+    // no group; a memory.peak handle is a file of the group.
+    if (h.second == r.group && h.first == "peak") {
       error(g, "remove: `" + r.group + "` still has the " + h.first + " `" + name + "`" +
                    (h.first == "peak" ? " (close it first)" : " (it stays open to the end)"));
       return false;

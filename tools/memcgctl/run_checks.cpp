@@ -40,13 +40,17 @@ bool Runner::handle_value(const ExpectStep& x, uint64_t* v, std::string* text, s
   switch (x.source) {
     case ExpectStep::Source::kListener: {
       const ListenerState& l = *listeners_.at(x.handle);
+      if (x.removed) {
+        *v = l.removed;
+        break;
+      }
       *v = 0;
       for (int lv = 0; lv < 3; ++lv)
         if (x.level < 0 || x.level == lv) *v += l.by_level[static_cast<size_t>(lv)];
       break;
     }
     case ExpectStep::Source::kTrigger:
-      *v = triggers_.at(x.handle)->fired;
+      *v = x.removed ? triggers_.at(x.handle)->removed : triggers_.at(x.handle)->fired;
       break;
     case ExpectStep::Source::kWatch:
       *v = x.removed ? watches_.at(x.handle)->removed : watches_.at(x.handle)->notified;
@@ -74,12 +78,12 @@ bool Runner::handle_value(const ExpectStep& x, uint64_t* v, std::string* text, s
 std::string Runner::source_text(const ExpectStep& x) {
   switch (x.source) {
     case ExpectStep::Source::kListener:
-      return "listener " + x.handle +
+      return "listener " + x.handle + (x.removed ? " removed" : "") +
              (x.level < 0 ? ""
                           : std::string(" level ") +
                                 memcg::to_string(static_cast<memcg::PressureLevel>(x.level)));
     case ExpectStep::Source::kTrigger:
-      return "trigger " + x.handle;
+      return "trigger " + x.handle + (x.removed ? " removed" : "");
     case ExpectStep::Source::kPeak:
       return "peak " + x.handle;
     case ExpectStep::Source::kWatch:

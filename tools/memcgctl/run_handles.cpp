@@ -25,6 +25,10 @@ bool Runner::perform_body(const Step&, const ListenStep& l, StepResult* res) {
                                       static_cast<memcg::PressureMode>(l.mode),
                                       [sp, cache, shrink_units](memcg::PressureLevel lv) {
                                         sp->by_level[static_cast<size_t>(lv)]++;
+                                        if (sp->listener.removed()) {
+                                          sp->removed++;  // the final notification
+                                          return;
+                                        }
                                         if (cache) {
                                           ++tl_in_handler;
                                           sp->shrunk += cache->shrink(shrink_units);
@@ -48,7 +52,10 @@ bool Runner::perform_body(const Step&, const TriggerStep& t, StepResult* res) {
   if (!g) return true;
   auto st = std::make_unique<TriggerState>();
   TriggerState* sp = st.get();
-  const int err = st->trigger.arm(*g, t.spec, [sp] { sp->fired++; });
+  const int err = st->trigger.arm(*g, t.spec, [sp] {
+    sp->fired++;
+    if (sp->trigger.removed()) sp->removed++;  // the final notification
+  });
   res->detail["result"] = memcg::errno_name(err);
   if (err) {
     res->failed = true;

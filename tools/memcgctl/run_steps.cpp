@@ -13,7 +13,17 @@ memcg::GroupRef Runner::group(const std::string& path, StepResult* res) {
 }
 
 bool Runner::perform(const Step& st, StepResult* res) {
-  return std::visit([&](const auto& body) { return perform_body(st, body, res); }, st.body);
+  if (!std::visit([&](const auto& body) { return perform_body(st, body, res); }, st.body))
+    return false;
+  if (within_work_budget()) return true;
+  malformed(st.mark,
+            "the run stopped here: reclaim rotated " +
+                std::to_string(rotated_.load(std::memory_order_relaxed)) +
+                " referenced cache units so far, which with the " + std::to_string(s_.work_units) +
+                " units the steps charge, grow and reclaim is more than " +
+                std::to_string(kMaxWorkUnits) +
+                " units of work in all, the most a scenario may ask for");
+  return false;
 }
 
 bool Runner::perform_body(const Step&, const SetStep& set, StepResult* res) {
@@ -49,6 +59,13 @@ bool Runner::perform_body(const Step&, const CacheStep& c, StepResult* res) {
     it =
         caches_.emplace(c.name, std::make_unique<memcg::LruCache>(*g, c.name, c.referenced_percent))
             .first;
+    // Rotations count towards the work budget (within_work_budget), summed over the caches;
+    // once it is spent, the cache rotates no more and the run stops after the step.
+    if (c.referenced_percent > 0)
+      it->second->set_rotate_callback([this](int64_t n) {
+        rotated_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
+        return within_work_budget();
+      });
     if (const uint64_t cost = s_.config.reclaim_cost_ns) {
       // Freeing takes time on the freeing thread: inside a charge's reclaim that is a stall.
       it->second->set_evict_callback([this, cost](uint64_t, int64_t count) {
@@ -68,7 +85,7 @@ bool Runner::perform_body(const Step&, const CacheStep& c, StepResult* res) {
     case CacheStep::Op::kGrow: {
       int64_t grown = 0;
       // One unit per call: the first charge that fails stops the growth.
-      while (grown < units && cache.grow(1) == 1) ++grown;
+      while (grown < units && within_work_budget() && cache.grow(1) == 1) ++grown;
       res->detail["grown"] = grown * unit_;
       res->detail["requested"] = units * unit_;
       if (grown < units) {
@@ -150,7 +167,7 @@ bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {
       outcome = st.killed ? ChargeStep::Outcome::kKilled : ChargeStep::Outcome::kFailed;
     }
   }
-  while (!c.bulk && done < units) {
+  while (!c.bulk && done < units && within_work_budget()) {
     if (st.killed) {
       outcome = ChargeStep::Outcome::kKilled;
       break;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -59,14 +60,18 @@ struct MemberState {
 };
 
 // The handles of `listen`, `trigger`, `peak` and `watch` steps, with what they counted.
+// A listener's or trigger's counts include the library's removal notice when its group is
+// removed (given at the listener's own level); `removed` counts that notice alone (0 or 1).
 struct ListenerState {
   memcg::PressureListener listener;
   std::array<uint64_t, 3> by_level{};  // notifications received, by memcg::PressureLevel
   int64_t shrunk = 0;                  // units its `shrink` policy freed
+  uint64_t removed = 0;
 };
 struct TriggerState {
   memcg::PsiTrigger trigger;
   uint64_t fired = 0;
+  uint64_t removed = 0;
 };
 struct WatchState {
   std::unique_ptr<memcg::EventListener> listener;
@@ -136,7 +141,17 @@ class Runner {
   }
 
   memcg::GroupRef group(const std::string& path, StepResult* res);
+  // Performs one step (top-level or of a lane); false when the scenario turned out malformed,
+  // which stops the run: a rejected knob, or the work budget exhausted by the step.
   bool perform(const Step& st, StepResult* res);
+
+  // The work budget (load.hpp, kMaxWorkUnits): what the steps ask for, counted by the loader,
+  // plus the units reclaim rotated in the caches so far. Rotations cannot be counted from the
+  // file, so they are counted as they happen: the run stops with an error at the step that
+  // exhausted the budget (within a `charge` or `grow` step, at the first unit charge after it).
+  bool within_work_budget() const noexcept {
+    return s_.work_units + rotated_.load(std::memory_order_relaxed) <= kMaxWorkUnits;
+  }
   bool perform_body(const Step&, const SetStep& set, StepResult* res);
   bool perform_body(const Step&, const WriteStep& w, StepResult* res);
   bool perform_body(const Step&, const CacheStep& c, StepResult* res);
@@ -201,6 +216,7 @@ class Runner {
   size_t current_index_ = 0;    // the top-level step running (1-based)
   std::vector<SignalRef> signal_refs_;    // in RunResult::signals order
   std::vector<StepResult> lane_results_;  // of the running `parallel` block
+  std::atomic<uint64_t> rotated_{0};      // units reclaim rotated in every cache (the budget)
 };
 
 }  // namespace memcgctl::detail

@@ -124,7 +124,7 @@ struct ExpectStep {
   Source source = Source::kFile;
   std::string handle;            // the handle's name, for every source but kFile
   int level = -1;                // kListener: count only notifications of this level (-1 = all)
-  bool removed = false;          // kWatch: count only the removal notice (0 or 1)
+  bool removed = false;          // kWatch, kListener, kTrigger: the removal notice alone (0/1)
   std::string group, file, key;  // key empty = the whole file is one value
   // memory.pressure's avgN keys are percentages with two decimals: `value` and the value read
   // are then compared in hundredths of a percent.
@@ -201,6 +201,9 @@ struct Scenario {
   Config config;
   std::vector<GroupSpec> groups;  // in creation order
   std::vector<Step> steps;
+  // Units the `charge`, `grow` and `reclaim` steps ask for (the loader's count towards
+  // kMaxWorkUnits); the runner adds the units reclaim rotates to it as they happen.
+  uint64_t work_units = 0;
 };
 
 // Outcome names used in files and reports.

@@ -44,6 +44,10 @@ class LruCache final : public Reclaimer {
   int64_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
   // Units freed by reclaim (not by shrink/drop).
   uint64_t evicted() const noexcept { return evicted_.load(std::memory_order_relaxed); }
+  // Units reclaim rotated to the young end instead of freeing them (referenced), over the
+  // cache's life: the work of its scans that freed nothing. One reclaim call rotates at most
+  // what it was asked to scan.
+  uint64_t rotated() const noexcept { return rotated_.load(std::memory_order_relaxed); }
   const std::string& name() const noexcept { return name_; }
   Group& group() const noexcept { return *group_; }
 
@@ -52,6 +56,15 @@ class LruCache final : public Reclaimer {
   // application can drop the data it kept in them. Called without the cache's lock held.
   using EvictFn = std::function<void(uint64_t first, int64_t count)>;
   void set_evict_callback(EvictFn fn);
+  // For a caller that bounds the rotation work of many caches together (memcgctl's work
+  // budget): told after each reclaim call that rotated units, with how many (already in
+  // rotated()), without the cache's lock held. Returning false stops rotation: from then on
+  // reclaim frees referenced units like the others, until a callback is set again (an empty one
+  // included). A reclaim call rotates at most what it was asked to scan (a cluster, 128 KiB of
+  // units, when the library's reclaim driver calls it), so a caller that returns false once its
+  // budget is spent overshoots it by at most that.
+  using RotateFn = std::function<bool(int64_t count)>;
+  void set_rotate_callback(RotateFn fn);
 
   // Runs of consecutive unit numbers in the list: its memory is one small entry per run.
   // Adjacent runs are merged, so a run count above 1 means as many gaps between live units
@@ -85,9 +98,12 @@ class LruCache final : public Reclaimer {
   // Accumulates referenced_percent_ per scanned unit; every 100 marks one unit as referenced, so
   // exactly that share of scanned units rotates, deterministically. Guarded by mu_.
   int ref_accumulator_ = 0;
-  EvictFn on_evict_;  // guarded by mu_ (copied out before calling)
+  bool rotation_stopped_ = false;  // guarded by mu_: the rotate callback returned false
+  EvictFn on_evict_;    // guarded by mu_ (copied out before calling)
+  RotateFn on_rotate_;  // guarded by mu_ (copied out before calling)
   std::atomic<int64_t> size_{0};
   std::atomic<uint64_t> evicted_{0};
+  std::atomic<uint64_t> rotated_{0};
   ReclaimerRegistration registration_;
 };
 

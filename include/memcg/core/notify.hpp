@@ -32,6 +32,8 @@
 // group.is_online() false; an eventfd reader sees the counter go up and then removed()), and then
 // lets go of the group: group() returns null, no further notification comes, and the listener
 // no longer keeps the group dying. Opening a listener on a removed group fails with ENOENT.
+// vmpressure listeners and PSI triggers are told the same way, through the same delivery
+// primitive (vmpressure.hpp, psi.hpp: "Removal").
 //
 // Thread safety: listeners may be created and destroyed at any time from any thread, also during
 // deliveries. Cost: nothing on any path while no listener exists in the process (one relaxed load

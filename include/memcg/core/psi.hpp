@@ -118,6 +118,17 @@ std::string format_psi(const PsiStats& stats);
 // only), unless reset() runs inside a callback of the library (any listener's): then a call
 // already running on another thread may complete. REQUIRES: reset() is not called while holding
 // a lock that this trigger's callback takes.
+//
+// Removal (the kernel's memory.pressure file going away with its cgroup: the trigger is
+// destroyed, and poll(2) on the open file gives POLLERR|POLLPRI from then on): when the group is
+// removed (Controller::remove), the trigger gets one final notification, with removed() already
+// true: the eventfd's counter goes up by 1 (the in-process POLLERR|POLLPRI: the reader wakes and
+// checks removed()) and the callback is called (it tells the removal by removed() on its handle).
+// Then the trigger lets go of the group: no further event or poll comes, and the trigger no longer
+// keeps the group dying; the handle stays armed until reset(), which then touches no group (the
+// controller may be gone by then). The final notification runs inside Controller::remove(), with
+// no library lock held; it is not counted in delivered(). Arming on a removed group fails with
+// ENOENT.
 class PsiTrigger {
  public:
   using Callback = std::function<void()>;
@@ -130,8 +141,9 @@ class PsiTrigger {
   // Arms the trigger. `privileged` (default) accepts any window in (0, 10 s] and evaluates on
   // every state change; unprivileged requires a window that is a multiple of 2 s and evaluates on
   // the averaging grid. 0; EINVAL for a bad spec, no callback and no eventfd, or an eventfd that
-  // cannot be duplicated; EBUSY if this handle is already armed; EAGAIN if the timer thread of
-  // the SystemClock polls cannot be started. On error nothing is registered.
+  // cannot be duplicated; EBUSY if this handle is already armed; ENOENT for a removed group;
+  // EAGAIN if the timer thread of the SystemClock polls cannot be started. On error nothing is
+  // registered.
   int arm(Group& group, const PsiTriggerSpec& spec, Callback callback, int eventfd = -1,
           bool privileged = true);
   // Same with the text of a memory.pressure write (parse_psi_trigger).
@@ -140,10 +152,13 @@ class PsiTrigger {
 
   void reset() noexcept;
   explicit operator bool() const noexcept { return entry_ != nullptr; }
+  // Events delivered so far (the removal notice not included).
   uint64_t delivered() const noexcept;
+  // True once the group was removed: the final notification is delivered or being delivered.
+  bool removed() const noexcept;
 
  private:
-  GroupRef group_;
+  // Holds the trigger's reference to the group until its removal (delivery.hpp).
   std::shared_ptr<void> entry_;  // internal::PsiTriggerEntry
 };
 

@@ -86,6 +86,17 @@ int64_t vmpressure_window(const Group& group) noexcept;
 // runs inside a callback of the library (any listener's: then a call already running on another
 // thread may complete, and reset() does not wait, which could close a cycle of waits).
 // REQUIRES: reset() is not called while holding a lock that this listener's callback takes.
+//
+// Removal (the kernel's memcg_event_remove: when a cgroup goes, each event registered on it is
+// unregistered and its eventfd signalled once more, "the event is going away"): when the group is
+// removed (Controller::remove), the listener gets one final notification, not rate-limited, with
+// removed() already true: the eventfd's counter goes up by 1 (as in the kernel, a reader sees it
+// like an event and checks removed()) and the callback is called with the listener's own level
+// (it tells the removal by removed() on its handle). Then the listener lets go of the group: no
+// further event comes, and the listener no longer keeps the group dying; the handle stays
+// registered until reset(), which then touches no group (the controller may be gone by then).
+// The final notification runs inside Controller::remove(), with no library lock held; it is
+// not counted in delivered(). Registering on a removed group fails with ENOENT.
 class PressureListener {
  public:
   using Callback = std::function<void(PressureLevel)>;
@@ -96,7 +107,8 @@ class PressureListener {
   ~PressureListener() { reset(); }
 
   // Registers on `group`. 0; EBUSY if this handle already holds a registration; EINVAL for an
-  // empty callback and no eventfd, or an eventfd that cannot be duplicated (EBADF).
+  // empty callback and no eventfd; EBADF for an eventfd that cannot be duplicated; ENOENT for a
+  // removed group.
   int listen(Group& group, PressureLevel level, PressureMode mode, Callback callback,
              int eventfd = -1);
   // Same, with the registration text `<level>[,<mode>]` (parse_pressure_level).
@@ -116,16 +128,18 @@ class PressureListener {
   uint64_t delivered() const noexcept;
   // Events dropped by the rate limit so far.
   uint64_t suppressed() const noexcept;
+  // True once the group was removed: the final notification is delivered or being delivered.
+  bool removed() const noexcept;
 
  private:
-  GroupRef group_;
+  // Holds the registration's reference to the group until its removal (delivery.hpp).
   std::shared_ptr<void> entry_;  // internal::PressureListenerEntry
 };
 
 // The legacy text interface: a line written to cgroup.event_control,
 // `<event_fd> <pressure_level_fd> <level>[,<mode>]` (parse_event_control). In a process there is
 // no memory.pressure_level file to hand in; the second fd is checked for syntax only. Registers an
-// eventfd listener on `group` into `out`. 0, EINVAL, EBUSY or EBADF as listen() says.
+// eventfd listener on `group` into `out`. 0, EINVAL, EBUSY, EBADF or ENOENT as listen() says.
 int register_event_control(Group& group, std::string_view line, PressureListener* out);
 
 // Registered listeners in the whole process (the gate of tree mode).

@@ -66,7 +66,9 @@ int write_file(Group& group, std::string_view name, std::string_view text,
 
 // The eventfd that signals events of the trigger written to an open memory.pressure file (it
 // becomes readable, like the kernel's POLLPRI; reading it consumes the events), or -1 when `file`
-// is not memory.pressure or holds no trigger. Owned by the file.
+// is not memory.pressure or holds no trigger. Owned by the file. When the group is removed it is
+// signalled once more, the trigger's removal notice (psi.hpp: the kernel's POLLERR|POLLPRI), and
+// no event follows; a trigger written after the removal is refused with ENOENT.
 int pressure_file_eventfd(const File& file) noexcept;
 
 namespace internal {
