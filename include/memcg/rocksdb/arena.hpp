@@ -152,7 +152,10 @@ class ScopedTenantThread {
 // `options` in arena mode: the cache's blocks from an ArenaAllocator with deferred reclaim, an
 // ArenaEnv for the databases (TenantOptions::env, set on the options by Tenant::configure), and
 // the memtable mirror off. Throws std::invalid_argument if `options` already has an allocator or
-// an env.
+// an env. The deferred reclaim is applied by the tenant's governor thread: with
+// TenantOptions::tick at 0 (no thread), the application must call Tenant::safe_point() itself.
+// The first call in the process runs a small scratch database (4 000 keys) on a thread of no
+// arena, once: RocksDB's process-wide tables (docs/rocksdb.md, "Arena mode").
 TenantOptions arena_options(memcg::jemalloc::Arena& arena, TenantOptions options = {});
 
 }  // namespace memcg::rocksdb
