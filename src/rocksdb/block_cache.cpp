@@ -60,7 +60,13 @@ BlockCache::~BlockCache() {
 
 void BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
   if (defer_reclaim_ && !t_direct) {
-    // Perhaps inside a charge made under a shard's mutex: SetCapacity would take it again.
+    // Perhaps inside a charge made under a shard's mutex: SetCapacity would take it again. Until
+    // the governor thread applies it nothing is freed, so every safe point of the window asks
+    // again for the same overage: the shrink is held at the room the group leaves the cache
+    // now (the governor's target, from the blocks actually live), which those repeated asks do
+    // not move, instead of going down by the overage at each of them.
+    const CacheGovernor* g = governor_.get();  // null while the governor is being built
+    if (g != nullptr) bytes = std::max(bytes, g->target());
     pending_.store(bytes, std::memory_order_release);
     deferred_.fetch_add(1, std::memory_order_relaxed);
     if (wake_) wake_();
@@ -69,17 +75,11 @@ void BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
   apply(bytes);
 }
 
-uint64_t BlockCache::usage_bytes() const noexcept {
-  const uint64_t live = allocator_->live_bytes();
-  const uint64_t pending = pending_.load(std::memory_order_acquire);
-  return pending == kNone ? live : std::min(live, pending);
-}
-
 void BlockCache::update() noexcept {
   DirectScope direct;
   const uint64_t before = applied_.load(std::memory_order_relaxed);
   const uint64_t pending = pending_.exchange(kNone, std::memory_order_acq_rel);
-  if (pending != kNone) apply(std::min(pending, governor_->capacity()));
+  if (pending != kNone) apply(pending);
   governor_->update();
   if (applied_.load(std::memory_order_relaxed) < before) allocator_->trim();
 }

@@ -35,7 +35,8 @@ struct BlockCacheOptions {
   std::shared_ptr<BlockAllocator> allocator;
   // Reclaim lowers the capacity only through update() (the tenant's governor thread), which
   // `wake` (called from inside the charge: it must not block or charge) brings forward; reclaim
-  // itself frees nothing at once. For allocators whose charges may run reclaim on a thread that
+  // itself frees nothing at once, and asks no lower than the governor's room-based target (so
+  // memory.reclaim's proactive asks do not shrink such a cache; limits and pressure do). For allocators whose charges may run reclaim on a thread that
   // holds one of RocksDB's cache locks (an arena's safe points in operator new and delete, which
   // RocksDB calls with a shard's mutex held): lowering the capacity takes those locks.
   bool defer_reclaim = false;
@@ -64,10 +65,7 @@ class BlockCache final : public GovernedCache {
   uint64_t deferred() const noexcept { return deferred_.load(std::memory_order_relaxed); }
 
   // GovernedCache
-  // With defer_reclaim, a shrink that reclaim asked for and update() has not applied yet counts
-  // as done: the reclaim that asked sees it reclaimed (and does not ask again, which would lower
-  // the capacity once per retry of the ladder), and the governor sees the room it will leave.
-  uint64_t usage_bytes() const noexcept override;
+  uint64_t usage_bytes() const noexcept override { return allocator_->live_bytes(); }
   void set_capacity_bytes(uint64_t bytes) noexcept override;
 
  private:
