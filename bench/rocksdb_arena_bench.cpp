@@ -94,8 +94,8 @@ struct World {
 
     if (ctl.create("/arena", &arena_group) != 0 || ctl.create("/meter", &meter_group) != 0 ||
         memcg::jemalloc::Arena::create(*arena_group, &arena, memcg::rocksdb::kArenaOptions) != 0 ||
-        memcg::jemalloc::Arena::create(*meter_group, &meter_arena,
-                                       memcg::rocksdb::kArenaOptions) != 0)
+        memcg::jemalloc::Arena::create(*meter_group, &meter_arena, memcg::rocksdb::kArenaOptions) !=
+            0)
       std::abort();
     arena_group->set_max(kGroupMax);
     memcg::rocksdb::TenantOptions to;
@@ -188,7 +188,9 @@ void BM_ReadsArena(benchmark::State& state) {
   state.counters["forced_KiB"] = static_cast<double>(w.arena->stats().forced) / 1024;
   state.counters["deferred"] = static_cast<double>(w.tenant->cache().deferred());
 }
-void BM_MissesPlain(benchmark::State& state) { reads(state, *world().meter_plain, true); }
+void BM_MissesPlain(benchmark::State& state) {
+  reads(state, *world().meter_plain, true);
+}
 void BM_MissesArenaAllocator(benchmark::State& state) {
   World& w = world();
   memcg::rocksdb::ScopedTenantThread bound(*w.meter_arena, *w.meter_charged);
@@ -202,8 +204,7 @@ void BM_MissesArenaAllocator(benchmark::State& state) {
   }
   for (int i = 0; i < kPairs; ++i) {
     benchmark::RegisterBenchmark("misses/plain", BM_MissesPlain)->MinTime(1.0);
-    benchmark::RegisterBenchmark("misses/arena_allocator", BM_MissesArenaAllocator)
-        ->MinTime(1.0);
+    benchmark::RegisterBenchmark("misses/arena_allocator", BM_MissesArenaAllocator)->MinTime(1.0);
   }
   return true;
 }();

@@ -48,13 +48,13 @@ std::string value(int i) {
 
 // The README's sample, as written there but for the database's directory.
 void readme_sample(memcg::GroupRef& tenant, const std::string& path) {
-  memcg::rocksdb::Tenant db_tenant(*tenant);   // block cache and write buffers sized by the group
+  memcg::rocksdb::Tenant db_tenant(*tenant);  // block cache and write buffers sized by the group
   rocksdb::Options options;
   options.create_if_missing = true;
-  db_tenant.configure(options);                // cache charged to *tenant, memtables mirrored in
+  db_tenant.configure(options);  // cache charged to *tenant, memtables mirrored in
   rocksdb::DB* db = nullptr;
-  if (!rocksdb::DB::Open(options, path, &db).ok()) { /* as with any RocksDB */ return; }
-  db_tenant.add(db);                           // the databases its write-buffer governor flushes
+  if (!rocksdb::DB::Open(options, path, &db).ok()) return;  // as with any RocksDB
+  db_tenant.add(db);  // the databases its write-buffer governor flushes
   db->Put(rocksdb::WriteOptions(), "key", "value");
   // Shutdown: 1. remove and close every database, 2. destroy the Tenant, 3. remove the group
   db_tenant.remove(db);
@@ -101,7 +101,9 @@ uint64_t read_until(rocksdb::DB& db, int n, const std::atomic<bool>& stop, uint6
   return failed;
 }
 
-double mib(uint64_t b) { return static_cast<double>(b) / kMiB; }
+double mib(uint64_t b) {
+  return static_cast<double>(b) / kMiB;
+}
 
 }  // namespace
 
@@ -172,27 +174,29 @@ int main() {
     quiet_cache = tq.cache().allocator().live_bytes();
     quiet_events_low = quiet->events().get(memcg::Event::kLow);
     forced = tq.cache().allocator().forced_live_peak() + tn.cache().allocator().forced_live_peak() +
-             tq.write_buffers().mirror().forced_bytes() + tn.write_buffers().mirror().forced_bytes();
+             tq.write_buffers().mirror().forced_bytes() +
+             tn.write_buffers().mirror().forced_bytes();
     failed = failures.load();
     reads_quiet = rq.load();
     reads_noisy = rn.load();
     flushes = tn.write_buffers().flushes();
     std::printf("parent: memory.max %.1f MiB, peak %.1f MiB (counted overshoot %.1f MiB)\n",
                 mib(kParentMax), mib(parent->peak()), mib(forced));
-    std::printf("quiet:  memory.min %.1f MiB, usage %.1f MiB, cache %.1f MiB (%.1f MiB before the "
-                "noisy tenant's requests), %llu reads, %llu `low` events\n",
-                mib(kQuietMin), mib(quiet->current()), mib(quiet_cache), mib(quiet_warm),
-                static_cast<unsigned long long>(reads_quiet),
-                static_cast<unsigned long long>(quiet_events_low));
+    std::printf(
+        "quiet:  memory.min %.1f MiB, usage %.1f MiB, cache %.1f MiB (%.1f MiB before the "
+        "noisy tenant's requests), %llu reads, %llu `low` events\n",
+        mib(kQuietMin), mib(quiet->current()), mib(quiet_cache), mib(quiet_warm),
+        static_cast<unsigned long long>(reads_quiet),
+        static_cast<unsigned long long>(quiet_events_low));
     std::printf("noisy:  %zu request buffers of 256 KiB taken before the limit refused one\n",
                 requests.size());
     requests.clear();
-    std::printf("noisy:  usage %.1f MiB, cache %.1f MiB (capacity configured %.0f MiB), "
-                "memtables %.1f MiB, %llu reads, %llu flushes asked\n",
-                mib(noisy->current()), mib(tn.cache().allocator().live_bytes()),
-                mib(to.cache.capacity_bytes), mib(tn.write_buffers().mirror().reported()),
-                static_cast<unsigned long long>(reads_noisy),
-                static_cast<unsigned long long>(flushes));
+    std::printf(
+        "noisy:  usage %.1f MiB, cache %.1f MiB (capacity configured %.0f MiB), "
+        "memtables %.1f MiB, %llu reads, %llu flushes asked\n",
+        mib(noisy->current()), mib(tn.cache().allocator().live_bytes()),
+        mib(to.cache.capacity_bytes), mib(tn.write_buffers().mirror().reported()),
+        static_cast<unsigned long long>(reads_noisy), static_cast<unsigned long long>(flushes));
 
     // Shutdown, in the documented order: 1. remove and close every database ...
     tq.remove(dq.get());
@@ -206,7 +210,8 @@ int main() {
   // Slack on top of the counted overshoot: per reading thread one index block and one data
   // block charged before the count shows them, and a unit per CPU of object-layer rounding.
   const uint64_t slack = 3 * 512 * 1024 + std::thread::hardware_concurrency() * 4096;
-  check(parent->peak() <= kParentMax + forced + slack, "parent peak <= memory.max + counted overshoot");
+  check(parent->peak() <= kParentMax + forced + slack,
+        "parent peak <= memory.max + counted overshoot");
   check(failed == 0, "no failed read");
   check(reads_noisy > 0 && reads_quiet > 0, "both tenants read");
   check(parent->events().get(memcg::Event::kOomKill) == 0, "no OOM kill");

@@ -58,7 +58,8 @@ void* ByteAllocator::Allocate(std::size_t size) {
     raw = std::malloc(bytes);
   }
   if (raw == nullptr) die("malloc failed", size);
-  const ChargeStatus s = group().controller().obj_stock().charge(group(), bytes, kChargeFlags, kind_);
+  const ChargeStatus s =
+      group().controller().obj_stock().charge(group(), bytes, kChargeFlags, kind_);
   const bool forced = s == ChargeStatus::kForced;
   // kNoMem cannot come with kNoFail below the range bound checked above, but if the counters
   // ever refused, the block is still served, recorded as uncharged.

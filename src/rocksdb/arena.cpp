@@ -104,7 +104,9 @@ std::size_t ArenaAllocator::UsableSize(void* /*p*/, std::size_t allocation_size)
   return allocation_size;
 }
 
-void ArenaAllocator::trim() noexcept { arena_.purge(); }
+void ArenaAllocator::trim() noexcept {
+  arena_.purge();
+}
 
 // ---- ArenaEnv ---------------------------------------------------------------------------------
 
@@ -133,7 +135,7 @@ void ArenaEnv::run_bound(void (*function)(void*), void* arg) noexcept {
 }
 
 void ArenaEnv::Schedule(void (*function)(void*), void* arg, Priority pri, void* /*tag*/,
-                        void (*/*unschedule*/)(void*)) {
+                        void (* /*unschedule*/)(void*)) {
   pool(pri).SubmitJob([this, function, arg] { run_bound(function, arg); });
 }
 
@@ -151,17 +153,25 @@ void ArenaEnv::WaitForJoin() {
   for (auto& t : threads) t.join();
 }
 
-unsigned int ArenaEnv::GetThreadPoolQueueLen(Priority pri) const { return pool(pri).GetQueueLen(); }
+unsigned int ArenaEnv::GetThreadPoolQueueLen(Priority pri) const {
+  return pool(pri).GetQueueLen();
+}
 
-int ArenaEnv::ReserveThreads(int threads, Priority pri) { return pool(pri).ReserveThreads(threads); }
+int ArenaEnv::ReserveThreads(int threads, Priority pri) {
+  return pool(pri).ReserveThreads(threads);
+}
 
-int ArenaEnv::ReleaseThreads(int threads, Priority pri) { return pool(pri).ReleaseThreads(threads); }
+int ArenaEnv::ReleaseThreads(int threads, Priority pri) {
+  return pool(pri).ReleaseThreads(threads);
+}
 
 void ArenaEnv::SetBackgroundThreads(int number, Priority pri) {
   pool(pri).SetBackgroundThreads(number);
 }
 
-int ArenaEnv::GetBackgroundThreads(Priority pri) { return pool(pri).GetBackgroundThreads(); }
+int ArenaEnv::GetBackgroundThreads(Priority pri) {
+  return pool(pri).GetBackgroundThreads();
+}
 
 void ArenaEnv::IncBackgroundThreadsIfNeeded(int number, Priority pri) {
   ::rocksdb::ThreadPool& p = pool(pri);

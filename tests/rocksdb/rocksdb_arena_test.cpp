@@ -100,7 +100,8 @@ void flush_default_pool_caches() {
     for (int i = 0; i < n; ++i)
       Env::Default()->Schedule(
           [](void* arg) {
-            std::unique_ptr<std::shared_ptr<Barrier>> own(static_cast<std::shared_ptr<Barrier>*>(arg));
+            std::unique_ptr<std::shared_ptr<Barrier>> own(
+                static_cast<std::shared_ptr<Barrier>*>(arg));
             Barrier& b = **own;
             memcg::jemalloc::flush_thread_cache();
             b.arrived.fetch_add(1);
@@ -229,14 +230,14 @@ TEST(RocksdbArena, LimitHeldWithNoFailedReadAndNoOomKill) {
     const uint64_t before = g->peak();
     const ReadResult r = bound_reads(*db, *arena, 150'000, 3, 20'000, 11);
     const memcg::jemalloc::ArenaStats st = arena->stats();
-    std::printf("load peak %llu KiB; reads: peak %llu KiB (max %llu KiB), cache %llu KiB, "
-                "capacity %llu KiB, deferred reclaims %llu, forced %llu KiB\n",
-                (unsigned long long)before >> 10, (unsigned long long)g->peak() >> 10,
-                (unsigned long long)kMax >> 10,
-                (unsigned long long)tenant.cache().allocator().live_bytes() >> 10,
-                (unsigned long long)tenant.cache().governor().capacity() >> 10,
-                (unsigned long long)tenant.cache().deferred(),
-                (unsigned long long)st.forced >> 10);
+    std::printf(
+        "load peak %llu KiB; reads: peak %llu KiB (max %llu KiB), cache %llu KiB, "
+        "capacity %llu KiB, deferred reclaims %llu, forced %llu KiB\n",
+        (unsigned long long)before >> 10, (unsigned long long)g->peak() >> 10,
+        (unsigned long long)kMax >> 10,
+        (unsigned long long)tenant.cache().allocator().live_bytes() >> 10,
+        (unsigned long long)tenant.cache().governor().capacity() >> 10,
+        (unsigned long long)tenant.cache().deferred(), (unsigned long long)st.forced >> 10);
     EXPECT_EQ(r.failed, 0u);
     EXPECT_EQ(r.reads, 3u * 20'000);
     EXPECT_EQ(g->events().get(Event::kOomKill), 0u);
@@ -261,12 +262,13 @@ TEST(RocksdbArena, LimitHeldWithNoFailedReadAndNoOomKill) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       settled = g->current();
     }
-    std::printf("8 MiB of heap at the limit: usage %llu KiB after the governor thread, cache %llu "
-                "KiB, deferred reclaims %llu, forced %llu KiB\n",
-                (unsigned long long)settled >> 10,
-                (unsigned long long)tenant.cache().allocator().live_bytes() >> 10,
-                (unsigned long long)(tenant.cache().deferred() - deferred0),
-                (unsigned long long)arena->stats().forced >> 10);
+    std::printf(
+        "8 MiB of heap at the limit: usage %llu KiB after the governor thread, cache %llu "
+        "KiB, deferred reclaims %llu, forced %llu KiB\n",
+        (unsigned long long)settled >> 10,
+        (unsigned long long)tenant.cache().allocator().live_bytes() >> 10,
+        (unsigned long long)(tenant.cache().deferred() - deferred0),
+        (unsigned long long)arena->stats().forced >> 10);
     EXPECT_GT(tenant.cache().deferred(), deferred0);
     EXPECT_LE(settled, kMax);
     // Shrunk by about the heap, not emptied: each retry of the ladder must not lower the

@@ -18,7 +18,7 @@
 //   - everything RocksDB's flush, compaction and purge jobs allocate (ArenaEnv: they run on
 //     thread pools of the tenant's own, each job bound to the arena for its duration): table
 //     builders' buffers, compaction iterators, the table readers and filters they open;
-//   - everything the application's threads bound with ScopedArenaAttach allocate, which is where
+//   - everything the application's threads bound with ScopedTenantThread allocate, which is where
 //     memtables are allocated (by the writing thread) and where RocksDB's per-read heap goes.
 // The write-buffer governor still sizes the WriteBufferManager from the group and flushes when
 // memtables must shrink, but does not mirror them (their pages are charged already). Not in the
@@ -89,7 +89,8 @@ class ArenaAllocator final : public BlockAllocator {
 // pools' threads. REQUIRES: every database using it is closed first, and the Arena outlives it.
 class ArenaEnv final : public ::rocksdb::EnvWrapper {
  public:
-  explicit ArenaEnv(memcg::jemalloc::Arena& arena, ::rocksdb::Env* base = ::rocksdb::Env::Default());
+  explicit ArenaEnv(memcg::jemalloc::Arena& arena,
+                    ::rocksdb::Env* base = ::rocksdb::Env::Default());
   ~ArenaEnv() override;
   ArenaEnv(const ArenaEnv&) = delete;
   ArenaEnv& operator=(const ArenaEnv&) = delete;

@@ -36,9 +36,10 @@ struct BlockCacheOptions {
   // Reclaim lowers the capacity only through update() (the tenant's governor thread), which
   // `wake` (called from inside the charge: it must not block or charge) brings forward; reclaim
   // itself frees nothing at once, and asks no lower than the governor's room-based target (so
-  // memory.reclaim's proactive asks do not shrink such a cache; limits and pressure do). For allocators whose charges may run reclaim on a thread that
-  // holds one of RocksDB's cache locks (an arena's safe points in operator new and delete, which
-  // RocksDB calls with a shard's mutex held): lowering the capacity takes those locks.
+  // memory.reclaim's proactive asks do not shrink such a cache; limits and pressure do). For
+  // allocators whose charges may run reclaim on a thread that holds one of RocksDB's cache locks
+  // (an arena's safe points in operator new and delete, which RocksDB calls with a shard's mutex
+  // held): lowering the capacity takes those locks.
   bool defer_reclaim = false;
   std::function<void()> wake;
 };
