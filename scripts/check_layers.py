@@ -20,7 +20,8 @@ LAYERS = [
     ["core"],      # tree, charge path, object layer, attach, reclaim, OOM, limits, pressure, notify
     ["files"],     # cgroup-v2 files, their grammars, the Prometheus text exposition
     ["alloc"],     # STL allocator, pmr resource, LRU cache
-    ["hook", "jemalloc", "prometheus_cpp", "http", "host", "rocksdb"],  # optional components (own targets)
+    ["hook", "jemalloc", "prometheus_cpp", "http", "host"],  # optional components (own targets)
+    ["rocksdb"],   # optional; its arena mode (memcg::rocksdb_arena) builds on memcg::jemalloc
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 UMBRELLA_RANK = RANK["alloc"]  # memcg.hpp: the core library's whole public API

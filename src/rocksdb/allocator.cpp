@@ -26,7 +26,26 @@ constexpr uint64_t kMagicForced = 0x6d656d6367726446ull;  // "memcgrdF": charged
 }
 }  // namespace
 
-ByteAllocator::ByteAllocator(Group& group, int kind) : group_(&group), kind_(kind) {}
+void BlockAllocator::count_live(uint64_t bytes, bool forced) noexcept {
+  live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  live_blocks_.fetch_add(1, std::memory_order_relaxed);
+  if (!forced) return;
+  forced_.fetch_add(1, std::memory_order_relaxed);
+  forced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  const uint64_t live = forced_live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  uint64_t peak = forced_live_peak_.load(std::memory_order_relaxed);
+  while (live > peak &&
+         !forced_live_peak_.compare_exchange_weak(peak, live, std::memory_order_relaxed)) {
+  }
+}
+
+void BlockAllocator::count_freed(uint64_t bytes, bool forced) noexcept {
+  live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  live_blocks_.fetch_sub(1, std::memory_order_relaxed);
+  if (forced) forced_live_.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+ByteAllocator::ByteAllocator(Group& group, int kind) : BlockAllocator(group), kind_(kind) {}
 
 void* ByteAllocator::Allocate(std::size_t size) {
   if (size > ObjStock::kMaxBytes) die("block too large to count", size);
@@ -39,26 +58,15 @@ void* ByteAllocator::Allocate(std::size_t size) {
     raw = std::malloc(bytes);
   }
   if (raw == nullptr) die("malloc failed", size);
-  const ChargeStatus s = group_->controller().obj_stock().charge(*group_, bytes, kChargeFlags, kind_);
+  const ChargeStatus s =
+      group().controller().obj_stock().charge(group(), bytes, kChargeFlags, kind_);
   const bool forced = s == ChargeStatus::kForced;
-  if (forced) {
-    forced_.fetch_add(1, std::memory_order_relaxed);
-    forced_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    const uint64_t live = forced_live_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    uint64_t peak = forced_live_peak_.load(std::memory_order_relaxed);
-    while (live > peak && !forced_live_peak_.compare_exchange_weak(peak, live,
-                                                                   std::memory_order_relaxed)) {
-    }
-  }
   // kNoMem cannot come with kNoFail below the range bound checked above, but if the counters
   // ever refused, the block is still served, recorded as uncharged.
   auto* h = static_cast<Header*>(raw);
   h->bytes = charged(s) ? bytes : 0;
   h->magic = forced ? kMagicForced : kMagic;
-  if (charged(s)) {
-    live_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-    live_blocks_.fetch_add(1, std::memory_order_relaxed);
-  }
+  if (charged(s)) count_live(bytes, forced);
   return h + 1;
 }
 
@@ -72,11 +80,9 @@ void ByteAllocator::Deallocate(void* p) {
   const uint64_t bytes = h->bytes;
   std::free(h);
   if (bytes != 0) {
-    live_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
-    live_blocks_.fetch_sub(1, std::memory_order_relaxed);
-    group_->controller().obj_stock().uncharge(*group_, bytes, kind_);
+    group().controller().obj_stock().uncharge(group(), bytes, kind_);
     // After the uncharge: the count never shows less than the counters may still hold.
-    if (forced) forced_live_.fetch_sub(bytes, std::memory_order_relaxed);
+    count_freed(bytes, forced);
   }
 }
 

@@ -17,10 +17,24 @@ int default_shard_bits(const Group& group, uint64_t capacity) {
   while (bits < 6 && (capacity >> (bits + 1)) >= (uint64_t{512} << 10)) ++bits;
   return bits;
 }
+
+// Set on a thread that may lower the capacity itself (update(), the constructor).
+thread_local bool t_direct = false;
+
+struct DirectScope {
+  bool saved = t_direct;
+  DirectScope() { t_direct = true; }
+  ~DirectScope() { t_direct = saved; }
+};
 }  // namespace
 
 BlockCache::BlockCache(Group& group, BlockCacheOptions options)
-    : allocator_(std::make_shared<ByteAllocator>(group)) {
+    : allocator_(options.allocator != nullptr ? options.allocator
+                                              : std::make_shared<ByteAllocator>(group)),
+      defer_reclaim_(options.defer_reclaim),
+      wake_(std::move(options.wake)) {
+  if (&allocator_->group() != &group)
+    throw std::invalid_argument("memcg::rocksdb::BlockCache: the allocator is on another group");
   if (options.capacity_bytes == 0)
     throw std::invalid_argument("memcg::rocksdb::BlockCache: capacity_bytes is 0");
   options.governor.max_bytes = options.capacity_bytes;
@@ -34,6 +48,7 @@ BlockCache::BlockCache(Group& group, BlockCacheOptions options)
   lru.strict_capacity_limit = false;  // an insert never fails: the capacity is a target
   lru.memory_allocator = allocator_;
   cache_ = ::rocksdb::NewLRUCache(lru);
+  DirectScope direct;
   governor_ = std::make_unique<CacheGovernor>(group, *this, options.governor);
 }
 
@@ -44,6 +59,33 @@ BlockCache::~BlockCache() {
 }
 
 void BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
+  if (defer_reclaim_ && !t_direct) {
+    // Perhaps inside a charge made under a shard's mutex: SetCapacity would take it again. Until
+    // the governor thread applies it nothing is freed, so every safe point of the window asks
+    // again for the same overage: the shrink is held at the room the group leaves the cache
+    // now (the governor's target, from the blocks actually live), which those repeated asks do
+    // not move, instead of going down by the overage at each of them.
+    const CacheGovernor* g = governor_.get();  // null while the governor is being built
+    if (g != nullptr) bytes = std::max(bytes, g->target());
+    pending_.store(bytes, std::memory_order_release);
+    deferred_.fetch_add(1, std::memory_order_relaxed);
+    if (wake_) wake_();
+    return;
+  }
+  apply(bytes);
+}
+
+void BlockCache::update() noexcept {
+  DirectScope direct;
+  const uint64_t before = applied_.load(std::memory_order_relaxed);
+  const uint64_t pending = pending_.exchange(kNone, std::memory_order_acq_rel);
+  if (pending != kNone) apply(pending);
+  governor_->update();
+  if (applied_.load(std::memory_order_relaxed) < before) allocator_->trim();
+}
+
+void BlockCache::apply(uint64_t bytes) noexcept {
+  applied_.store(bytes, std::memory_order_relaxed);
   // RocksDB's charge per byte the group counts (> 1: handles and Block objects; < 1 never
   // seen). Measured only once there is enough in the cache to measure.
   const uint64_t live = allocator_->live_bytes();

@@ -5,10 +5,17 @@
 
 namespace memcg::rocksdb {
 
+namespace {
+BlockCacheOptions with_wake(BlockCacheOptions o, std::function<void()> wake) {
+  if (o.defer_reclaim && !o.wake) o.wake = std::move(wake);
+  return o;
+}
+}  // namespace
+
 Tenant::Tenant(Group& group, TenantOptions options)
     : group_(&group),
       options_(options),
-      cache_(group, options.cache),
+      cache_(group, with_wake(options.cache, [this] { wake(); })),
       write_buffers_(group, options.write_buffer, [this] { wake(); }) {
   if (options_.tick.count() > 0) thread_ = std::thread([this] { run(); });
 }
@@ -27,6 +34,7 @@ void Tenant::configure(::rocksdb::Options& options, ::rocksdb::BlockBasedTableOp
   table.cache_index_and_filter_blocks = true;
   options.table_factory.reset(::rocksdb::NewBlockBasedTableFactory(table));
   options.write_buffer_manager = write_buffers_.manager();
+  if (options_.env != nullptr) options.env = options_.env.get();
   // A memtable grows by arena blocks of write_buffer_size / 8 by default: with a write buffer
   // larger than the group allows, each step could pass the limit by itself. Blocks of 1/8 of
   // the governed buffer size keep the steps within the overshoot docs/rocksdb.md states.
@@ -45,7 +53,7 @@ void Tenant::remove(::rocksdb::DB* db) { write_buffers_.remove(db); }
 void Tenant::safe_point() noexcept {
   // Memtables first: their mirror is the "other memory" the cache makes room for.
   write_buffers_.update();
-  cache_.governor().update();
+  cache_.update();
   ticks_.fetch_add(1, std::memory_order_relaxed);
 }
 

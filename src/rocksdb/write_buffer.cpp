@@ -67,7 +67,7 @@ void WriteBufferGovernor::update() noexcept {
     stall_since_ns_ = 0;
   }
   if (size != manager_->buffer_size()) manager_->SetBufferSize(size);
-  mirror_.set(used);
+  if (options_.mirror) mirror_.set(used);
   const bool asked = flush_wanted_.exchange(false, std::memory_order_acq_rel);
   const uint64_t active = manager_->mutable_memtable_memory_usage();
   // Flush only what a flush can free: the active memtables (immutable ones are being flushed).

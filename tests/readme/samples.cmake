@@ -6,7 +6,8 @@
 # (std::size_t) and the type `Row` stand for the reader's own values. Every later block is
 # compiled after the first, in a nested scope of the same body, so it may reuse a name.
 # `#include` lines of any block go to file scope. A block that uses an optional component
-# (`memcg::jemalloc::`, `memcg::http::`, `memcg::prometheus_cpp::`, `memcg::host::`) is compiled only where that
+# (`memcg::jemalloc::`, `memcg::http::`, `memcg::prometheus_cpp::`, `memcg::host::`,
+# `memcg::rocksdb::`) is compiled only where that
 # component's target is built, linked with it, and given its header (memcg/<component>/...).
 # Usage: include() with README (path) and OUT_DIR set; sets README_SAMPLES to a list of
 # "<file>|<component or ->" entries.
@@ -68,7 +69,7 @@ set(README_SAMPLES)
 foreach(i IN LISTS blocks)
   split_block("${block_${i}}" includes body)
   set(component "-")
-  foreach(c jemalloc http prometheus_cpp host)
+  foreach(c jemalloc http prometheus_cpp host rocksdb)
     if(block_${i} MATCHES "memcg::${c}::" OR block_${i} MATCHES "memcg/${c}/")
       set(component ${c})
     endif()
@@ -81,6 +82,8 @@ foreach(i IN LISTS blocks)
     string(PREPEND includes "#include <memcg/prometheus_cpp/collector.hpp>\n")
   elseif(component STREQUAL "host")
     string(PREPEND includes "#include <memcg/host/binding.hpp>\n")
+  elseif(component STREQUAL "rocksdb")
+    string(PREPEND includes "#include <memcg/rocksdb/tenant.hpp>\n")
   endif()
   if(i EQUAL 0)
     set(source "${prelude}${includes}\nstruct Row { int id; };\n\n[[maybe_unused]] void readme_sample_${i}(std::size_t bytes) {\n${body}}\n")

@@ -63,7 +63,7 @@ TEST(RocksdbAccounting, CurrentIsCachedBlocksPlusMirroredMemtables) {
     EXPECT_EQ(r.failed, 0u);
     tenant.safe_point();  // the mirror reports the memtables now
     drain(ctl);
-    const ByteAllocator& a = tenant.cache().allocator();
+    const BlockAllocator& a = tenant.cache().allocator();
     const WriteBufferGovernor& wb = tenant.write_buffers();
     const uint64_t unit = 4096;
     ASSERT_GT(a.live_bytes(), 2 * kMiB);

@@ -32,7 +32,7 @@ TEST(RocksdbEnforcement, CacheAtEightTimesMaxHoldsTheLimitWithoutFailedReads) {
     tenant.safe_point();
     const ReadResult r = random_reads(*db, kKeys, kValue, kReaders, 15'000);
     const uint64_t seen = g->peak();  // the load included
-    const ByteAllocator& a = tenant.cache().allocator();
+    const BlockAllocator& a = tenant.cache().allocator();
     std::printf("peak %llu (max %llu), reads %llu, forced blocks %llu (%llu bytes), "
                 "cache capacity %llu, governor reclaims %llu\n",
                 (unsigned long long)seen, (unsigned long long)max, (unsigned long long)r.reads,

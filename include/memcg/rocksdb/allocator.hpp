@@ -32,7 +32,51 @@
 
 namespace memcg::rocksdb {
 
-class ByteAllocator final : public ::rocksdb::MemoryAllocator {
+// What a governed block cache needs of its allocator besides rocksdb::MemoryAllocator: the bytes
+// of the live blocks as the group counts them (the cache governor's usage), and the overshoot
+// counters. Two implementations: ByteAllocator (below) and, where memcg::jemalloc is built,
+// ArenaAllocator (arena.hpp).
+class BlockAllocator : public ::rocksdb::MemoryAllocator {
+ public:
+  // Bytes of live blocks as the allocator counts them (ByteAllocator: charged bytes, headers
+  // included; ArenaAllocator: jemalloc's size classes): what freeing every block gives back.
+  uint64_t live_bytes() const noexcept { return live_bytes_.load(std::memory_order_relaxed); }
+  uint64_t live_blocks() const noexcept { return live_blocks_.load(std::memory_order_relaxed); }
+  // Blocks charged past memory.max because the group had no room, and their bytes (0 where the
+  // pages' owner counts them: ArenaStats::forced).
+  uint64_t forced() const noexcept { return forced_.load(std::memory_order_relaxed); }
+  uint64_t forced_bytes() const noexcept { return forced_bytes_.load(std::memory_order_relaxed); }
+  // The overshoot, counted: bytes of forced blocks still live, and the most there ever were.
+  // The group's usage passes memory.max by no more than these (and the other forced charges of
+  // the group, such as the memtable mirror's).
+  uint64_t forced_live_bytes() const noexcept {
+    return forced_live_.load(std::memory_order_relaxed);
+  }
+  uint64_t forced_live_peak() const noexcept {
+    return forced_live_peak_.load(std::memory_order_relaxed);
+  }
+  Group& group() const noexcept { return *group_; }
+  // Called by the tenant's governor thread after the cache's capacity was lowered and RocksDB
+  // freed blocks: gives their memory back to the group where freeing alone does not (an arena's
+  // freed pages stay charged until purged). Never from inside a charge.
+  virtual void trim() noexcept {}
+
+ protected:
+  explicit BlockAllocator(Group& group) : group_(&group) {}
+  void count_live(uint64_t bytes, bool forced) noexcept;
+  void count_freed(uint64_t bytes, bool forced) noexcept;
+
+ private:
+  GroupRef group_;
+  std::atomic<uint64_t> live_bytes_{0};
+  std::atomic<uint64_t> live_blocks_{0};
+  std::atomic<uint64_t> forced_{0};
+  std::atomic<uint64_t> forced_bytes_{0};
+  std::atomic<uint64_t> forced_live_{0};
+  std::atomic<uint64_t> forced_live_peak_{0};
+};
+
+class ByteAllocator final : public BlockAllocator {
  public:
   static constexpr std::size_t kHeaderBytes = 16;
   // Flags of each block's charge: one reclaim round, then forced; never an OOM kill.
@@ -48,32 +92,8 @@ class ByteAllocator final : public ::rocksdb::MemoryAllocator {
   void Deallocate(void* p) override;
   std::size_t UsableSize(void* p, std::size_t allocation_size) const override;
 
-  // Bytes charged for live blocks (headers included): what freeing every block gives back.
-  uint64_t live_bytes() const noexcept { return live_bytes_.load(std::memory_order_relaxed); }
-  uint64_t live_blocks() const noexcept { return live_blocks_.load(std::memory_order_relaxed); }
-  // Blocks charged past memory.max because the group had no room, and their bytes.
-  uint64_t forced() const noexcept { return forced_.load(std::memory_order_relaxed); }
-  uint64_t forced_bytes() const noexcept { return forced_bytes_.load(std::memory_order_relaxed); }
-  // The overshoot, counted: bytes of forced blocks still live, and the most there ever were.
-  // The group's usage passes memory.max by no more than these (and the other forced charges of
-  // the group, such as the memtable mirror's).
-  uint64_t forced_live_bytes() const noexcept {
-    return forced_live_.load(std::memory_order_relaxed);
-  }
-  uint64_t forced_live_peak() const noexcept {
-    return forced_live_peak_.load(std::memory_order_relaxed);
-  }
-  Group& group() const noexcept { return *group_; }
-
  private:
-  GroupRef group_;
   const int kind_;
-  std::atomic<uint64_t> live_bytes_{0};
-  std::atomic<uint64_t> live_blocks_{0};
-  std::atomic<uint64_t> forced_{0};
-  std::atomic<uint64_t> forced_bytes_{0};
-  std::atomic<uint64_t> forced_live_{0};
-  std::atomic<uint64_t> forced_live_peak_{0};
 };
 
 }  // namespace memcg::rocksdb

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "memcg/core/cache_governor.hpp"
@@ -29,12 +30,24 @@ struct BlockCacheOptions {
   // the tightest memory.high/max above the group at construction, not of capacity_bytes alone.
   int num_shard_bits = -1;
   CacheGovernorOptions governor;
+  // The blocks' allocator; null: a ByteAllocator on the group. An allocator on another group
+  // is refused.
+  std::shared_ptr<BlockAllocator> allocator;
+  // Reclaim lowers the capacity only through update() (the tenant's governor thread), which
+  // `wake` (called from inside the charge: it must not block or charge) brings forward; reclaim
+  // itself frees nothing at once, and asks no lower than the governor's room-based target (so
+  // memory.reclaim's proactive asks do not shrink such a cache; limits and pressure do). For
+  // allocators whose charges may run reclaim on a thread that holds one of RocksDB's cache locks
+  // (an arena's safe points in operator new and delete, which RocksDB calls with a shard's mutex
+  // held): lowering the capacity takes those locks.
+  bool defer_reclaim = false;
+  std::function<void()> wake;
 };
 
 class BlockCache final : public GovernedCache {
  public:
   // Builds the cache on `group` and starts governing it. Throws std::invalid_argument for a
-  // capacity of 0 or governor bounds that contradict it.
+  // capacity of 0, governor bounds that contradict it, or an allocator on another group.
   BlockCache(Group& group, BlockCacheOptions options = {});
   // Stops governing, then frees every block nobody holds. Blocks still referenced (a database
   // still open on the cache) stay charged until released: close the databases first.
@@ -44,16 +57,29 @@ class BlockCache final : public GovernedCache {
 
   // For BlockBasedTableOptions::block_cache.
   const std::shared_ptr<::rocksdb::Cache>& cache() const noexcept { return cache_; }
-  ByteAllocator& allocator() const noexcept { return *allocator_; }
+  BlockAllocator& allocator() const noexcept { return *allocator_; }
   CacheGovernor& governor() noexcept { return *governor_; }
+  // The governor's update, a capacity that a deferred reclaim left, and the allocator's trim
+  // when the capacity went down. From a thread that holds no RocksDB lock, not in a charge.
+  void update() noexcept;
+  // Reclaims deferred (defer_reclaim) and applied by update().
+  uint64_t deferred() const noexcept { return deferred_.load(std::memory_order_relaxed); }
 
   // GovernedCache
   uint64_t usage_bytes() const noexcept override { return allocator_->live_bytes(); }
   void set_capacity_bytes(uint64_t bytes) noexcept override;
 
  private:
-  std::shared_ptr<ByteAllocator> allocator_;
+  void apply(uint64_t bytes) noexcept;
+
+  static constexpr uint64_t kNone = UINT64_MAX;
+  std::shared_ptr<BlockAllocator> allocator_;
   std::shared_ptr<::rocksdb::Cache> cache_;
+  const bool defer_reclaim_;
+  const std::function<void()> wake_;
+  std::atomic<uint64_t> pending_{kNone};  // a deferred reclaim's capacity
+  std::atomic<uint64_t> applied_{kNone};  // the last capacity applied, in the group's bytes
+  std::atomic<uint64_t> deferred_{0};
   std::unique_ptr<CacheGovernor> governor_;
 };
 

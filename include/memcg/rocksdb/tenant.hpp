@@ -44,6 +44,9 @@ struct TenantOptions {
   WriteBufferOptions write_buffer;
   // The governor thread's period; 0 runs no thread (call safe_point() yourself).
   std::chrono::milliseconds tick{20};
+  // The databases' Env (DBOptions::env), kept alive by the tenant; null leaves options.env as
+  // it is. Arena mode (arena.hpp) gives one whose background jobs run bound to the arena.
+  std::shared_ptr<::rocksdb::Env> env;
 };
 
 class Tenant {
@@ -57,7 +60,8 @@ class Tenant {
   Tenant& operator=(const Tenant&) = delete;
 
   // Sets `options`' table factory (a block-based table on the tenant's cache, index and filter
-  // blocks cached there too so that they are charged and evictable) and write buffer manager.
+  // blocks cached there too so that they are charged and evictable), write buffer manager and,
+  // if TenantOptions::env is set, env.
   // The other table options are kept from `table` (its block_cache is replaced).
   void configure(::rocksdb::Options& options,
                  ::rocksdb::BlockBasedTableOptions table = {}) const;
@@ -72,6 +76,8 @@ class Tenant {
   Group& group() const noexcept { return *group_; }
   BlockCache& cache() noexcept { return cache_; }
   WriteBufferGovernor& write_buffers() noexcept { return write_buffers_; }
+  // TenantOptions::env (null if none was given).
+  ::rocksdb::Env* env() const noexcept { return options_.env.get(); }
   uint64_t ticks() const noexcept { return ticks_.load(std::memory_order_relaxed); }
 
  private:
@@ -80,13 +86,14 @@ class Tenant {
 
   GroupRef group_;
   const TenantOptions options_;
-  BlockCache cache_;
-  WriteBufferGovernor write_buffers_;
+  // Before the governors: their reclaim may call wake() as soon as they are registered.
   std::mutex mu_;  // the thread's sleep
   std::condition_variable cv_;
   std::atomic<bool> woken_{false};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> ticks_{0};
+  BlockCache cache_;
+  WriteBufferGovernor write_buffers_;
   std::thread thread_;  // last: started once everything above is ready
 };
 

@@ -50,6 +50,10 @@ struct WriteBufferOptions {
   // flush) is ended by raising the buffer above the memtables: a write never waits for ever
   // because of the group. Counted in stall_escapes().
   uint64_t stall_timeout_ns = 500'000'000;
+  // Mirror the memtables' size into the group. Off where the memtables' pages are charged
+  // already (arena mode: the writing threads are bound to the group's arena); the buffer is
+  // still sized from the group and flushed when it must shrink.
+  bool mirror = true;
 };
 
 class WriteBufferGovernor final : public Reclaimer {
