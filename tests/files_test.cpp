@@ -18,8 +18,8 @@ struct Files : ::testing::Test {
     Options o;
     o.nr_shards = 1;
     ctl = std::make_unique<Controller>(o);
-    ctl->create("a", &a);
-    ctl->create("a/b", &b);
+    EXPECT_EQ(ctl->create("a", &a), 0);
+    EXPECT_EQ(ctl->create("a/b", &b), 0);
   }
   std::string read(Group& g, const char* name) {
     std::string out;

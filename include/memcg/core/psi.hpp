@@ -132,11 +132,11 @@ class PsiTrigger {
   // the averaging grid. 0; EINVAL for a bad spec, no callback and no eventfd, or an eventfd that
   // cannot be duplicated; EBUSY if this handle is already armed; EAGAIN if the timer thread of
   // the SystemClock polls cannot be started. On error nothing is registered.
-  int arm(Group& group, const PsiTriggerSpec& spec, Callback callback, int eventfd = -1,
-          bool privileged = true);
+  [[nodiscard]] int arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
+                        int eventfd = -1, bool privileged = true);
   // Same with the text of a memory.pressure write (parse_psi_trigger).
-  int arm(Group& group, std::string_view text, Callback callback, int eventfd = -1,
-          bool privileged = true);
+  [[nodiscard]] int arm(Group& group, std::string_view text, Callback callback,
+                        int eventfd = -1, bool privileged = true);
 
   void reset() noexcept;
   explicit operator bool() const noexcept { return entry_ != nullptr; }
