@@ -49,6 +49,7 @@
 #include "memcg/core/controller.hpp"
 #include "memcg/counter/page_counter.hpp"
 #include "memcg/percpu/internal/stock.hpp"
+#include "bench_check.hpp"
 
 namespace memcg::bench {
 namespace {
@@ -71,19 +72,20 @@ struct Fixture {
   std::array<GroupRef, 7> drain_kids;  // a/b/dr/g0 .. g6 (depth 5)
 
   Fixture() {
-    ctl.create("a");
-    ctl.create("a/b");
-    ctl.create("a/b/c", &leaf);
-    ctl.create("a/b/d", &direct_leaf);
-    ctl.create("a/b/e", &stock_leaf);
-    ctl.create("a/b/m", &mixed_leaf);
-    ctl.create("a/b/k", &nokind_leaf);
-    ctl.create("a/b/r", &rstat_leaf);
-    ctl.create("a/b/x", &kinds_leaf);
-    for (size_t i = 0; i < thrash.size(); ++i) ctl.create("a/b/t" + std::to_string(i), &thrash[i]);
-    ctl.create("a/b/dr", &drain_parent);
+    BENCH_CHECK(ctl.create("a"));
+    BENCH_CHECK(ctl.create("a/b"));
+    BENCH_CHECK(ctl.create("a/b/c", &leaf));
+    BENCH_CHECK(ctl.create("a/b/d", &direct_leaf));
+    BENCH_CHECK(ctl.create("a/b/e", &stock_leaf));
+    BENCH_CHECK(ctl.create("a/b/m", &mixed_leaf));
+    BENCH_CHECK(ctl.create("a/b/k", &nokind_leaf));
+    BENCH_CHECK(ctl.create("a/b/r", &rstat_leaf));
+    BENCH_CHECK(ctl.create("a/b/x", &kinds_leaf));
+    for (size_t i = 0; i < thrash.size(); ++i)
+      BENCH_CHECK(ctl.create("a/b/t" + std::to_string(i), &thrash[i]));
+    BENCH_CHECK(ctl.create("a/b/dr", &drain_parent));
     for (size_t i = 0; i < drain_kids.size(); ++i)
-      ctl.create(*drain_parent, "g" + std::to_string(i), &drain_kids[i]);
+      BENCH_CHECK(ctl.create(*drain_parent, "g" + std::to_string(i), &drain_kids[i]));
   }
 };
 

@@ -23,6 +23,7 @@
 #include "memcg/core/attach.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/hook/hook.hpp"
+#include "bench_check.hpp"
 
 namespace {
 
@@ -33,7 +34,7 @@ memcg::Group& group() {
   static memcg::Controller* ctl = new memcg::Controller;
   static memcg::Group* g = [] {
     memcg::GroupRef r;
-    ctl->create("bench", &r);
+    BENCH_CHECK(ctl->create("bench", &r));
     memcg::Group* p = r.get();
     p->get();  // kept for the life of the program
     return p;
@@ -44,7 +45,7 @@ memcg::Group& group() {
 template <template <typename> class Alloc>
 void map_of_strings(benchmark::State& state, bool attached) {
   memcg::Group& g = group();
-  if (attached) memcg::attach_current_thread(g);
+  if (attached) BENCH_CHECK(memcg::attach_current_thread(g));
   for (auto _ : state) benchmark::DoNotOptimize(memcg::bench::map_of_strings<Alloc>(1000, 7));
   if (attached) memcg::detach_current_thread();
   state.counters["allocs_per_s"] =

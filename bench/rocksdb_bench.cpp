@@ -22,6 +22,7 @@
 
 #include "memcg/memcg.hpp"
 #include "memcg/rocksdb/tenant.hpp"
+#include "bench_check.hpp"
 
 namespace {
 
@@ -86,8 +87,8 @@ struct World {
     for (const char* name : {"governed", "plain", "meter_plain", "meter_charged"})
       std::filesystem::copy(dir / "seed", dir / name, std::filesystem::copy_options::recursive);
 
-    ctl.create("/governed", &governed_group);
-    ctl.create("/meter", &meter_group);
+    BENCH_CHECK(ctl.create("/governed", &governed_group));
+    BENCH_CHECK(ctl.create("/meter", &meter_group));
     governed_group->set_max(kGroupMax);
     memcg::rocksdb::TenantOptions to;
     to.cache.capacity_bytes = 8 * kGroupMax;  // the group, not the configuration, decides

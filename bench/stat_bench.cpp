@@ -19,6 +19,7 @@
 #include "memcg/core/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/percpu/internal/stock.hpp"
+#include "bench_check.hpp"
 
 namespace memcg {
 namespace {
@@ -42,7 +43,7 @@ struct StatTree {
     // Some statistics everywhere, then fold them: "nothing pending".
     const int hash = ctl.stat_index("hash_tables");
     for (size_t i = 1; i < groups.size(); i += 7) {
-      try_charge(*groups[i], 3, kDefaultCharge, i % 2 ? hash : StatRegistry::kFile);
+      BENCH_CHECK(try_charge(*groups[i], 3, kDefaultCharge, i % 2 ? hash : StatRegistry::kFile));
     }
     ctl.flush_stats();
   }
@@ -66,7 +67,7 @@ void BM_ReadStatFileRoot(benchmark::State& state) {
   StatTree& t = tree();
   std::string out;
   for (auto _ : state) {
-    read_file(t.ctl.root(), "memory.stat", &out);
+    static_cast<void>(read_file(t.ctl.root(), "memory.stat", &out));  // the root has it: 0
     benchmark::DoNotOptimize(out.data());
   }
 }
@@ -132,7 +133,7 @@ struct Chain {
     }
     leaf = g;
     // Put a batch into this CPU's stock.
-    try_charge(*leaf, 1);
+    BENCH_CHECK(try_charge(*leaf, 1));
     uncharge(*leaf, 1);
   }
   Controller ctl;
@@ -148,7 +149,7 @@ void BM_ChargePairWithKind(benchmark::State& state) {
   const int64_t every = state.range(0);
   int64_t n = 0;
   for (auto _ : state) {
-    try_charge(g, 1, kDefaultCharge, StatRegistry::kAnon);
+    static_cast<void>(try_charge(g, 1, kDefaultCharge, StatRegistry::kAnon));  // no limit: kOk
     uncharge(g, 1, StatRegistry::kAnon);
     if (every != 0 && ++n == every) {
       n = 0;
@@ -167,7 +168,7 @@ void BM_ChargePairWithoutKind(benchmark::State& state) {
   Chain c;
   Group& g = *c.leaf;
   for (auto _ : state) {
-    try_charge(g, 1, kDefaultCharge, kNoStatKind);
+    static_cast<void>(try_charge(g, 1, kDefaultCharge, kNoStatKind));  // no limit: kOk
     uncharge(g, 1, kNoStatKind);
   }
 }
@@ -180,7 +181,7 @@ void BM_ChargePairRstatPerCharge(benchmark::State& state) {
   const int64_t every = state.range(0);
   int64_t n = 0;
   for (auto _ : state) {
-    try_charge(g, 1, kDefaultCharge, kNoStatKind);
+    static_cast<void>(try_charge(g, 1, kDefaultCharge, kNoStatKind));  // no limit: kOk
     g.stat_add(StatRegistry::kAnon, 4096, 1);
     g.stat_add(StatRegistry::kAnon, -4096, 1);
     uncharge(g, 1, kNoStatKind);

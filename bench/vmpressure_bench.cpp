@@ -17,6 +17,7 @@
 #include "memcg/core/controller.hpp"
 #include "memcg/alloc/lru_cache.hpp"
 #include "memcg/core/vmpressure.hpp"
+#include "bench_check.hpp"
 
 namespace memcg {
 namespace {
@@ -24,9 +25,9 @@ namespace {
 // One shard and the chain a/b/c that both benchmarks reclaim in.
 struct Chain {
   Chain() : ctl(one_shard()) {
-    ctl.create("a", &a);
-    ctl.create("a/b", &b);
-    ctl.create("a/b/c", &c);
+    BENCH_CHECK(ctl.create("a", &a));
+    BENCH_CHECK(ctl.create("a/b", &b));
+    BENCH_CHECK(ctl.create("a/b/c", &c));
   }
   static Options one_shard() {
     Options o;
@@ -48,7 +49,7 @@ void BM_ReclaimLoop(benchmark::State& state) {
   internal::set_vmpressure_gate(gate);
   std::atomic<uint64_t> heard{0};
   PressureListener l;
-  if (listener) l.listen(*a, "low", [&](PressureLevel) { heard.fetch_add(1); });
+  if (listener) BENCH_CHECK(l.listen(*a, "low", [&](PressureLevel) { heard.fetch_add(1); }));
   const VmpressureStats before = vmpressure_stats();
   for (auto _ : state) benchmark::DoNotOptimize(cache.grow(64));
   const VmpressureStats after = vmpressure_stats();

@@ -27,9 +27,11 @@ void print_group(const memcg::Group& g) {
 int main() {
   memcg::Controller ctl;  // 4 KiB charge units
   memcg::GroupRef a, interactive, batch;
-  ctl.create("a", &a);
-  ctl.create("a/interactive", &interactive);
-  ctl.create("a/batch", &batch);
+  if (ctl.create("a", &a) != 0 || ctl.create("a/interactive", &interactive) != 0 ||
+      ctl.create("a/batch", &batch) != 0) {
+    std::fprintf(stderr, "hierarchy: cannot create the groups\n");
+    return 1;
+  }
 
   a->set_max(64 << 20);            // 64 MiB for the whole tenant
   interactive->set_min(16 << 20);  // 16 MiB the batch jobs can never take away

@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "memcg/base/errors.hpp"
 #include "memcg/core/attach.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/obj_stock.hpp"
@@ -220,7 +221,10 @@ int main(int argc, char** argv) {
   constexpr uint64_t kMiB = 1 << 20;
   memcg::Controller ctl;
   memcg::GroupRef tenants;
-  ctl.create("tenants", &tenants);
+  if (int err = ctl.create("tenants", &tenants)) {
+    std::fprintf(stderr, "kv_cache: cannot create tenants: %s\n", memcg::errno_name(err));
+    return 1;
+  }
   tenants->set_max(6 * kMiB);
 
   Tenant ts[] = {
@@ -229,7 +233,10 @@ int main(int argc, char** argv) {
       {"gamma", 2 * kMiB, 0, 0.8, {}, {}},
   };
   for (Tenant& t : ts) {
-    ctl.create(*tenants, t.name, &t.group);
+    if (int err = ctl.create(*tenants, t.name, &t.group)) {
+      std::fprintf(stderr, "kv_cache: cannot create %s: %s\n", t.name, memcg::errno_name(err));
+      return 1;
+    }
     t.group->set_max(t.max);
     t.group->set_low(t.low);
     t.cache = std::make_unique<TenantCache>(*t.group);

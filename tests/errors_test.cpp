@@ -14,6 +14,10 @@
 #include <sstream>
 #include <string>
 
+#include "memcg/core/charge.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/reservation.hpp"
+
 namespace memcg {
 namespace {
 
@@ -71,6 +75,29 @@ TEST(ErrnoCoverage, EveryErrnoInTheSourcesHasAName) {
     EXPECT_NE(errno_from_name(name), -1) << name << " (first in " << file
                                          << ") is missing from kLibraryErrnos / errno_name";
   }
+}
+
+// The memory path's statuses (errors.hpp, kind 2): each value has its own name for logs.
+TEST(StatusNames, EveryStatusHasItsOwnName) {
+  static_assert(charge_status_name(ChargeStatus::kNoMem)[0] == 'n');  // usable at compile time
+  std::set<std::string> names;
+  for (ChargeStatus s : {ChargeStatus::kOk, ChargeStatus::kForced, ChargeStatus::kNoMem})
+    names.insert(charge_status_name(s));
+  EXPECT_EQ(names, (std::set<std::string>{"ok", "forced", "nomem"}));
+  EXPECT_STREQ(charge_status_name(static_cast<ChargeStatus>(200)), "?");
+  names.clear();
+  for (WaitStatus s : {WaitStatus::kOk, WaitStatus::kTimedOut, WaitStatus::kCancelled,
+                       WaitStatus::kRemoved, WaitStatus::kInvalid})
+    names.insert(wait_status_name(s));
+  EXPECT_EQ(names.size(), 5u);
+  names.clear();
+  for (ReserveStatus s :
+       {ReserveStatus::kOk, ReserveStatus::kForced, ReserveStatus::kNoMem,
+        ReserveStatus::kNoMemCostly, ReserveStatus::kTimedOut, ReserveStatus::kCancelled,
+        ReserveStatus::kKilled, ReserveStatus::kRemoved, ReserveStatus::kInvalid})
+    names.insert(reserve_status_name(s));
+  EXPECT_EQ(names.size(), 9u);
+  EXPECT_EQ(names.count("?"), 0u);
 }
 
 }  // namespace

@@ -18,8 +18,8 @@ struct Files : ::testing::Test {
     Options o;
     o.nr_shards = 1;
     ctl = std::make_unique<Controller>(o);
-    ctl->create("a", &a);
-    ctl->create("a/b", &b);
+    EXPECT_EQ(ctl->create("a", &a), 0);
+    EXPECT_EQ(ctl->create("a/b", &b), 0);
   }
   std::string read(Group& g, const char* name) {
     std::string out;
@@ -138,12 +138,12 @@ TEST_F(Files, CurrentAndPeakHandles) {
   ASSERT_EQ(open_file(*b, "memory.peak", &h2), 0);
   uncharge_direct(*b, 60);
   std::string v;
-  h1->read(&v);
+  ASSERT_EQ(h1->read(&v), 0);
   EXPECT_EQ(v, "409600\n");          // never written: the all-time peak
   ASSERT_EQ(h1->write("reset"), 0);  // content ignored
-  h1->read(&v);
+  ASSERT_EQ(h1->read(&v), 0);
   EXPECT_EQ(v, "163840\n");  // peak since its reset = current usage
-  h2->read(&v);
+  ASSERT_EQ(h2->read(&v), 0);
   EXPECT_EQ(v, "409600\n");  // the other handle is unaffected
   uncharge_direct(*b, 40);
 }

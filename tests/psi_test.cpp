@@ -485,9 +485,9 @@ TEST(PsiRace, TriggersComeAndGoWhileThreadsStall) {
   threads.emplace_back([&] {
     while (!stop) {
       PsiTrigger t;
-      t.arm(*g, "some 1 1000", [&] { events.fetch_add(1); });
+      EXPECT_EQ(t.arm(*g, "some 1 1000", [&] { events.fetch_add(1); }), 0);
       std::string text;
-      read_file(*g, "memory.pressure", &text);
+      EXPECT_EQ(read_file(*g, "memory.pressure", &text), 0);
     }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <memory>
 #include <random>
 #include <thread>
 
+#include "memcg/base/errors.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/alloc/lru_cache.hpp"
@@ -44,7 +46,8 @@ TEST(ReclaimStress, EverythingAtOnceEndsWithZeroUsage) {
         if (rng() % 2) {
           // Remove the group while the cache still lives: it stays reclaimable via the parent.
           EXPECT_EQ(ctl.remove(*g), 0);
-          write_file(*top, "memory.reclaim", "1M");
+          const int err = write_file(*top, "memory.reclaim", "1M");
+          EXPECT_TRUE(err == 0 || err == EAGAIN) << errno_name(err);  // EAGAIN: fell short
         }
       }  // the cache unregisters (waiting for an in-flight reclaim) and uncharges
       if (g->is_online()) {
@@ -59,7 +62,9 @@ TEST(ReclaimStress, EverythingAtOnceEndsWithZeroUsage) {
     ASSERT_EQ(ctl.create("top/m" + std::to_string(id), &g), 0);
     for (int round = 0; round < 400 && time_left(); ++round) {
       Member m(*g, "m", [](Member& victim) { victim.uncharge(victim.charged()); });
-      for (int i = 0; i < 50 && !m.killed(); ++i) m.charge(1 + rng() % 8);
+      // Any outcome is legal under this load (refused, forced, killed): the test checks the
+      // counters once every owner is done.
+      for (int i = 0; i < 50 && !m.killed(); ++i) static_cast<void>(m.charge(1 + rng() % 8));
       m.uncharge(rng() % 64);
     }
     ASSERT_EQ(ctl.remove(*g), 0);
@@ -68,8 +73,9 @@ TEST(ReclaimStress, EverythingAtOnceEndsWithZeroUsage) {
   auto knob_twiddler = [&] {
     std::mt19937 rng(7);
     while (time_left()) {
-      write_file(*top, "memory.reclaim", std::to_string(1 + rng() % 4) + "M");
-      write_file(*top, "memory.high", rng() % 2 ? "6M" : "max");
+      const int err = write_file(*top, "memory.reclaim", std::to_string(1 + rng() % 4) + "M");
+      EXPECT_TRUE(err == 0 || err == EAGAIN) << errno_name(err);  // EAGAIN: fell short
+      EXPECT_EQ(write_file(*top, "memory.high", rng() % 2 ? "6M" : "max"), 0);
       std::this_thread::yield();
     }
   };

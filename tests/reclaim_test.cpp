@@ -386,7 +386,7 @@ TEST(ReclaimFile, ReclaimsOrReportsEagain) {
   EXPECT_EQ(write_file(*g, "memory.reclaim", "100M"), EAGAIN);
   EXPECT_EQ(cache.size(), 0);
   Member m(*g, "pinned", nullptr);
-  m.charge(kMiB);
+  ASSERT_EQ(m.charge(kMiB), ChargeStatus::kOk);
   EXPECT_EQ(write_file(*g, "memory.reclaim", "1M"), EAGAIN);  // pinned memory is not reclaimable
 }
 

@@ -308,7 +308,9 @@ TEST(VmpressureRegistration, CallbacksMayRegisterAndRemoveDuringDelivery) {
                           ++self_calls;
                           self.reset();   // removes itself
                           other.reset();  // and a listener further up the walk
-                          added.listen(*t.c, "low", [&](PressureLevel) { ++added_calls; });
+                          EXPECT_EQ(added.listen(*t.c, "low",
+                                                 [&](PressureLevel) { ++added_calls; }),
+                                    0);
                         }),
             0);
   vmpressure_tree(*t.c, kLimit, kWindow, 0);
@@ -519,7 +521,8 @@ TEST(VmpressureRace, ListenersComeAndGoWhileReclaimDelivers) {
       while (!stop) {
         PressureListener l;
         const char* args = i % 2 ? "low,hierarchy" : "low";
-        l.listen(*groups[(i + k) % 3], args, [&](PressureLevel) { events.fetch_add(1); });
+        EXPECT_EQ(l.listen(*groups[(i + k) % 3], args, [&](PressureLevel) { events.fetch_add(1); }),
+                  0);
         ++i;
         std::this_thread::yield();
       }

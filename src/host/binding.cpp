@@ -300,7 +300,8 @@ void HostBinding::run() noexcept {
       due = true;
     }
     if (due) {
-      refresh(nullptr);
+      // A failure is recorded in status() (errors, last_error) and retried next period.
+      static_cast<void>(refresh(nullptr));
       next_refresh = steady_ms() + options_.period_ms;
     }
   }

@@ -67,7 +67,10 @@ void WriteBufferGovernor::update() noexcept {
     stall_since_ns_ = 0;
   }
   if (size != manager_->buffer_size()) manager_->SetBufferSize(size);
-  if (options_.mirror) mirror_.set(used);
+  // The mirror forces growths (kNoFail), so set() fails only for a total past
+  // ObjStock::kMaxBytes (2^60: the last report stays charged, the best there is) or inside
+  // reclaim, where update() never runs (reclaim only wakes the governor thread).
+  if (options_.mirror) static_cast<void>(mirror_.set(used));
   const bool asked = flush_wanted_.exchange(false, std::memory_order_acq_rel);
   const uint64_t active = manager_->mutable_memtable_memory_usage();
   // Flush only what a flush can free: the active memtables (immutable ones are being flushed).

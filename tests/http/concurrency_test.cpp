@@ -55,7 +55,7 @@ TEST(HttpConcurrencyTest, ScrapesWhileThreadsCharge) {
           const std::string path = "t" + std::to_string(t) + "/tmp" + std::to_string(c);
           if (ctl.create(path, &g) == 0) {
             g.reset();
-            ctl.remove(path);
+            EXPECT_EQ(ctl.remove(path), 0);  // no child, no attached thread
           }
           tenants[t]->set_high(i % 1024 == 0 ? kUnlimited : uint64_t{200} << 12);
         }

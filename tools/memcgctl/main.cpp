@@ -1,4 +1,4 @@
-// memcgctl: runs and validates memcg scenario files (shared/spec/scenario.md).
+// memcgctl: runs and validates memcg scenario files (the format: docs/scenarios.md).
 //
 //   memcgctl run FILE [--json] [--plot FILE.svg]
 //   memcgctl validate FILE

@@ -1,4 +1,4 @@
-// Reports of a scenario run (shared/spec/scenario.md, "Output"): the text report, the JSON
+// Reports of a scenario run (docs/scenarios.md, "The report"): the text report, the JSON
 // document and the SVG plot. All three are functions of the scenario and its result only (no
 // wall time, no paths), so the same scenario gives the same bytes.
 #pragma once

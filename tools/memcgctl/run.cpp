@@ -104,7 +104,12 @@ RunResult Runner::run() {
 bool Runner::preflight() {
   memcg::ManualClock clock;
   memcg::Controller scratch(controller_options(s_.config, &clock));
-  for (const GroupSpec& g : s_.groups) scratch.create(g.path);
+  for (const GroupSpec& g : s_.groups) {
+    if (int err = scratch.create(g.path)) {
+      malformed(g.mark, "cannot create group " + g.path + ": " + memcg::errno_name(err));
+      return false;
+    }
+  }
   auto check = [&](const Knob& k) {
     memcg::GroupRef g = scratch.lookup(k.group);
     std::unique_ptr<memcg::File> f;

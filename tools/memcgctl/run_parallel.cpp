@@ -11,8 +11,11 @@ bool Runner::perform_body(const Step&, const ParallelStep& p, StepResult* res) {
       p.lanes.size(),
       [&](size_t i) {
         const ParallelStep::Lane& lane = p.lanes[i];
-        // The lane is a task of its member's group for PSI: it runs there, or stalls there.
-        memcg::attach_current_thread(members_.at(lane.member)->member->group());
+        // The lane is a task of its member's group for PSI: it runs there, or stalls there. A
+        // group removed earlier in the run cannot be attached (ENOENT): the lane then runs as a
+        // task whose cgroup is gone, unattached, and its report says so.
+        const int attach_err =
+            memcg::attach_current_thread(members_.at(lane.member)->member->group());
         size_t done = 0;
         for (size_t k = 0; k < lane.steps.size() && !r_.malformed; ++k) {
           StepResult sr;
@@ -30,6 +33,7 @@ bool Runner::perform_body(const Step&, const ParallelStep& p, StepResult* res) {
         }
         memcg::detach_current_thread();
         lanes[lane.member] = {{"steps", done}, {"end_ns", clock_.now_ns()}};
+        if (attach_err != 0) lanes[lane.member]["attach"] = memcg::errno_name(attach_err);
       },
       [&] { on_tick(); });
   res->detail["lanes"] = std::move(lanes);

@@ -1,4 +1,4 @@
-// The scenario model of `memcgctl run`: what a scenario file (shared/spec/scenario.md) says, once
+// The scenario model of `memcgctl run`: what a scenario file (docs/scenarios.md) says, once
 // loaded and validated. Every value is already parsed (sizes in bytes, durations in nanoseconds,
 // error names as errno values) and every reference checked (groups, caches, members), so that
 // running it can only fail where the library itself answers.

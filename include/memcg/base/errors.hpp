@@ -1,10 +1,18 @@
 // Error convention of memcg: three kinds of entry points, each with one way to fail.
 //
 // 1. Set-up, registration and text: an `int`, 0 on success or a positive errno value, always
-//    [[nodiscard]]. Controller::create/remove, open_file/read_file/write_file, the parse_*
-//    functions, PressureListener::listen, PsiTrigger::arm, EventListener::open, attachments,
-//    Group::set_max_checked, jemalloc::Arena::create, http::Server::start. Bad input changes
-//    nothing. The codes have the meaning a cgroup v2 file operation gives them:
+//    [[nodiscard]] (the project builds with -Werror=unused-result; a result ignored on purpose
+//    is cast to void with a comment saying why). All of them (tests/nodiscard checks each):
+//      Controller::create/remove; Group::set_max_checked, PageCounter::set_max_checked;
+//      attach_current_thread, Group::attach; set_wait_priority; MirroredCharge::set;
+//      open_file, read_file, write_file, File::read/write;
+//      parse_limit, parse_bytes, parse_duration, parse_oom_group, parse_reclaim,
+//      parse_psi_trigger, parse_pressure_level, parse_event_control;
+//      PsiTrigger::arm, PressureListener::listen/set_rate_limit, register_event_control,
+//      EventListener::open;
+//      jemalloc::Arena::create; http::Server::start; host::HostBinding::start/refresh,
+//      host::discover, host::read_small_file and host's procfs parsers.
+//    Bad input changes nothing. The codes have the meaning a cgroup v2 file operation gives them:
 //
 //   EINVAL      the text does not follow the file's grammar, or a value is out of its range
 //   ERANGE      an integer does not fit (memory.oom.group), a duration overflows
@@ -35,8 +43,9 @@
 //
 // 2. The memory path: a status enum, never an exception, because a refusal there is an expected
 //    outcome the caller branches on: ChargeStatus (try_charge, Member::charge), WaitStatus
-//    (waiting charges), ReserveStatus (Reservation, which also says which rule refused). Each
-//    has a *_name() function for logs.
+//    (waiting charges), ReserveStatus (Reservation, which also says which rule refused). The
+//    three enum types are [[nodiscard]], so every function returning one is. Each has a
+//    *_name() function for logs.
 //
 // 3. Exceptions, only where no code can be returned: constructors given impossible arguments
 //    (Controller with Options out of range, a Member of a removed group: std::invalid_argument),

@@ -17,7 +17,7 @@ namespace memcg {
 
 // Attaches the calling thread to `group`, replacing any previous attachment. ENOENT if the group
 // is offline (removed).
-int attach_current_thread(Group& group) noexcept;
+[[nodiscard]] int attach_current_thread(Group& group) noexcept;
 // Detaches the calling thread (no-op when unattached).
 void detach_current_thread() noexcept;
 // The calling thread's group, or null when unattached.

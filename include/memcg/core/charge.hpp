@@ -68,11 +68,21 @@ enum ChargeFlags : uint32_t {
   kDefaultCharge = kMayBlock,
 };
 
-enum class ChargeStatus : uint8_t {
+enum class [[nodiscard]] ChargeStatus : uint8_t {
   kOk,      // charged within the limits
   kForced,  // charged past max because the caller could not take a failure
   kNoMem,   // not charged: the limit held and nothing could be freed
 };
+
+// "ok", "forced", "nomem": for logs.
+constexpr const char* charge_status_name(ChargeStatus s) noexcept {
+  switch (s) {
+    case ChargeStatus::kOk: return "ok";
+    case ChargeStatus::kForced: return "forced";
+    case ChargeStatus::kNoMem: return "nomem";
+  }
+  return "?";
+}
 
 inline bool charged(ChargeStatus s) noexcept {
   return s != ChargeStatus::kNoMem;

@@ -42,7 +42,7 @@ namespace memcg {
 class Controller;
 class Group;
 
-enum class WaitStatus : uint8_t {
+enum class [[nodiscard]] WaitStatus : uint8_t {
   kOk,        // charged within the limits (at once or after waiting)
   kTimedOut,  // the deadline passed first; nothing charged
   kCancelled, // the stop token was triggered first; nothing charged
@@ -124,7 +124,7 @@ WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
 // The class of the waiting charges of `group` that ask for kDefault (kNormal until set). EINVAL
 // for kDefault or a value outside kLow..kHigh (nothing changes), ENOENT for the root (it never
 // waits). Shown and written as the group's memory.wait.priority file ("low", "normal", "high").
-int set_wait_priority(Group& group, WaitPriority priority) noexcept;
+[[nodiscard]] int set_wait_priority(Group& group, WaitPriority priority) noexcept;
 WaitPriority wait_priority(const Group& group) noexcept;
 
 // The aging bound: a waiter that has waited this long (on the controller's clock) is served before

@@ -85,15 +85,15 @@ class Controller {
 
   // Creates the group at `path` ("a/b/c"; the parent must exist, like mkdir). Errors: EINVAL for
   // a malformed path or name, ENOENT when the parent does not exist, EEXIST when the group does.
-  int create(std::string_view path, GroupRef* out = nullptr);
+  [[nodiscard]] int create(std::string_view path, GroupRef* out = nullptr);
   // Creates `name` under `parent` (which must be online). Same errors.
-  int create(Group& parent, std::string_view name, GroupRef* out = nullptr);
+  [[nodiscard]] int create(Group& parent, std::string_view name, GroupRef* out = nullptr);
   // The online group at `path` ("/" or "" is the root); empty if there is none.
   GroupRef lookup(std::string_view path) const;
   // Takes the group offline. Errors: EINVAL for the root, ENOENT when absent, EBUSY while it has
   // online children or attached threads.
-  int remove(std::string_view path);
-  int remove(Group& group);
+  [[nodiscard]] int remove(std::string_view path);
+  [[nodiscard]] int remove(Group& group);
 
   // Visits `from` and its descendants in pre-order (a parent before its children), the dying ones
   // too when `include_dying`. The tree lock is held in shared mode during the walk: `fn` must not

@@ -82,7 +82,7 @@ class Group final : public StockOwner {
   void set_high(uint64_t bytes) noexcept;
   void set_max(uint64_t bytes) noexcept;  // never refuses, even below usage (cgroup v2)
   // The kernel's page_counter_set_max: EBUSY if usage is above the new limit.
-  int set_max_checked(uint64_t bytes) noexcept;
+  [[nodiscard]] int set_max_checked(uint64_t bytes) noexcept;
   void set_oom_group(bool on) noexcept { oom_group_.store(on, std::memory_order_relaxed); }
 
   // ---- reads ----------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ class Group final : public StockOwner {
   std::atomic<uint64_t>& stalled_ladder_until() noexcept { return stalled_ladder_until_; }
   // Thread attachment (attach.hpp): takes a reference and an attach count; ENOENT when the
   // group is offline. Atomic with respect to remove(), which refuses groups with attachments.
-  int attach() noexcept;
+  [[nodiscard]] int attach() noexcept;
   void detach() noexcept;
 
   // Pressure signals of this group (vmpressure.hpp, psi.hpp); internal to the library.

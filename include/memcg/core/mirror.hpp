@@ -43,7 +43,7 @@ class MirroredCharge {
   // difference. Returns 0; ENOMEM when a growth was refused (only without kNoFail: the charge
   // stays at the previous report); EINVAL when `bytes` exceeds ObjStock::kMaxBytes; EBUSY when
   // called from inside reclaim. The last two change nothing.
-  int set(uint64_t bytes) noexcept;
+  [[nodiscard]] int set(uint64_t bytes) noexcept;
 
   // The last accepted report, and what is charged for it (whole units, in bytes).
   uint64_t reported() const noexcept { return target_.load(std::memory_order_relaxed); }
@@ -55,7 +55,7 @@ class MirroredCharge {
 
  private:
   // Charges or uncharges towards `target` bytes; returns 0 or ENOMEM.
-  int apply(uint64_t target) noexcept;
+  [[nodiscard]] int apply(uint64_t target) noexcept;
 
   GroupRef group_;
   const int kind_;

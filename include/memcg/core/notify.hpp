@@ -71,8 +71,8 @@ class EventListener {
   // listener holds a reference to the group until the group is removed. Errors: EINVAL for a
   // null `out`; ENOENT for the root group (it has neither file) or a removed group; the errno of
   // a failed eventfd(2) (EMFILE, ENFILE, ENOMEM); ENOMEM. On error nothing is registered.
-  static int open(Group& group, EventsFile file, Callback callback,
-                  std::unique_ptr<EventListener>* out);
+  [[nodiscard]] static int open(Group& group, EventsFile file, Callback callback,
+                                std::unique_ptr<EventListener>* out);
 
   // Unsubscribes. When it returns, the callback will not start again and, unless called on a
   // thread that is itself inside a callback of the library (any listener's), none of this

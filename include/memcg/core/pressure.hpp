@@ -35,7 +35,7 @@ inline constexpr uint64_t kPsiUnprivilegedGrainUs = 2'000'000;  // the 2 s avera
 // ignores text after the second number and lets numbers wrap at 32 bits ("some 4294967297 2000000"
 // has threshold 1 there); here trailing text is EINVAL and a number that large fails the range
 // checks.
-int parse_psi_trigger(std::string_view text, bool privileged, PsiTriggerSpec* spec);
+[[nodiscard]] int parse_psi_trigger(std::string_view text, bool privileged, PsiTriggerSpec* spec);
 
 // vmpressure (legacy) notification level: a listener fires for its level or a higher one.
 enum class PressureLevel { kLow, kMedium, kCritical };
@@ -56,7 +56,8 @@ inline constexpr size_t kPressureArgsMaxLen = 19;
 // "critical,hierarchyX").
 // Kernel: the kernel ignores a third comma-separated field ("low,local,x" is accepted there);
 // here it is EINVAL.
-int parse_pressure_level(std::string_view args, PressureLevel* level, PressureMode* mode);
+[[nodiscard]] int parse_pressure_level(std::string_view args, PressureLevel* level,
+                                       PressureMode* mode);
 
 // Parses a whole registration line written to cgroup.event_control:
 // `<event_fd> <pressure_level_fd> <level>[,<mode>]`. The line is stripped of leading and
@@ -65,8 +66,8 @@ int parse_pressure_level(std::string_view args, PressureLevel* level, PressureMo
 // Returns 0 or EINVAL.
 // Kernel: an fd field without digits reads as fd 0 there, and an fd beyond 32 bits wraps; both
 // are EINVAL here.
-int parse_event_control(std::string_view line, int* event_fd, int* level_fd, PressureLevel* level,
-                        PressureMode* mode);
+[[nodiscard]] int parse_event_control(std::string_view line, int* event_fd, int* level_fd,
+                                      PressureLevel* level, PressureMode* mode);
 
 }  // namespace memcg
 

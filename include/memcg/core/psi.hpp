@@ -144,11 +144,11 @@ class PsiTrigger {
   // cannot be duplicated; EBUSY if this handle is already armed; ENOENT for a removed group;
   // EAGAIN if the timer thread of the SystemClock polls cannot be started. On error nothing is
   // registered.
-  int arm(Group& group, const PsiTriggerSpec& spec, Callback callback, int eventfd = -1,
-          bool privileged = true);
+  [[nodiscard]] int arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
+                        int eventfd = -1, bool privileged = true);
   // Same with the text of a memory.pressure write (parse_psi_trigger).
-  int arm(Group& group, std::string_view text, Callback callback, int eventfd = -1,
-          bool privileged = true);
+  [[nodiscard]] int arm(Group& group, std::string_view text, Callback callback,
+                        int eventfd = -1, bool privileged = true);
 
   void reset() noexcept;
   explicit operator bool() const noexcept { return entry_ != nullptr; }

@@ -61,7 +61,7 @@ namespace memcg {
 class Member;
 
 // What happened to a request, and which rule refused it.
-enum class ReserveStatus : uint8_t {
+enum class [[nodiscard]] ReserveStatus : uint8_t {
   kOk,           // held: the reservation now has the asked size
   kForced,       // held, past memory.max: forced where a charge cannot fail (NoFailScope, reclaim)
   kNoMem,        // memory.max held after reclaim, stock drains, retries and, where the policy
@@ -118,17 +118,17 @@ class Reservation {
 
   // Makes the reservation hold `total` bytes: grows by the difference, or shrinks to it (always
   // kOk). On any status but kOk/kForced nothing changed.
-  [[nodiscard]] ReserveStatus reserve(uint64_t total) noexcept;
+  ReserveStatus reserve(uint64_t total) noexcept;
   // The same, waiting up to `timeout` on the controller's clock when the limit holds (never
   // OOM-kills). A timeout of 0 tries once without waiting.
-  [[nodiscard]] ReserveStatus reserve_for(uint64_t total, std::chrono::nanoseconds timeout) noexcept;
+  ReserveStatus reserve_for(uint64_t total, std::chrono::nanoseconds timeout) noexcept;
   // The same with a deadline on the controller's clock (Controller::clock().now_ns() time), for a
   // query whose every request shares one admission deadline.
-  [[nodiscard]] ReserveStatus reserve_until(uint64_t total, uint64_t deadline_ns) noexcept;
+  ReserveStatus reserve_until(uint64_t total, uint64_t deadline_ns) noexcept;
   // Adds `bytes` to what is held (policy as configured). On failure nothing changed.
-  [[nodiscard]] ReserveStatus grow(uint64_t bytes) noexcept;
+  ReserveStatus grow(uint64_t bytes) noexcept;
   // Adds `bytes`, waiting up to `timeout` on the controller's clock.
-  [[nodiscard]] ReserveStatus grow_for(uint64_t bytes, std::chrono::nanoseconds timeout) noexcept;
+  ReserveStatus grow_for(uint64_t bytes, std::chrono::nanoseconds timeout) noexcept;
   // Gives back `bytes` (at most what is held).
   void shrink(uint64_t bytes) noexcept;
   // Gives back everything; the reservation stays bound and may grow again.

@@ -109,10 +109,11 @@ class PressureListener {
   // Registers on `group`. 0; EBUSY if this handle already holds a registration; EINVAL for an
   // empty callback and no eventfd; EBADF for an eventfd that cannot be duplicated; ENOENT for a
   // removed group.
-  int listen(Group& group, PressureLevel level, PressureMode mode, Callback callback,
-             int eventfd = -1);
+  [[nodiscard]] int listen(Group& group, PressureLevel level, PressureMode mode,
+                           Callback callback, int eventfd = -1);
   // Same, with the registration text `<level>[,<mode>]` (parse_pressure_level).
-  int listen(Group& group, std::string_view args, Callback callback, int eventfd = -1);
+  [[nodiscard]] int listen(Group& group, std::string_view args, Callback callback,
+                           int eventfd = -1);
 
   // At most one event per `min_interval` on the controller's clock (callback and eventfd alike);
   // events inside the interval are dropped and counted by suppressed(). A dropped event still
@@ -120,7 +121,7 @@ class PressureListener {
   // 0 (the default) delivers every window, as the kernel does. A listener at a low level that
   // must not miss a critical window registers a second listener at kCritical. May be called at
   // any time. 0; EINVAL when nothing is registered or the interval is negative.
-  int set_rate_limit(std::chrono::nanoseconds min_interval) noexcept;
+  [[nodiscard]] int set_rate_limit(std::chrono::nanoseconds min_interval) noexcept;
 
   void reset() noexcept;
   explicit operator bool() const noexcept { return entry_ != nullptr; }
@@ -140,7 +141,8 @@ class PressureListener {
 // `<event_fd> <pressure_level_fd> <level>[,<mode>]` (parse_event_control). In a process there is
 // no memory.pressure_level file to hand in; the second fd is checked for syntax only. Registers an
 // eventfd listener on `group` into `out`. 0, EINVAL, EBUSY, EBADF or ENOENT as listen() says.
-int register_event_control(Group& group, std::string_view line, PressureListener* out);
+[[nodiscard]] int register_event_control(Group& group, std::string_view line,
+                                         PressureListener* out);
 
 // Registered listeners in the whole process (the gate of tree mode).
 int64_t nr_pressure_listeners() noexcept;

@@ -151,7 +151,7 @@ class BasicPageCounter {
 
   // The kernel's page_counter_set_max: refuses (EBUSY) a limit below the current usage. Races
   // with try_charge are resolved by re-reading usage after publishing the limit.
-  int set_max_checked(int64_t units) noexcept {
+  [[nodiscard]] int set_max_checked(int64_t units) noexcept {
     units = clamp_limit(units);
     for (;;) {
       const int64_t seen = usage_.load(std::memory_order_seq_cst);

@@ -40,11 +40,11 @@ class File {
   virtual bool readable() const noexcept = 0;
   virtual bool writable() const noexcept = 0;
   // The file's contents. EACCES when the file is write-only.
-  virtual int read(std::string* out) = 0;
+  [[nodiscard]] virtual int read(std::string* out) = 0;
   // Parses and applies `text`. 0 on success, else EINVAL (grammar), ERANGE, EACCES (read-only
   // file), EAGAIN, EINTR, EBUSY as the file's semantics say; on error nothing changed.
   // `nonblocking` is O_NONBLOCK: memory.high/max then only store the value.
-  virtual int write(std::string_view text, bool nonblocking = false) = 0;
+  [[nodiscard]] virtual int write(std::string_view text, bool nonblocking = false) = 0;
 
  protected:
   File(GroupRef group, std::string name) : group_(std::move(group)), name_(std::move(name)) {}
@@ -55,14 +55,14 @@ class File {
 };
 
 // Opens `name` on `group`. ENOENT when the group has no such file.
-int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out);
+[[nodiscard]] int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out);
 // The names of the files `group` has, in a stable order.
 std::vector<std::string> file_names(const Group& group);
 
 // One-shot helpers: open, read or write, close.
-int read_file(Group& group, std::string_view name, std::string* out);
-int write_file(Group& group, std::string_view name, std::string_view text,
-               bool nonblocking = false);
+[[nodiscard]] int read_file(Group& group, std::string_view name, std::string* out);
+[[nodiscard]] int write_file(Group& group, std::string_view name, std::string_view text,
+                             bool nonblocking = false);
 
 // The eventfd that signals events of the trigger written to an open memory.pressure file (it
 // becomes readable, like the kernel's POLLPRI; reading it consumes the events), or -1 when `file`

@@ -52,7 +52,7 @@ constexpr uint64_t max_units(unsigned unit_shift) {
 // memory.max sets it to 0), and so does a suffix without digits ("K"); both are EINVAL here.
 // The kernel lets the number wrap silently on overflow ("16E" becomes 0); here it saturates.
 // Only ASCII whitespace is stripped (the kernel's isspace() also takes byte 0xA0).
-int parse_limit(std::string_view text, unsigned unit_shift, uint64_t* units);
+[[nodiscard]] int parse_limit(std::string_view text, unsigned unit_shift, uint64_t* units);
 
 // What reading such a file shows: "max\n" for the sentinel (or anything above it), else the
 // decimal byte count (units << unit_shift) and "\n". parse_limit(format_limit(u, s), s) == u for
@@ -64,21 +64,21 @@ std::string format_limit(uint64_t units, unsigned unit_shift);
 // `max` → UINT64_MAX. Returns 0, EINVAL for a grammar violation, or ERANGE when the value does
 // not fit 64 bits (a scenario asking for more than 16 EiB is a mistake worth reporting, unlike a
 // file write, where the kernel's rule is to saturate to `max`).
-int parse_bytes(std::string_view text, uint64_t* bytes);
+[[nodiscard]] int parse_bytes(std::string_view text, uint64_t* bytes);
 
 // Parses a scenario duration into nanoseconds: after stripping whitespace, a decimal number
 // (leading zeros allowed, no sign, no fraction) immediately followed by one unit: `ns`, `us`,
 // `ms`, `s` or `m` (minutes), case-sensitive. A unit is required ("5" is EINVAL). Returns 0,
 // EINVAL for a grammar violation ("1h", "-1s", "5 s", "1.5s"), or ERANGE when the nanosecond
 // count does not fit 64 bits.
-int parse_duration(std::string_view text, uint64_t* ns);
+[[nodiscard]] int parse_duration(std::string_view text, uint64_t* ns);
 
 // Parses a write to memory.oom.group: after stripping whitespace, an integer with automatic base
 // and an optional leading `+` or `-` ("1", "0x1", "+0", "-0"). Returns 0; ERANGE when the number
 // does not fit an int; EINVAL for any other text or a value other than 0 or 1. As in the kernel,
 // a digit string too long for 64 bits is ERANGE even if junk follows it; a shorter one with junk
 // after it is EINVAL.
-int parse_oom_group(std::string_view text, int* value);
+[[nodiscard]] int parse_oom_group(std::string_view text, int* value);
 
 // Parses a write to memory.reclaim: after stripping whitespace, a size, then nothing or
 // whitespace and whitespace-separated keys: `swappiness=max` or `swappiness=N`, N an integer
@@ -89,7 +89,7 @@ int parse_oom_group(std::string_view text, int* value);
 // swappiness ("swappiness=201", "swappiness=-1", "swappiness=", "swappiness=1x").
 // Kernel: the kernel reads keys straight after the size's last character, so it accepts
 // "1Mswappiness=1"; it also takes a suffix without digits ("K") as 0. Both are EINVAL here.
-int parse_reclaim(std::string_view text, ReclaimRequest* request);
+[[nodiscard]] int parse_reclaim(std::string_view text, ReclaimRequest* request);
 
 }  // namespace memcg
 

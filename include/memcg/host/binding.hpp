@@ -118,12 +118,12 @@ class HostBinding {
 
   // Discovers, sets the root, opens the pressure source and starts the thread. 0, or an errno
   // value with a sentence in `error` and nothing changed; EBUSY when already started.
-  int start(std::string* error = nullptr);
+  [[nodiscard]] int start(std::string* error = nullptr);
   // Stops the thread and closes the sources; the root keeps its last settings. Idempotent.
   void stop() noexcept;
   // Re-reads the kernel's files and applies the result now (also done by the thread). EBUSY
   // when another refresh is in flight; on error the root is left as it was.
-  int refresh(std::string* error = nullptr);
+  [[nodiscard]] int refresh(std::string* error = nullptr);
 
   HostStatus status() const;
   // The contents of memory.host (docs/host.md lists the keys).
@@ -137,7 +137,7 @@ class HostBinding {
   void run() noexcept;
   void on_pressure() noexcept;
   void reclaim_root(uint64_t bytes, bool pressure) noexcept;
-  int open_pressure(const HostCgroup& cg, std::string* error);
+  [[nodiscard]] int open_pressure(const HostCgroup& cg, std::string* error);
   void close_sources() noexcept;
 
   Controller& controller_;

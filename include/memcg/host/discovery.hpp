@@ -58,9 +58,9 @@ struct HostCgroup {
 // Fills `out`, or returns an errno value and a sentence in `error` (out untouched):
 // ENOENT when there is no memory cgroup (no line, no mount showing the path, a cgroup removed
 // under us), EACCES when a file cannot be read, EINVAL when a file is malformed.
-int discover(const DiscoverOptions& options, HostCgroup* out, std::string* error);
+[[nodiscard]] int discover(const DiscoverOptions& options, HostCgroup* out, std::string* error);
 
 // Reads a whole small file (at most 1 MiB). 0, or errno of open/read; EFBIG when larger.
-int read_small_file(const std::string& path, std::string* out);
+[[nodiscard]] int read_small_file(const std::string& path, std::string* out);
 
 }  // namespace memcg::host

@@ -26,7 +26,7 @@ struct CgroupLine {
   std::vector<std::string> controllers;  // split at ','; empty for v2; "name=systemd" kept as is
   std::string path;                      // relative to the reader's cgroup namespace root
 };
-int parse_proc_cgroup(std::string_view text, std::vector<CgroupLine>* out);
+[[nodiscard]] int parse_proc_cgroup(std::string_view text, std::vector<CgroupLine>* out);
 
 // One line of /proc/<pid>/mountinfo, cgroup mounts only (other lines are skipped):
 // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS".
@@ -38,20 +38,20 @@ struct CgroupMount {
   std::string mount_point;
   std::vector<std::string> options;  // super options (v1: the controllers, "memory")
 };
-int parse_mountinfo(std::string_view text, std::vector<CgroupMount>* out);
+[[nodiscard]] int parse_mountinfo(std::string_view text, std::vector<CgroupMount>* out);
 
 // A memory limit file: v2 memory.max/memory.high ("max" or a decimal byte count, one line) or
 // v1 memory.limit_in_bytes (a decimal count; kV1Unlimited and above mean none). `*bytes` becomes
 // kNoLimit for "no limit"; 0 stays 0 (a limit of zero bytes, not "none").
-int parse_limit_file(std::string_view text, uint64_t* bytes);
+[[nodiscard]] int parse_limit_file(std::string_view text, uint64_t* bytes);
 // A file holding one unsigned decimal number and a newline (memory.current, usage_in_bytes).
-int parse_u64_file(std::string_view text, uint64_t* value);
+[[nodiscard]] int parse_u64_file(std::string_view text, uint64_t* value);
 
 // The value of `key` in a file of "key value" lines (memory.stat; v1 hierarchical_memory_limit)
 // or "Key:   value kB" lines (/proc/self/status, VmRSS: the result is in bytes). ENOENT when the
 // key is absent, EINVAL when its value is malformed.
-int find_stat_value(std::string_view text, std::string_view key, uint64_t* value);
-int find_status_kb(std::string_view text, std::string_view key, uint64_t* bytes);
+[[nodiscard]] int find_stat_value(std::string_view text, std::string_view key, uint64_t* value);
+[[nodiscard]] int find_status_kb(std::string_view text, std::string_view key, uint64_t* bytes);
 
 // Where the cgroup `path` (from /proc/self/cgroup) lives under a mount whose root is `root`:
 // the mount point followed by what `path` has beyond `root`, or false when `path` is not at or

@@ -125,7 +125,7 @@ class Server {
   // port cannot be bound, EAGAIN or ENOMEM when a thread or the server's memory cannot be had,
   // EMFILE/ENFILE when descriptors run out. A failed start leaves the server stopped and may be
   // retried. Throws nothing.
-  int start(std::string* error = nullptr);
+  [[nodiscard]] int start(std::string* error = nullptr);
   // Stops accepting, closes every connection (answers being sent are cut), joins the threads.
   // Returns within read_timeout plus one second whatever clients do; a render in progress is
   // waited for. A write still running in an application callback (a reclaimer or an OOM kill

@@ -231,7 +231,8 @@ class Arena {
   // group; EAGAIN when jemalloc refuses a new arena (its limit of arenas, or no memory);
   // ENOTSUP when jemalloc is not the allocator serving malloc in this process (another
   // allocator preloaded, a sanitizer): bound threads would charge nothing.
-  static int create(Group& group, std::unique_ptr<Arena>* out, const ArenaOptions& options = {});
+  [[nodiscard]] static int create(Group& group, std::unique_ptr<Arena>* out,
+                                  const ArenaOptions& options = {});
 
   // Unregisters the reclaimer and releases the jemalloc arena (see Lifetime above).
   ~Arena();
