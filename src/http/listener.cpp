@@ -107,9 +107,11 @@ void Impl::accept_loop() {
             ++pending_starts;
             last_add = SteadyClock::now();
           }
-          if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), len) == MHD_YES) {
-            accepted.fetch_add(1, std::memory_order_relaxed);
-          } else {
+          // Counted before the hand-off: a worker may have answered the client before
+          // MHD_add_connection() returns, and stats() must not lag behind what a client saw.
+          accepted.fetch_add(1, std::memory_order_relaxed);
+          if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), len) != MHD_YES) {
+            accepted.fetch_sub(1, std::memory_order_relaxed);
             refused.fetch_add(1, std::memory_order_relaxed);
             std::lock_guard<std::mutex> lock(conns_mutex);
             if (pending_starts > 0) --pending_starts;
