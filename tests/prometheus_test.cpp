@@ -325,6 +325,39 @@ TEST(PrometheusTest, ExpositionInPiecesIsTheDocument) {
       EXPECT_GE(calls, whole.size() / (4096 + 4096));
     }
   }
+  // read(): into fixed buffers, full ones until the end, lines split where a buffer ends.
+  for (size_t size : {size_t{1}, size_t{7}, size_t{4096}, size_t{256} << 10}) {
+    PrometheusExposition doc(t.ctl);
+    std::vector<char> buf(size);
+    std::string all;
+    size_t n;
+    while ((n = doc.read(buf.data(), size)) > 0) {
+      all.append(buf.data(), n);
+      if (n < size) {
+        EXPECT_EQ(all.size(), whole.size()) << "a short read before the end";
+      }
+    }
+    EXPECT_EQ(doc.read(buf.data(), size), 0u);
+    EXPECT_EQ(all, whole) << "buffers of " << size;
+  }
+  // Both mixed: read() keeps what did not fit, next() hands it over first.
+  {
+    PrometheusExposition doc(t.ctl);
+    std::string all, p;
+    char buf[1000];
+    for (int i = 0;; ++i) {
+      if (i % 2 == 0) {
+        const size_t n = doc.read(buf, sizeof buf);
+        if (n == 0) break;
+        all.append(buf, n);
+      } else {
+        p.clear();
+        if (!doc.next(&p, 3000)) break;
+        all += p;
+      }
+    }
+    EXPECT_EQ(all, whole);
+  }
 }
 
 TEST(PrometheusTest, PromtoolAcceptsTheOutput) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <cstdint>
 #include <iterator>
 #include <string>
@@ -129,6 +130,42 @@ struct Text {
   }
 };
 
+// Writes into a fixed buffer; what does not fit goes to `spill`, to be handed over first next
+// time (so a line may be split between two buffers).
+struct Span {
+  char* p;
+  char* const end;
+  std::string& spill;
+  void put(std::string_view v) {
+    const size_t room = static_cast<size_t>(end - p);
+    if (v.size() <= room) {
+      std::memcpy(p, v.data(), v.size());
+      p += v.size();
+    } else {
+      std::memcpy(p, v.data(), room);
+      p = end;
+      spill.append(v.data() + room, v.size() - room);
+    }
+  }
+  void put(char c) {
+    if (p < end) {
+      *p++ = c;
+    } else {
+      spill += c;
+    }
+  }
+  void u64(uint64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    put(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
+  }
+  void i64(int64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    put(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
+  }
+};
+
 struct Length {
   uint64_t n = 0;
   void put(std::string_view v) { n += v.size(); }
@@ -188,6 +225,8 @@ struct PrometheusExposition::State {
   bool header_written = false;  // its # HELP and # TYPE lines
   size_t next_group = 0;    // its next group
   uint64_t length = 0;      // of the whole document; 0 until computed
+  std::string spill;        // written by read() past its buffer, not handed over yet
+  size_t spill_taken = 0;   // of `spill`, handed over already
 
   void prepare_text();
   template <typename Sink>
@@ -375,7 +414,16 @@ uint64_t PrometheusExposition::size() {
 bool PrometheusExposition::next(std::string* out, size_t min_bytes) {
   internal::HookBypass bypass;
   State& st = *state_;
-  if (out == nullptr || st.family >= kNumFamilies) return false;
+  if (out == nullptr) return false;
+  bool appended = false;
+  if (st.spill_taken < st.spill.size()) {  // what read() wrote past its buffer comes first
+    out->append(st.spill, st.spill_taken, std::string::npos);
+    st.spill.clear();
+    st.spill_taken = 0;
+    appended = true;
+    if (out->size() >= min_bytes) return true;
+  }
+  if (st.family >= kNumFamilies) return appended;
   const size_t n = st.groups.size();
   // Something is appended on every call before the end, even when `*out` is long already.
   const size_t target = std::max(min_bytes, out->size() + 1);
@@ -398,6 +446,37 @@ bool PrometheusExposition::next(std::string* out, size_t min_bytes) {
     }
   }
   return true;
+}
+
+size_t PrometheusExposition::read(char* buf, size_t max) {
+  internal::HookBypass bypass;
+  State& st = *state_;
+  if (buf == nullptr) return 0;
+  size_t n = std::min(max, st.spill.size() - st.spill_taken);
+  std::memcpy(buf, st.spill.data() + st.spill_taken, n);
+  st.spill_taken += n;
+  if (st.spill_taken < st.spill.size()) return n;
+  st.spill.clear();
+  st.spill_taken = 0;
+  Span span{buf + n, buf + max, st.spill};
+  const size_t groups = st.groups.size();
+  while (st.family < kNumFamilies && span.p < span.end) {
+    if (!st.header_written) {
+      span.put(st.header[st.family]);
+      st.header_written = true;
+    }
+    while (st.next_group < groups && span.p < span.end) {
+      st.write_group(span, st.family, st.groups[st.next_group],
+                     &st.stats[st.next_group * st.stride]);
+      ++st.next_group;
+    }
+    if (st.next_group == groups) {
+      ++st.family;
+      st.header_written = false;
+      st.next_group = 0;
+    }
+  }
+  return static_cast<size_t>(span.p - buf);
 }
 
 std::string render_prometheus(Controller& ctl) {

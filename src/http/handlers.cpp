@@ -94,44 +94,31 @@ MHD_Result send(MHD_Connection* c, unsigned status, std::string body, const char
 
 // GET /metrics, sent while it is written: the values are read when the request is answered
 // (PrometheusExposition), its length counted (Content-Length: the connection stays reusable and
-// a cut answer is seen as one), and the text written a piece at a time as libmicrohttpd sends
-// it. The answer holds the values, one piece and libmicrohttpd's send buffer, never the whole
-// document, and its place among the answers in flight until it is freed.
-constexpr size_t kPieceBytes = 64 * 1024;
-// libmicrohttpd's buffer for a callback answer (allocated with it): each send() takes up to
-// this much, so a 28 MB document goes out in about a hundred sends.
+// a cut answer is seen as one), and the text written straight into libmicrohttpd's send buffer
+// as it sends. The answer holds the values, that buffer and the few KB of a line that did not
+// fit, never the whole document, and its place among the answers in flight until it is freed.
+// kBlockBytes is the buffer (allocated with the answer): each send() takes up to this much, so
+// a 28 MB document goes out in about a hundred sends.
 constexpr size_t kBlockBytes = 256 * 1024;
 
 struct StreamedMetrics {
   explicit StreamedMetrics(Controller& ctl) : doc(ctl) {}
   PrometheusExposition doc;
-  std::string piece;
-  size_t taken = 0;  // bytes of `piece` already handed over
   std::atomic<size_t>* gate = nullptr;
 };
 
 // Fills `buf` (libmicrohttpd asks for at most what is left of the announced length).
 ssize_t read_metrics(void* cls, uint64_t, char* buf, size_t max) {
   auto* m = static_cast<StreamedMetrics*>(cls);
-  size_t filled = 0;
+  size_t n;
   try {
-    while (filled < max) {
-      if (m->taken == m->piece.size()) {
-        m->piece.clear();  // keeps its capacity: pieces are written without allocating
-        m->taken = 0;
-        if (!m->doc.next(&m->piece, kPieceBytes)) break;
-      }
-      const size_t n = std::min(max - filled, m->piece.size() - m->taken);
-      std::memcpy(buf + filled, m->piece.data() + m->taken, n);
-      m->taken += n;
-      filled += n;
-    }
+    n = m->doc.read(buf, max);
   } catch (...) {
     // Out of memory: the connection is closed, short of its Content-Length.
     return MHD_CONTENT_READER_END_WITH_ERROR;
   }
-  if (filled == 0) return MHD_CONTENT_READER_END_WITH_ERROR;  // shorter than counted: never
-  return static_cast<ssize_t>(filled);
+  if (n == 0) return MHD_CONTENT_READER_END_WITH_ERROR;  // shorter than counted: never
+  return static_cast<ssize_t>(n);
 }
 
 void free_metrics(void* cls) {
@@ -354,7 +341,6 @@ MHD_Result metrics(Impl& s, MHD_Connection* c) {
   uint64_t length;
   try {
     m = std::make_unique<StreamedMetrics>(s.ctl);
-    m->piece.reserve(kPieceBytes + 16 * 1024);  // a piece overshoots by one group's lines
     length = m->doc.size();
   } catch (...) {
     s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
