@@ -292,6 +292,74 @@ TEST(PrometheusTest, EveryLineParsesAndEveryFamilyHasHelpAndType) {
             3 * (t.ctl.stats().size() + 2));
 }
 
+// The document in pieces is render_prometheus()'s, byte for byte, whatever the piece size, and
+// size() counts it exactly before a byte is written.
+TEST(PrometheusTest, ExpositionInPiecesIsTheDocument) {
+  Populated t;
+  std::vector<GroupRef> more;
+  for (int i = 0; i < 50; ++i) {
+    GroupRef g;
+    ASSERT_EQ(t.ctl.create(*t.tenants, "g" + std::to_string(i), &g), 0);
+    g->set_max(static_cast<uint64_t>(i + 1) << 20);
+    if (i % 3 == 0) g->raise(Event::kMax);
+    more.push_back(g);
+  }
+  const std::string whole = render_prometheus(t.ctl);
+  for (size_t piece : {size_t{1}, size_t{100}, size_t{4096}, SIZE_MAX}) {
+    PrometheusExposition doc(t.ctl);
+    EXPECT_EQ(doc.groups(), t.ctl.nr_groups());
+    EXPECT_EQ(doc.size(), whole.size()) << piece;
+    std::string all, p = "x";  // a piece is appended, even to a string longer than asked
+    size_t calls = 0;
+    while (doc.next(&p, piece)) {
+      ASSERT_GT(p.size(), 1u);
+      all.append(p, 1, std::string::npos);
+      p = "x";
+      ++calls;
+    }
+    EXPECT_EQ(p, "x") << "appended at the end";
+    EXPECT_FALSE(doc.next(&p, piece));
+    EXPECT_EQ(all, whole) << "pieces of " << piece;
+    EXPECT_EQ(doc.size(), whole.size());
+    if (piece == 4096) {
+      EXPECT_GE(calls, whole.size() / (4096 + 4096));
+    }
+  }
+  // read(): into fixed buffers, full ones until the end, lines split where a buffer ends.
+  for (size_t size : {size_t{1}, size_t{7}, size_t{4096}, size_t{256} << 10}) {
+    PrometheusExposition doc(t.ctl);
+    std::vector<char> buf(size);
+    std::string all;
+    size_t n;
+    while ((n = doc.read(buf.data(), size)) > 0) {
+      all.append(buf.data(), n);
+      if (n < size) {
+        EXPECT_EQ(all.size(), whole.size()) << "a short read before the end";
+      }
+    }
+    EXPECT_EQ(doc.read(buf.data(), size), 0u);
+    EXPECT_EQ(all, whole) << "buffers of " << size;
+  }
+  // Both mixed: read() keeps what did not fit, next() hands it over first.
+  {
+    PrometheusExposition doc(t.ctl);
+    std::string all, p;
+    char buf[1000];
+    for (int i = 0;; ++i) {
+      if (i % 2 == 0) {
+        const size_t n = doc.read(buf, sizeof buf);
+        if (n == 0) break;
+        all.append(buf, n);
+      } else {
+        p.clear();
+        if (!doc.next(&p, 3000)) break;
+        all += p;
+      }
+    }
+    EXPECT_EQ(all, whole);
+  }
+}
+
 TEST(PrometheusTest, PromtoolAcceptsTheOutput) {
   if (std::system("command -v promtool > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "promtool is not installed (Debian package 'prometheus')";

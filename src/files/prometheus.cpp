@@ -2,6 +2,8 @@
 #include "memcg/base/internal/hook_bypass.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 #include <cstdint>
 #include <iterator>
 #include <string>
@@ -48,69 +50,311 @@ std::string prometheus_escape_help(std::string_view text) {
 namespace {
 
 // One group's values, read during the walk and printed family by family afterwards (a family's
-// samples must be contiguous).
+// samples must be contiguous). The statistics live in one array for all groups (State::stats).
 struct Snapshot {
-  std::string label;  // group="..." already escaped
+  std::string label;  // the path, escaped for a label value
   bool root;
   uint64_t current, peak, min, low, high, max;
   uint64_t events[kNumEvents], events_local[kNumEvents];
   uint64_t waiters, queued_bytes;  // memory.wait (non-root groups)
   uint64_t wait_buckets[WaitStats::kBuckets], wait_ns_sum;  // how long charges waited there
-  std::vector<int64_t> stats;  // registry order, then pgscan and pgsteal
 };
 
-void family(std::string& out, const char* name, const char* type, const char* help) {
-  out += "# HELP ";
-  out += name;
-  out += ' ';
-  out += prometheus_escape_help(help);
-  out += "\n# TYPE ";
-  out += name;
-  out += ' ';
-  out += type;
-  out += '\n';
-}
+// The families, in the order of the document.
+enum Family : int {
+  kCurrent,
+  kPeak,
+  kMin,
+  kLow,
+  kHigh,
+  kMax,
+  kWaiters,
+  kQueuedBytes,
+  kWaitSeconds,
+  kEvents,
+  kEventsLocal,
+  kStatBytes,
+  kStatEvents,
+  kNumFamilies
+};
 
-// name{group="...",key="value"} value
-void sample(std::string& out, const char* name, const Snapshot& s, const char* key,
-            std::string_view key_value, const std::string& value) {
-  out += name;
-  out += "{group=\"";
-  out += s.label;
-  out += '"';
-  if (key != nullptr) {
-    out += ',';
-    out += key;
-    out += "=\"";
-    out += prometheus_escape_label(key_value);
-    out += '"';
+struct FamilyText {
+  const char* name;
+  const char* type;
+  const char* help;
+};
+
+constexpr FamilyText kFamilies[kNumFamilies] = {
+    {"memcg_memory_current_bytes", "gauge",
+     "Memory charged to the group and its descendants (memory.current)."},
+    {"memcg_memory_peak_bytes", "gauge",
+     "Highest memory.current recorded for the group (memory.peak)."},
+    {"memcg_memory_min_bytes", "gauge", "Hard memory protection (memory.min)."},
+    {"memcg_memory_low_bytes", "gauge", "Best-effort memory protection (memory.low)."},
+    {"memcg_memory_high_bytes", "gauge", "Throttling limit (memory.high); +Inf when unset."},
+    {"memcg_memory_max_bytes", "gauge", "Hard limit (memory.max); +Inf when unset."},
+    {"memcg_memory_wait_waiters", "gauge",
+     "Charges waiting now on the group's memory.max (memory.wait waiters)."},
+    {"memcg_memory_wait_queued_bytes", "gauge",
+     "Bytes asked by the charges waiting on the group's memory.max (memory.wait queued_bytes)."},
+    // How long the charges that queued on the group's memory.max waited (whatever their
+    // outcome), on the controller's clock: memory.wait's last/max as a distribution.
+    {"memcg_memory_wait_seconds", "histogram",
+     "Time charges waited on the group's memory.max before they were granted, timed out, "
+     "cancelled or removed (memory.wait)."},
+    {"memcg_memory_events_total", "counter",
+     "Events of the group and its descendants (memory.events)."},
+    {"memcg_memory_events_local_total", "counter",
+     "Events of the group itself (memory.events.local)."},
+    {"memcg_memory_stat_bytes", "gauge",
+     "Memory of each kind in the group and its descendants (memory.stat), in bytes."},
+    {"memcg_memory_stat_events_total", "counter",
+     "Event counts of the group and its descendants (memory.stat)."},
+};
+
+// Where a line goes: Text writes it, Length only counts its bytes (the document's length is
+// known before it is written). One formatting code serves both, so they cannot disagree.
+struct Text {
+  std::string& out;
+  void put(std::string_view v) { out.append(v); }
+  void put(char c) { out += c; }
+  void u64(uint64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, static_cast<size_t>(r.ptr - buf));
   }
-  out += "} ";
-  out += value;
-  out += '\n';
+  void i64(int64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, static_cast<size_t>(r.ptr - buf));
+  }
+};
+
+// Writes into a fixed buffer; what does not fit goes to `spill`, to be handed over first next
+// time (so a line may be split between two buffers).
+struct Span {
+  char* p;
+  char* const end;
+  std::string& spill;
+  void put(std::string_view v) {
+    const size_t room = static_cast<size_t>(end - p);
+    if (v.size() <= room) {
+      std::memcpy(p, v.data(), v.size());
+      p += v.size();
+    } else {
+      std::memcpy(p, v.data(), room);
+      p = end;
+      spill.append(v.data() + room, v.size() - room);
+    }
+  }
+  void put(char c) {
+    if (p < end) {
+      *p++ = c;
+    } else {
+      spill += c;
+    }
+  }
+  void u64(uint64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    put(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
+  }
+  void i64(int64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    put(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
+  }
+};
+
+struct Length {
+  uint64_t n = 0;
+  void put(std::string_view v) { n += v.size(); }
+  void put(char) { ++n; }
+  void u64(uint64_t v) {
+    int d = 1;
+    for (; v >= 10; v /= 10) ++d;
+    n += static_cast<uint64_t>(d);
+  }
+  void i64(int64_t v) {
+    if (v < 0) ++n;
+    u64(v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v));
+  }
+};
+
+// A knob: kUnlimited is +Inf.
+template <typename Sink>
+void put_number(Sink& out, uint64_t v) {
+  if (v == kUnlimited) {
+    out.put("+Inf");
+  } else {
+    out.u64(v);
+  }
 }
 
 // Nanoseconds as seconds with nine decimals ("0.001000000").
-std::string seconds(uint64_t ns) {
-  std::string frac = std::to_string(ns % 1'000'000'000);
-  return std::to_string(ns / 1'000'000'000) + "." + std::string(9 - frac.size(), '0') + frac;
-}
-
-std::string number(uint64_t v) {
-  return v == kUnlimited ? "+Inf" : std::to_string(v);
+template <typename Sink>
+void put_seconds(Sink& out, uint64_t ns) {
+  out.u64(ns / 1'000'000'000);
+  char frac[10];
+  uint64_t f = ns % 1'000'000'000;
+  for (int i = 9; i >= 1; --i, f /= 10) frac[i] = static_cast<char>('0' + f % 10);
+  frac[0] = '.';
+  out.put(std::string_view(frac, sizeof frac));
 }
 
 }  // namespace
 
-std::string render_prometheus(Controller& ctl) {
+// The values read at construction, the text fixed for the whole document (each sample's line
+// is `prefix label suffix value`), and where the next piece starts.
+struct PrometheusExposition::State {
+  const StatRegistry* reg = nullptr;
+  int nr_items = 0;
+  size_t stride = 0;                  // statistics per group: the registry's, pgscan, pgsteal
+  std::vector<Snapshot> groups;
+  std::vector<int64_t> stats;         // groups x stride, registry order, then pgscan and pgsteal
+
+  std::string header[kNumFamilies];   // # HELP and # TYPE lines
+  std::string prefix[kNumFamilies];   // name{group="
+  std::string plain_suffix;           // "}<space>
+  std::string event_suffix[kNumEvents];                 // ",event="high"}<space>
+  std::string bucket_prefix, bucket_suffix[WaitStats::kBuckets];  // _bucket{group=" / ",le="..."}
+  std::string sum_prefix, count_prefix;
+  std::vector<std::string> item_suffix;  // per statistic: ",item="name"}<space>
+
+  int family = 0;           // the family the next piece starts in
+  bool header_written = false;  // its # HELP and # TYPE lines
+  size_t next_group = 0;    // its next group
+  uint64_t length = 0;      // of the whole document; 0 until computed
+  std::string spill;        // written by read() past its buffer, not handed over yet
+  size_t spill_taken = 0;   // of `spill`, handed over already
+
+  void prepare_text();
+  template <typename Sink>
+  void write_group(Sink& out, int f, const Snapshot& s, const int64_t* st) const;
+};
+
+void PrometheusExposition::State::prepare_text() {
+  for (int f = 0; f < kNumFamilies; ++f) {
+    const FamilyText& t = kFamilies[f];
+    header[f] = std::string("# HELP ") + t.name + ' ' + prometheus_escape_help(t.help) +
+                "\n# TYPE " + t.name + ' ' + t.type + '\n';
+    prefix[f] = std::string(t.name) + "{group=\"";
+  }
+  plain_suffix = "\"} ";
+  auto keyed = [](const char* key, std::string_view value) {
+    return std::string("\",") + key + "=\"" + prometheus_escape_label(value) + "\"} ";
+  };
+  for (int e = 0; e < kNumEvents; ++e)
+    event_suffix[e] = keyed("event", event_name(static_cast<Event>(e)));
+  const std::string wait = kFamilies[kWaitSeconds].name;
+  bucket_prefix = wait + "_bucket{group=\"";
+  sum_prefix = wait + "_sum{group=\"";
+  count_prefix = wait + "_count{group=\"";
+  for (int i = 0; i < WaitStats::kBuckets; ++i) {
+    std::string bound;
+    if (kWaitBucketsNs[i] == UINT64_MAX) {
+      bound = "+Inf";
+    } else {
+      Text text{bound};
+      put_seconds(text, kWaitBucketsNs[i]);
+    }
+    bucket_suffix[i] = keyed("le", bound);
+  }
+  item_suffix.resize(stride);
+  for (int i = 0; i < nr_items; ++i) item_suffix[i] = keyed("item", reg->item(i).name);
+  item_suffix[nr_items] = keyed("item", "pgscan");
+  item_suffix[nr_items + 1] = keyed("item", "pgsteal");
+}
+
+// The lines of group `s` (statistics `st`) in family `f`; none where it has no sample.
+template <typename Sink>
+void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& s,
+                                              const int64_t* st) const {
+  auto start = [&](const std::string& pre, const std::string& suffix) {
+    out.put(pre);
+    out.put(s.label);
+    out.put(suffix);
+  };
+  auto knob = [&](uint64_t v) {
+    start(prefix[f], plain_suffix);
+    put_number(out, v);
+    out.put('\n');
+  };
+  auto count = [&](uint64_t v) {  // plain numbers: these never mean "max"
+    start(prefix[f], plain_suffix);
+    out.u64(v);
+    out.put('\n');
+  };
+  if (s.root && f != kCurrent && f != kPeak && f != kStatBytes && f != kStatEvents)
+    return;  // knobs, waits and events exist only for non-root groups, like their files
+  switch (f) {
+    case kCurrent: return knob(s.current);
+    case kPeak: return knob(s.peak);
+    case kMin: return knob(s.min);
+    case kLow: return knob(s.low);
+    case kHigh: return knob(s.high);
+    case kMax: return knob(s.max);
+    case kWaiters: return count(s.waiters);
+    case kQueuedBytes: return count(s.queued_bytes);
+    case kWaitSeconds:
+      for (int i = 0; i < WaitStats::kBuckets; ++i) {
+        start(bucket_prefix, bucket_suffix[i]);
+        out.u64(s.wait_buckets[i]);
+        out.put('\n');
+      }
+      start(sum_prefix, plain_suffix);
+      put_seconds(out, s.wait_ns_sum);
+      out.put('\n');
+      start(count_prefix, plain_suffix);
+      out.u64(s.wait_buckets[WaitStats::kBuckets - 1]);
+      out.put('\n');
+      return;
+    case kEvents:
+    case kEventsLocal:
+      for (int e = 0; e < kNumEvents; ++e) {
+        start(prefix[f], event_suffix[e]);
+        out.u64(f == kEvents ? s.events[e] : s.events_local[e]);
+        out.put('\n');
+      }
+      return;
+    case kStatBytes:
+    case kStatEvents: {
+      const StatKind kind = f == kStatBytes ? StatKind::kState : StatKind::kEvent;
+      for (int i = 0; i < nr_items; ++i) {
+        if (reg->item(i).kind != kind) continue;
+        start(prefix[f], item_suffix[i]);
+        out.i64(st[i]);
+        out.put('\n');
+      }
+      if (kind == StatKind::kEvent) {
+        for (int i = nr_items; i < nr_items + 2; ++i) {
+          start(prefix[f], item_suffix[i]);
+          out.i64(st[i]);
+          out.put('\n');
+        }
+      }
+      return;
+    }
+    default: return;
+  }
+}
+
+PrometheusExposition::PrometheusExposition(Controller& ctl) {
   const StatRegistry& reg = ctl.stats();
-  const int nr_items = static_cast<int>(reg.size());
   Rstat& rs = ctl.rstat();
   ctl.tick();  // may deliver notifications: before the bypass, so callbacks run as usual
   // The snapshots and the text are the library's memory (internal/lock.hpp).
   internal::HookBypass bypass;
-
-  std::vector<Snapshot> groups;
+  state_ = std::make_unique<State>();
+  State& st = *state_;
+  st.reg = &reg;
+  st.nr_items = static_cast<int>(reg.size());
+  st.stride = static_cast<size_t>(st.nr_items) + 2;
+  const int nr_items = st.nr_items;
+  // Room for the groups there are now (more may come before the walk): no copy while it grows.
+  const size_t expected = ctl.nr_groups() + 16;
+  st.groups.reserve(expected);
+  st.stats.reserve(expected * st.stride);
   ctl.walk(
       ctl.root(),
       [&](Group& g) {
@@ -133,102 +377,115 @@ std::string render_prometheus(Controller& ctl) {
         s.queued_bytes = w.queued_bytes;
         std::copy(std::begin(w.wait_buckets), std::end(w.wait_buckets), s.wait_buckets);
         s.wait_ns_sum = w.wait_ns_sum;
-        s.stats.resize(static_cast<size_t>(nr_items) + 2);
-        for (int i = 0; i < nr_items; ++i) s.stats[i] = g.stat(i);
-        s.stats[nr_items] =
-            g.stat(StatRegistry::kPgscanDirect) + g.stat(StatRegistry::kPgscanProactive);
-        s.stats[nr_items + 1] =
+        const size_t at = st.stats.size();
+        st.stats.resize(at + st.stride);
+        int64_t* v = &st.stats[at];
+        for (int i = 0; i < nr_items; ++i) v[i] = g.stat(i);
+        v[nr_items] = g.stat(StatRegistry::kPgscanDirect) + g.stat(StatRegistry::kPgscanProactive);
+        v[nr_items + 1] =
             g.stat(StatRegistry::kPgstealDirect) + g.stat(StatRegistry::kPgstealProactive);
-        groups.push_back(std::move(s));
+        st.groups.push_back(std::move(s));
       },
       /*include_dying=*/false);
+  st.prepare_text();
+}
 
-  std::string out;
-  out.reserve(groups.size() * (512 + 96 * static_cast<size_t>(nr_items)));
+PrometheusExposition::~PrometheusExposition() {
+  internal::HookBypass bypass;  // freed as it was allocated: as the library's
+  state_.reset();
+}
 
-  auto gauge = [&](const char* name, const char* help, bool with_root, auto get) {
-    family(out, name, "gauge", help);
-    for (const Snapshot& s : groups)
-      if (with_root || !s.root) sample(out, name, s, nullptr, {}, number(get(s)));
-  };
-  gauge("memcg_memory_current_bytes",
-        "Memory charged to the group and its descendants (memory.current).", true,
-        [](const Snapshot& s) { return s.current; });
-  gauge("memcg_memory_peak_bytes", "Highest memory.current recorded for the group (memory.peak).",
-        true, [](const Snapshot& s) { return s.peak; });
-  gauge("memcg_memory_min_bytes", "Hard memory protection (memory.min).", false,
-        [](const Snapshot& s) { return s.min; });
-  gauge("memcg_memory_low_bytes", "Best-effort memory protection (memory.low).", false,
-        [](const Snapshot& s) { return s.low; });
-  gauge("memcg_memory_high_bytes", "Throttling limit (memory.high); +Inf when unset.", false,
-        [](const Snapshot& s) { return s.high; });
-  gauge("memcg_memory_max_bytes", "Hard limit (memory.max); +Inf when unset.", false,
-        [](const Snapshot& s) { return s.max; });
+size_t PrometheusExposition::groups() const noexcept { return state_->groups.size(); }
 
-  // Plain numbers: these never mean "max" (number() would print kUnlimited as +Inf).
-  auto count_gauge = [&](const char* name, const char* help, auto get) {
-    family(out, name, "gauge", help);
-    for (const Snapshot& s : groups)
-      if (!s.root) sample(out, name, s, nullptr, {}, std::to_string(get(s)));
-  };
-  count_gauge("memcg_memory_wait_waiters",
-              "Charges waiting now on the group's memory.max (memory.wait waiters).",
-              [](const Snapshot& s) { return s.waiters; });
-  count_gauge("memcg_memory_wait_queued_bytes",
-              "Bytes asked by the charges waiting on the group's memory.max (memory.wait "
-              "queued_bytes).",
-              [](const Snapshot& s) { return s.queued_bytes; });
-  // How long the charges that queued on the group's memory.max waited (whatever their outcome),
-  // on the controller's clock: memory.wait's last/max as a distribution.
-  family(out, "memcg_memory_wait_seconds", "histogram",
-         "Time charges waited on the group's memory.max before they were granted, timed out, "
-         "cancelled or removed (memory.wait).");
-  for (const Snapshot& s : groups) {
-    if (s.root) continue;
-    for (int i = 0; i < WaitStats::kBuckets; ++i) {
-      const uint64_t le = kWaitBucketsNs[i];
-      const std::string bound = le == UINT64_MAX ? "+Inf" : seconds(le);
-      sample(out, "memcg_memory_wait_seconds_bucket", s, "le", bound,
-             std::to_string(s.wait_buckets[i]));
+uint64_t PrometheusExposition::size() {
+  State& st = *state_;
+  if (st.length == 0) {
+    Length n;
+    for (int f = 0; f < kNumFamilies; ++f) {
+      n.put(st.header[f]);
+      for (size_t i = 0; i < st.groups.size(); ++i)
+        st.write_group(n, f, st.groups[i], &st.stats[i * st.stride]);
     }
-    sample(out, "memcg_memory_wait_seconds_sum", s, nullptr, {}, seconds(s.wait_ns_sum));
-    sample(out, "memcg_memory_wait_seconds_count", s, nullptr, {},
-           std::to_string(s.wait_buckets[WaitStats::kBuckets - 1]));
+    st.length = n.n;
   }
+  return st.length;
+}
 
-  auto events = [&](const char* name, const char* help, bool local) {
-    family(out, name, "counter", help);
-    for (const Snapshot& s : groups) {
-      if (s.root) continue;
-      for (int e = 0; e < kNumEvents; ++e) {
-        const uint64_t v = local ? s.events_local[e] : s.events[e];
-        sample(out, name, s, "event", event_name(static_cast<Event>(e)), std::to_string(v));
-      }
+bool PrometheusExposition::next(std::string* out, size_t min_bytes) {
+  internal::HookBypass bypass;
+  State& st = *state_;
+  if (out == nullptr) return false;
+  bool appended = false;
+  if (st.spill_taken < st.spill.size()) {  // what read() wrote past its buffer comes first
+    out->append(st.spill, st.spill_taken, std::string::npos);
+    st.spill.clear();
+    st.spill_taken = 0;
+    appended = true;
+    if (out->size() >= min_bytes) return true;
+  }
+  if (st.family >= kNumFamilies) return appended;
+  const size_t n = st.groups.size();
+  // Something is appended on every call before the end, even when `*out` is long already.
+  const size_t target = std::max(min_bytes, out->size() + 1);
+  while (st.family < kNumFamilies && out->size() < target) {
+    if (!st.header_written) {
+      out->append(st.header[st.family]);
+      st.header_written = true;
     }
-  };
-  events("memcg_memory_events_total", "Events of the group and its descendants (memory.events).",
-         false);
-  events("memcg_memory_events_local_total", "Events of the group itself (memory.events.local).",
-         true);
+    // Whole groups until the piece is long enough or the family ends.
+    Text text{*out};
+    while (st.next_group < n && out->size() < target) {
+      st.write_group(text, st.family, st.groups[st.next_group],
+                     &st.stats[st.next_group * st.stride]);
+      ++st.next_group;
+    }
+    if (st.next_group == n) {  // else the next piece goes on within this family
+      ++st.family;
+      st.header_written = false;
+      st.next_group = 0;
+    }
+  }
+  return true;
+}
 
-  auto stats = [&](const char* name, const char* type, const char* help, StatKind kind) {
-    family(out, name, type, help);
-    for (const Snapshot& s : groups) {
-      for (int i = 0; i < nr_items; ++i) {
-        if (reg.item(i).kind != kind) continue;
-        sample(out, name, s, "item", reg.item(i).name, std::to_string(s.stats[i]));
-      }
-      if (kind == StatKind::kEvent) {
-        sample(out, name, s, "item", "pgscan", std::to_string(s.stats[nr_items]));
-        sample(out, name, s, "item", "pgsteal", std::to_string(s.stats[nr_items + 1]));
-      }
+size_t PrometheusExposition::read(char* buf, size_t max) {
+  internal::HookBypass bypass;
+  State& st = *state_;
+  if (buf == nullptr) return 0;
+  size_t n = std::min(max, st.spill.size() - st.spill_taken);
+  std::memcpy(buf, st.spill.data() + st.spill_taken, n);
+  st.spill_taken += n;
+  if (st.spill_taken < st.spill.size()) return n;
+  st.spill.clear();
+  st.spill_taken = 0;
+  Span span{buf + n, buf + max, st.spill};
+  const size_t groups = st.groups.size();
+  while (st.family < kNumFamilies && span.p < span.end) {
+    if (!st.header_written) {
+      span.put(st.header[st.family]);
+      st.header_written = true;
     }
-  };
-  stats("memcg_memory_stat_bytes", "gauge",
-        "Memory of each kind in the group and its descendants (memory.stat), in bytes.",
-        StatKind::kState);
-  stats("memcg_memory_stat_events_total", "counter",
-        "Event counts of the group and its descendants (memory.stat).", StatKind::kEvent);
+    while (st.next_group < groups && span.p < span.end) {
+      st.write_group(span, st.family, st.groups[st.next_group],
+                     &st.stats[st.next_group * st.stride]);
+      ++st.next_group;
+    }
+    if (st.next_group == groups) {
+      ++st.family;
+      st.header_written = false;
+      st.next_group = 0;
+    }
+  }
+  return static_cast<size_t>(span.p - buf);
+}
+
+std::string render_prometheus(Controller& ctl) {
+  PrometheusExposition doc(ctl);
+  internal::HookBypass bypass;  // the text is the library's memory, as the snapshots are
+  std::string out;
+  out.reserve(doc.size());
+  while (doc.next(&out, SIZE_MAX)) {
+  }
   return out;
 }
 

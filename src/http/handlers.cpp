@@ -3,8 +3,10 @@
 // leaves a callback (they are C callbacks): a failure answers 500 or 503, or closes.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string_view>
 
@@ -55,6 +57,20 @@ struct Header {
   const char* value;
 };
 
+// Queues `r` with `status` and the headers every answer carries, and drops our reference (the
+// answer lives while queued). MHD_NO when it cannot be queued (the connection is then closed).
+MHD_Result queue(MHD_Connection* c, unsigned status, MHD_Response* r, const char* type,
+                 std::initializer_list<Header> extra) {
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  // Documents are generated per request: no ranges, ever (a multi-range answer would be many
+  // copies of the document).
+  MHD_add_response_header(r, MHD_HTTP_HEADER_ACCEPT_RANGES, "none");
+  for (const Header& h : extra) MHD_add_response_header(r, h.name, h.value);
+  const MHD_Result ok = MHD_queue_response(c, status, r);
+  MHD_destroy_response(r);
+  return ok;
+}
+
 // Queues `body` with `status`. `gate` (may be null) is released when the answer is freed, here
 // on any failure too. MHD_NO when the answer cannot be queued (the connection is then closed).
 MHD_Result send(MHD_Connection* c, unsigned status, std::string body, const char* type,
@@ -73,14 +89,42 @@ MHD_Result send(MHD_Connection* c, unsigned status, std::string body, const char
     free_answer(a);
     return MHD_NO;
   }
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-  // Documents are generated per request: no ranges, ever (a multi-range answer would be many
-  // copies of the document).
-  MHD_add_response_header(r, MHD_HTTP_HEADER_ACCEPT_RANGES, "none");
-  for (const Header& h : extra) MHD_add_response_header(r, h.name, h.value);
-  const MHD_Result ok = MHD_queue_response(c, status, r);
-  MHD_destroy_response(r);  // drops our reference; the answer lives while queued
-  return ok;
+  return queue(c, status, r, type, extra);
+}
+
+// GET /metrics, sent while it is written: the values are read when the request is answered
+// (PrometheusExposition), its length counted (Content-Length: the connection stays reusable and
+// a cut answer is seen as one), and the text written straight into libmicrohttpd's send buffer
+// as it sends. The answer holds the values, that buffer and the few KB of a line that did not
+// fit, never the whole document, and its place among the answers in flight until it is freed.
+// kBlockBytes is the buffer (allocated with the answer): each send() takes up to this much, so
+// a 28 MB document goes out in about a hundred sends.
+constexpr size_t kBlockBytes = 256 * 1024;
+
+struct StreamedMetrics {
+  explicit StreamedMetrics(Controller& ctl) : doc(ctl) {}
+  PrometheusExposition doc;
+  std::atomic<size_t>* gate = nullptr;
+};
+
+// Fills `buf` (libmicrohttpd asks for at most what is left of the announced length).
+ssize_t read_metrics(void* cls, uint64_t, char* buf, size_t max) {
+  auto* m = static_cast<StreamedMetrics*>(cls);
+  size_t n;
+  try {
+    n = m->doc.read(buf, max);
+  } catch (...) {
+    // Out of memory: the connection is closed, short of its Content-Length.
+    return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  if (n == 0) return MHD_CONTENT_READER_END_WITH_ERROR;  // shorter than counted: never
+  return static_cast<ssize_t>(n);
+}
+
+void free_metrics(void* cls) {
+  auto* m = static_cast<StreamedMetrics*>(cls);
+  if (m->gate != nullptr) m->gate->fetch_sub(1, std::memory_order_relaxed);
+  delete m;
 }
 
 MHD_Result reply(MHD_Connection* c, unsigned status, std::string_view text,
@@ -264,13 +308,22 @@ MHD_Result get_file(Impl& s, MHD_Connection* c, const Request& r) {
   return send(c, 200, std::move(text), kTextType);
 }
 
+// A place among max_answers_in_flight, or false when they are all taken.
+bool take_place(Impl& s) {
+  if (s.answers_in_flight.fetch_add(1, std::memory_order_relaxed) < s.options.max_answers_in_flight)
+    return true;
+  s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+  return false;
+}
+
+MHD_Result too_busy(MHD_Connection* c) {
+  return reply(c, 503, "too many answers in flight", {{"Retry-After", "1"}});
+}
+
 // A whole generated document, within max_answers_in_flight.
 template <typename Render>
 MHD_Result document(Impl& s, MHD_Connection* c, const char* type, Render render) {
-  if (s.answers_in_flight.fetch_add(1, std::memory_order_relaxed) >= s.options.max_answers_in_flight) {
-    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
-    return reply(c, 503, "too many answers in flight", {{"Retry-After", "1"}});
-  }
+  if (!take_place(s)) return too_busy(c);
   std::string body;
   try {
     body = render();
@@ -281,13 +334,35 @@ MHD_Result document(Impl& s, MHD_Connection* c, const char* type, Render render)
   return send(c, 200, std::move(body), type, &s.answers_in_flight);
 }
 
+// The exposition, streamed (StreamedMetrics), within max_answers_in_flight.
+MHD_Result metrics(Impl& s, MHD_Connection* c) {
+  if (!take_place(s)) return too_busy(c);
+  std::unique_ptr<StreamedMetrics> m;
+  uint64_t length;
+  try {
+    m = std::make_unique<StreamedMetrics>(s.ctl);
+    length = m->doc.size();
+  } catch (...) {
+    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    throw;
+  }
+  m->gate = &s.answers_in_flight;
+  MHD_Response* r = MHD_create_response_from_callback(length, kBlockBytes, &read_metrics,
+                                                      m.get(), &free_metrics);
+  if (r == nullptr) {
+    free_metrics(m.release());
+    return MHD_NO;
+  }
+  m.release();  // the answer owns it now
+  return queue(c, 200, r, kMetricsType, {});
+}
+
 MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
   // Reads deliver no notification here: they stay for the threads that deliver them.
   internal::DeferCallbacks defer;
   if (r.target_status != 0) return reply(c, 400, "invalid path");
   if (r.path == "/healthz") return reply(c, 200, "ok");
-  if (r.path == "/metrics")
-    return document(s, c, kMetricsType, [&] { return render_prometheus(s.ctl); });
+  if (r.path == "/metrics") return metrics(s, c);
   if (r.path == "/v1/groups")
     return document(s, c, "application/json", [&] { return render_groups_json(s.ctl); });
   if (is_file_target(r.path)) return get_file(s, c, r);

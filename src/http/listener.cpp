@@ -1,7 +1,8 @@
 // The acceptor of memcg::http::Server: accepts connections and hands them to libmicrohttpd's
 // workers, enforces the per-request deadlines (read_timeout, write_timeout) that
 // libmicrohttpd's inactivity timeout cannot, and survives every accept() error: one client's
-// errors are skipped, a descriptor or memory shortage is counted and waited out, and a failed
+// errors are skipped, a descriptor or memory shortage is counted and waited out (a spare
+// descriptor, kept or taken again, refuses the waiting clients meanwhile), and a failed
 // listening socket is closed, reported (running() false) and bound again every second.
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -71,6 +72,10 @@ void Impl::accept_loop() {
   int spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   SteadyClock::time_point paused_until{}, rebind_at{};
   while (!stopping.load()) {
+    // The spare may be missing: not to be had when the acceptor started, or taken by another
+    // thread in the moment it was given up. Taken again as soon as a descriptor is free (one
+    // failing open() a round while none is).
+    if (spare < 0) spare = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     const SteadyClock::time_point now = SteadyClock::now();
     // At the connection limit, further clients wait in the kernel's listen backlog (bounded by
     // the kernel) until a connection closes, rather than being accepted and dropped.
@@ -102,9 +107,11 @@ void Impl::accept_loop() {
             ++pending_starts;
             last_add = SteadyClock::now();
           }
-          if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), len) == MHD_YES) {
-            accepted.fetch_add(1, std::memory_order_relaxed);
-          } else {
+          // Counted before the hand-off: a worker may have answered the client before
+          // MHD_add_connection() returns, and stats() must not lag behind what a client saw.
+          accepted.fetch_add(1, std::memory_order_relaxed);
+          if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), len) != MHD_YES) {
+            accepted.fetch_sub(1, std::memory_order_relaxed);
             refused.fetch_add(1, std::memory_order_relaxed);
             std::lock_guard<std::mutex> lock(conns_mutex);
             if (pending_starts > 0) --pending_starts;

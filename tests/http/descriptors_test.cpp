@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,10 +55,11 @@ bool connect_to(int fd, int port) {
 const std::string kHealthz = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
 
 // Lowers the soft RLIMIT_NOFILE to a little above what is open and opens /dev/null until
-// open() fails with EMFILE; the destructor closes them and restores the limit.
+// open() fails with EMFILE, then gives back `leave_free` of them; the destructor closes them and
+// restores the limit.
 class Exhaustion {
  public:
-  Exhaustion() {
+  explicit Exhaustion(size_t leave_free = 0) {
     ::getrlimit(RLIMIT_NOFILE, &old_);
     const int probe = ::open("/dev/null", O_RDONLY | O_CLOEXEC);  // the lowest free number
     if (probe >= 0) ::close(probe);
@@ -65,10 +67,16 @@ class Exhaustion {
     low.rlim_cur = std::min<rlim_t>(old_.rlim_cur, static_cast<rlim_t>(probe + 64));
     lowered_ = ::setrlimit(RLIMIT_NOFILE, &low) == 0;
     fill();
-    // The server closes a finished connection's descriptor a moment after its answer: take
-    // what it gives back too.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    fill();
+    if (leave_free == 0) {
+      // The server closes a finished connection's descriptor a moment after its answer: take
+      // what it gives back too.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      fill();
+    }
+    for (size_t i = 0; i < leave_free && !fds_.empty(); ++i) {
+      ::close(fds_.back());
+      fds_.pop_back();
+    }
   }
   ~Exhaustion() { release(); }
   void release() {
@@ -166,6 +174,66 @@ TEST(HttpDescriptorsTest, OutOfDescriptorsRefusesWithoutSpinningAndRecovers) {
   const auto s0 = Clock::now();
   server.stop();
   EXPECT_LE(Clock::now() - s0, server.options().read_timeout + 1s);
+}
+
+// A client connected while no descriptor is left, its request sent; true when the server closed
+// it within `wait` (refused), and its answer.
+bool refused_within(int fd, int port, std::chrono::milliseconds wait, std::string* answer) {
+  if (!connect_to(fd, port) || !testing::send_all(fd, kHealthz)) return true;
+  bool closed = false;
+  *answer = testing::read_until_closed(fd, wait, &closed);
+  return closed;
+}
+
+// The spare descriptor that refuses clients under a shortage could not be opened when the
+// acceptor started (start() took every free descriptor): clients then wait in the backlog. Once
+// descriptors are free again the acceptor takes its spare, so the next shortage refuses at once.
+TEST(HttpDescriptorsTest, TheSpareDescriptorIsTakenAgainOnceDescriptorsAreFree) {
+  memcg::testing::Watchdog dog("the spare descriptor", 60s);
+  Controller ctl;
+  Server server(ctl);
+  int clients[2];
+  for (int& fd : clients) {
+    fd = unconnected_socket();
+    ASSERT_GE(fd, 0);
+  }
+  // Start with just the descriptors start() needs: the fewest free ones with which it works.
+  std::unique_ptr<Exhaustion> ex;
+  size_t free_for_start = 0;
+  for (; free_for_start < 48; ++free_for_start) {
+    ex = std::make_unique<Exhaustion>(free_for_start);
+    ASSERT_TRUE(ex->exhausted());
+    if (server.start() == 0) break;
+    ex.reset();
+  }
+  ASSERT_TRUE(server.running()) << "start() failed with up to 48 free descriptors";
+  const int port = server.port();
+  std::this_thread::sleep_for(100ms);  // the acceptor tries to open its spare, and cannot
+
+  // No spare: a client arriving now waits (not refused), and is served once descriptors return.
+  std::string answer;
+  ASSERT_FALSE(refused_within(clients[0], port, 600ms, &answer))
+      << "refused at once: the acceptor had its spare (start() left " << free_for_start
+      << " descriptors, one free after it?)";
+  ex.reset();
+  answer = testing::read_until_closed(clients[0], 3s);
+  EXPECT_EQ(testing::status_of(answer), 200) << answer;
+
+  // Descriptors free for a while: the acceptor takes its spare. The next shortage refuses the
+  // waiting client promptly, without an answer.
+  std::this_thread::sleep_for(300ms);
+  ex = std::make_unique<Exhaustion>();
+  ASSERT_TRUE(ex->exhausted());
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(refused_within(clients[1], port, 2s, &answer))
+      << "a client waited 2 s without being refused: no spare descriptor";
+  EXPECT_NE(testing::status_of(answer), 200);
+  EXPECT_LT(Clock::now() - t0, 2s);
+  ex.reset();
+  for (int fd : clients) ::close(fd);
+  EXPECT_TRUE(server.running());
+  EXPECT_EQ(server.stats().listener_losses, 0u);
+  server.stop();
 }
 
 }  // namespace

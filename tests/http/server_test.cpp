@@ -168,6 +168,38 @@ TEST(HttpServerTest, MetricsServeTheExposition) {
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_EQ(res->body, render_prometheus(t.ctl));
   EXPECT_NE(res->body.find("memcg_memory_max_bytes{group=\"c\"} 1048576\n"), std::string::npos);
+  // Written while it is sent, with its length announced up front (not chunked).
+  EXPECT_EQ(res->get_header_value("Content-Length"), std::to_string(res->body.size()));
+  EXPECT_FALSE(res->has_header("Transfer-Encoding"));
+  auto head = live.client->Head("/metrics");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->get_header_value("Content-Length"), std::to_string(res->body.size()));
+  EXPECT_TRUE(head->body.empty());
+  // An HTTP/1.0 client gets the same document, then the connection is closed.
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    timeval tv{10, 0};
+    ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(static_cast<uint16_t>(live.server.port()));
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&sin), sizeof sin), 0);
+    const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    std::string answer;
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    EXPECT_EQ(n, 0) << "not closed by the server";
+    const size_t end = answer.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos);
+    EXPECT_EQ(answer.rfind("HTTP/1.", 0), 0u);
+    EXPECT_EQ(answer.substr(end + 4), res->body);
+  }
 
   // Compression is never applied, whatever the client accepts.
   auto plain = live.client->Get("/metrics", {{"Accept-Encoding", "gzip, deflate, br"}});

@@ -23,8 +23,15 @@
 // Thread safety: may be called from any thread, concurrently with everything else; the tree lock
 // is held in shared mode during the walk, so groups are not created or removed meanwhile. Cost:
 // proportional to the number of groups times the number of statistic items.
+//
+// PrometheusExposition is the same document in pieces, for a server that sends while it renders
+// (memcg::http does): the values are read once, at construction, and the text is written a piece
+// at a time, so the whole document (about 2.9 KB a group) is never held at once.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -34,6 +41,47 @@ class Controller;
 
 // The exposition of every online group of `controller`.
 std::string render_prometheus(Controller& controller);
+
+// The exposition of `controller` as render_prometheus() would return it at construction, written
+// in pieces. Construction reads every online group's values (the walk render_prometheus() makes,
+// notifications included); next() and read() only format them and touch the controller no more,
+// so they may run later, on any one thread at a time, for as long as the object lives.
+// Memory: the values, held until destruction: about 300 bytes a group, 8 more per statistic
+// item (12 with the built-in ones) and its path (3.7 MB for 10 000 groups, against 28.6 MB of
+// text).
+class PrometheusExposition {
+ public:
+  explicit PrometheusExposition(Controller& controller);
+  ~PrometheusExposition();
+  PrometheusExposition(const PrometheusExposition&) = delete;
+  PrometheusExposition& operator=(const PrometheusExposition&) = delete;
+
+  // Appends the next whole lines of the document to `*out` (after a read(), first the rest of
+  // the line it split) until it holds at least `min_bytes` or the document ends (a piece
+  // overshoots `min_bytes` by at most one group's lines of one family, a few KB); something is
+  // appended even when `*out` is that long already. False, with nothing appended, once the
+  // document is complete (or when `out` is null): the concatenation of all pieces is the
+  // document, byte for byte. Throws std::bad_alloc when `*out` cannot grow; the rest of the
+  // document is then lost.
+  bool next(std::string* out, size_t min_bytes);
+
+  // Copies the next bytes of the document into `buf`, `max` at most, writing them there
+  // directly (what does not fit is kept for the next call, a few KB at most); how many, which is
+  // less than `max` only at the end (0 once the document is complete, or when `buf` is null).
+  // May be mixed with next(). Throws std::bad_alloc when the kept bytes cannot be stored.
+  size_t read(char* buf, size_t max);
+
+  // The document's length in bytes, whatever next() or read() wrote already: counted, not
+  // written, the first time (a few ms for 10 000 groups), then remembered.
+  uint64_t size();
+
+  // The number of groups read at construction.
+  size_t groups() const noexcept;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // `value` escaped for a label value of the text format: backslash, double quote and line feed
 // become \\, \" and \n.

@@ -83,7 +83,9 @@ struct ServerOptions {
   // 1..1 MiB. Knob writes are a few bytes.
   size_t max_body_bytes = 16 * 1024;
   // Generated documents (/metrics, /v1/groups) being rendered or sent at once; more get 503
-  // (with Retry-After). 1..64. What bounds the memory of answers: each is a whole document.
+  // (with Retry-After). 1..64. What bounds the memory of answers: each holds a whole document
+  // (/v1/groups), or the values of every group and a 256 KiB send buffer (/metrics, written
+  // while it is sent).
   size_t max_answers_in_flight = 4;
   // A request (line, headers and body) must arrive within read_timeout of the connection's
   // opening or of the previous answer's end; an answer must be taken within write_timeout.
