@@ -26,6 +26,7 @@ namespace memcg {
 namespace {
 
 using internal::ControllerWaits;
+using internal::room_and_limit;
 using internal::WaitAccess;
 using internal::Waiter;
 using internal::WaitQueue;
@@ -85,15 +86,6 @@ void finish(Clock& clock, Waiter& w, Waiter::State state) noexcept {
   clock.wake(w.clock_waiter);
 }
 
-// The least room over every level from `g` to the root, and the least max.
-void room_and_limit(const Group& g, int64_t& room, int64_t& limit) noexcept {
-  room = INT64_MAX;
-  limit = INT64_MAX;
-  for (const Group* a = &g; a && !a->is_root(); a = a->parent()) {
-    room = std::min(room, a->memory().margin());
-    limit = std::min(limit, a->memory().max());
-  }
-}
 
 // The aging bound of a class: half for kHigh, twice for kLow (charge_wait.hpp).
 uint64_t aging_of(int cls, uint64_t aging) noexcept {
@@ -286,6 +278,15 @@ void account_exit(WaitQueue& q, const Waiter& w, WaitStatus status, uint64_t now
 
 }  // namespace
 
+void internal::room_and_limit(const Group& g, int64_t& room, int64_t& limit) noexcept {
+  room = INT64_MAX;
+  limit = INT64_MAX;
+  for (const Group* a = &g; a && !a->is_root(); a = a->parent()) {
+    room = std::min(room, a->memory().margin());
+    limit = std::min(limit, a->memory().max());
+  }
+}
+
 const char* wait_status_name(WaitStatus s) noexcept {
   switch (s) {
     case WaitStatus::kOk:
@@ -374,6 +375,8 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
     // Each look at the queues takes the mutexes of the path root first, so this one is let go
     // of first. Any library code may run meanwhile (uncharges that dispatch, a removal), so
     // everything is looked at again after each return.
+    // Cooperative preemption: on the first look, then after each poll, while short.
+    bool ask = cls > static_cast<int>(WaitPriority::kLow);
     for (;;) {
       if (w.state != Waiter::kWaiting) break;
       guard.unlock();
@@ -382,6 +385,14 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
       if (w.state != Waiter::kWaiting) break;
       const uint64_t now = clock.now_ns();
       if (stop.stop_requested() || now >= deadline_ns) break;
+      if (ask && q->preempt.load(std::memory_order_relaxed)) {
+        ask = false;
+        const int64_t need = w.units - w.reserved;
+        guard.unlock();  // the members' callbacks run with no library lock held
+        internal::preempt_for(*limiting, group, cls, need);
+        guard.lock();
+        continue;  // what they released may have served this waiter: look again
+      }
       const uint64_t until = std::min(deadline_ns, Clock::after(now, kPollIntervalNs));
       clock.wait_until(w.clock_waiter, guard, until, stop);
       if (w.state != Waiter::kWaiting || stop.stop_requested()) continue;
@@ -391,6 +402,7 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
         ctl.obj_stock().drain_all(limiting);
         ctl.stock().drain_all(limiting);
         guard.lock();
+        ask = cls > static_cast<int>(WaitPriority::kLow);
       }
     }
     q->lists[cls].erase(&w);
@@ -439,6 +451,20 @@ int set_wait_priority(Group& group, WaitPriority priority) noexcept {
   if (q == nullptr) return ENOMEM;
   q->default_cls.store(static_cast<uint8_t>(c), std::memory_order_relaxed);
   return 0;
+}
+
+int set_wait_preempt(Group& group, bool on) noexcept {
+  if (group.is_root()) return ENOENT;
+  ControllerWaits* cw = controller_waits(group.controller());
+  WaitQueue* q = cw ? queue_of(*cw, group) : nullptr;
+  if (q == nullptr) return ENOMEM;
+  q->preempt.store(on, std::memory_order_relaxed);
+  return 0;
+}
+
+bool wait_preempt(const Group& group) noexcept {
+  const WaitQueue* q = WaitAccess::queue(group);
+  return q != nullptr && q->preempt.load(std::memory_order_relaxed);
 }
 
 WaitPriority wait_priority(const Group& group) noexcept {

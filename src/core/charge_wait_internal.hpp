@@ -66,6 +66,8 @@ struct WaitQueue {
   uint64_t buckets[WaitStats::kBuckets] = {};
   // The class of the owner's own charges that ask for kDefault.
   std::atomic<uint8_t> default_cls{static_cast<uint8_t>(WaitPriority::kNormal)};
+  // Cooperative preemption for the waiters of this queue (set_wait_preempt).
+  std::atomic<bool> preempt{false};
   // In ControllerWaits::queues; guarded by ControllerWaits::mu.
   WaitQueue* ctl_prev = nullptr;
   WaitQueue* ctl_next = nullptr;
@@ -94,6 +96,14 @@ struct LazyDeadline {
 // Charges `units` (checked, > 0) to `group` (not the root), waiting on the limit that holds.
 WaitStatus charge_or_wait(Group& group, int64_t units, const LazyDeadline& deadline,
                           const std::stop_token& stop, int cls, int kind) noexcept;
+
+// Cooperative preemption (preempt.cpp): asks members of a class below `cls` in the subtree of
+// `domain` (the group whose limit holds the waiter) to give memory back for a waiter of `group`
+// that still needs `need` units. REQUIRES: no library lock held.
+void preempt_for(Group& domain, Group& group, int cls, int64_t need) noexcept;
+
+// The least room over every level from `g` to the root, and the least max.
+void room_and_limit(const Group& g, int64_t& room, int64_t& limit) noexcept;
 
 // The wait class of `p` for `group` (kDefault: the group's own), or -1 when `p` is out of range.
 int wait_class_of(const Group& group, WaitPriority p) noexcept;
