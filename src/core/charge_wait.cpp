@@ -110,6 +110,14 @@ struct Locked {
   int n = 0;
 };
 
+// One list of one locked queue (a class), walked in list order. Along a list, since_ns and
+// arrival only grow (the enqueue keeps it so), so it is in arrival order, and, its waiters
+// sharing one class and aging bound, in the order they age.
+struct Cursor {
+  Waiter* w;
+  WaitQueue* q;
+};
+
 // The policy, with every queue of `l` locked (they are the queues of one path). Freed room is
 // offered in two rounds:
 //  1. aged waiters (waited their class's aging bound; never one larger than a limit on its path,
@@ -122,31 +130,40 @@ struct Locked {
 //  2. every other waiter, higher classes first, arrival order within a class across the queues:
 //     granted if it fits, whatever waits before it (the bypass: a small request that fits is never
 //     held behind a large one that does not).
+// Cost: linear in the waiters of the path. Each round is a merge of sorted lists with one cursor
+// per list (at most kMaxJointQueues x kWaitPriorities lists), and each waiter is passed once per
+// round: O(waiters x lists), the number of lists bounded by a constant. (It was a fresh scan of
+// every list per served waiter, quadratic in the waiters.) Nothing unlinks a waiter meanwhile:
+// a waiter leaves its list under its queue's mutex, which this holds.
 void dispatch_locked(Locked& l, Clock& clock, uint64_t aging) noexcept {
   const uint64_t now = clock.now_ns();
   for (int i = 0; i < l.n; ++i) ++l.q[i]->epoch;
-  auto seen = [&](const Waiter* w, const WaitQueue* q) { return w->seen == q->epoch; };
-  // Round 1.
+  auto seen = [](const Waiter* w, const WaitQueue* q) { return w->seen == q->epoch; };
+  Cursor c[kMaxJointQueues * kWaitPriorities];
+  // Round 1: the aged prefix of every list, merged by the time they aged.
+  int nc = 0;
+  for (int i = 0; i < l.n; ++i)
+    for (auto& list : l.q[i]->lists) c[nc++] = {list.head, l.q[i]};
   for (;;) {
-    Waiter* best = nullptr;
-    WaitQueue* best_q = nullptr;
+    int bi = -1;
     uint64_t best_at = 0;
-    for (int i = 0; i < l.n; ++i)
-      for (auto& list : l.q[i]->lists)
-        for (Waiter* w = list.head; w; w = w->next) {
-          if (w->state != Waiter::kWaiting || w->aged_seen == l.q[i]->epoch) continue;
-          const uint64_t at = aged_at(*w, aging);
-          // A clock that reads earlier than `since` (only a broken one) leaves the waiter young.
-          if (now < w->since_ns || now < at) continue;
-          if (best == nullptr || at < best_at ||
-              (at == best_at && earlier(*w, *best))) {
-            best = w;
-            best_q = l.q[i];
-            best_at = at;
-          }
-        }
-    if (best == nullptr) break;
-    best->aged_seen = best_q->epoch;
+    for (int i = 0; i < nc; ++i) {
+      Waiter*& w = c[i].w;
+      while (w != nullptr && w->state != Waiter::kWaiting) w = w->next;
+      if (w == nullptr) continue;
+      const uint64_t at = aged_at(*w, aging);
+      // Not aged: nor is the rest of its list. A clock that reads earlier than `since` (only a
+      // broken one) leaves the waiter young.
+      if (now < w->since_ns || now < at) continue;
+      if (bi < 0 || at < best_at || (at == best_at && earlier(*w, *c[bi].w))) {
+        bi = i;
+        best_at = at;
+      }
+    }
+    if (bi < 0) break;
+    Waiter* best = c[bi].w;
+    WaitQueue* best_q = c[bi].q;
+    c[bi].w = best->next;
     const int64_t need = best->units - best->reserved;
     if (best->group->memory().try_charge(need) == nullptr) {
       best->seen = best_q->epoch;
@@ -161,27 +178,27 @@ void dispatch_locked(Locked& l, Clock& clock, uint64_t aging) noexcept {
     if (room > 0 && room < need && best->group->memory().try_charge(room) == nullptr)
       best->reserved += room;
   }
-  // Round 2.
-  for (int cls = kWaitPriorities - 1; cls >= 0; --cls)
+  // Round 2: per class, high first, the lists of the queues merged in arrival order.
+  for (int cls = kWaitPriorities - 1; cls >= 0; --cls) {
+    nc = 0;
+    for (int i = 0; i < l.n; ++i) c[nc++] = {l.q[i]->lists[cls].head, l.q[i]};
     for (;;) {
-      Waiter* best = nullptr;
-      WaitQueue* best_q = nullptr;
-      for (int i = 0; i < l.n; ++i)
-        for (Waiter* w = l.q[i]->lists[cls].head; w; w = w->next) {
-          if (w->state != Waiter::kWaiting || seen(w, l.q[i])) continue;
-          if (best == nullptr || earlier(*w, *best)) {
-            best = w;
-            best_q = l.q[i];
-          }
-          break;  // the first unseen one of each list is its candidate (arrival order)
-        }
-      if (best == nullptr) break;
-      best->seen = best_q->epoch;
+      int bi = -1;
+      for (int i = 0; i < nc; ++i) {
+        Waiter*& w = c[i].w;
+        while (w != nullptr && (w->state != Waiter::kWaiting || seen(w, c[i].q))) w = w->next;
+        if (w != nullptr && (bi < 0 || earlier(*w, *c[bi].w))) bi = i;
+      }
+      if (bi < 0) break;
+      Waiter* best = c[bi].w;
+      c[bi].w = best->next;
+      best->seen = c[bi].q->epoch;
       if (best->group->memory().try_charge(best->units - best->reserved) == nullptr) {
         best->reserved = best->units;
         finish(clock, *best, Waiter::kGranted);
       }
     }
+  }
 }
 
 // Serves the queues of `from` and its ancestors that have waiters: locks them root first (every
@@ -366,6 +383,10 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
     std::unique_lock<std::mutex> guard(q->mu);
     count.fetch_add(1, std::memory_order_seq_cst);
     w.arrival = q->arrivals++;
+    // Keep each list in arrival order (dispatch_locked merges them): a thread that read the
+    // clock before another but took the mutex after it queues at the other's time.
+    if (const Waiter* last = q->lists[cls].tail; last != nullptr && last->since_ns > w.since_ns)
+      w.since_ns = last->since_ns;
     q->lists[cls].push_back(&w);
     ++q->counts[cls].waits;
     // A removal or ~Controller that came between the checks above and the enqueue has looked at

@@ -27,9 +27,8 @@ struct Waiter {
   Group* group;            // charged group (a reference is held while waiting)
   int64_t units;           // asked
   int64_t reserved = 0;    // already charged to `group` for it (aged waiters)
-  uint64_t since_ns = 0;   // queued at, on the controller's clock
+  uint64_t since_ns = 0;   // queued at, on the controller's clock (grows along its list)
   uint64_t arrival = 0;    // the queue's arrival number: orders waiters queued at the same time
-  uint64_t aged_seen = 0;  // the queue's dispatch epoch in which round 1 looked at it
   uint64_t seen = 0;       // ...in which it was served or reserved for (round 2 skips it)
   const int cls;           // WaitPriority kLow..kHigh
   State state = kWaiting;
