@@ -1,6 +1,7 @@
 // Cooperative preemption of waiting charges (charge_wait.hpp, set_wait_preempt): who is asked,
 // in which order, how often, and what the waiter gets. On a virtual clock that counts the waits
-// it blocks in, so the test knows when a waiter has finished its look (and its requests).
+// it blocks in (ParkingClock), so the test knows when a waiter has finished its look (and its
+// requests).
 #include "memcg/core/charge_wait.hpp"
 
 #include <gtest/gtest.h>
@@ -26,36 +27,12 @@ namespace {
 using namespace std::chrono_literals;
 using namespace testing_wait;
 
-// Virtual time (as ManualClock) that counts the calls to wait_until: a waiter calls it only
-// after its look at the queues and its preemption requests, and it returns only when woken,
-// stopped or past the deadline (not every millisecond, as Clock's default may), so the count
-// moves only when a waiter has looked again.
-class CountingClock final : public Clock {
- public:
-  uint64_t now_ns() const noexcept override { return now_.load(); }
-  void sleep_ns(uint64_t ns) noexcept override { now_.fetch_add(ns); }
-  bool wait_until(ClockWaiter& w, std::unique_lock<std::mutex>& lock, uint64_t deadline_ns,
-                  const std::stop_token& stop) override {
-    waits.fetch_add(1);
-    while (!w.woken && !stop.stop_requested() && now_ns() < deadline_ns)
-      w.cv.wait_for(lock, std::chrono::milliseconds(1));
-    const bool woken = w.woken;
-    w.woken = false;
-    return woken;
-  }
-  void advance(uint64_t ns) { now_.fetch_add(ns); }
-  std::atomic<uint64_t> waits{0};
-
- private:
-  std::atomic<uint64_t> now_{1'000'000};
-};
-
 // A pool P (max 10 units) with children of given classes, members that hold its memory, and a
 // log of what happened in order: "ask:M" when member M's callback ran for a preemption (M
 // releases what it holds there unless told not to), "kill:M" for an OOM kill, "grant:G" when a
 // waiting charge of G returned kOk.
 struct Preempt {
-  CountingClock clock;
+  ParkingClock clock;
   Controller ctl{on_clock(&clock)};
   GroupRef p;
   std::mutex mu;
@@ -106,14 +83,14 @@ struct Preempt {
   // A waiting charge of `units` for `g` in its group's class; returns once it has looked (and
   // asked) and blocked.
   AsyncCall& wait(Group& g, int64_t units, std::chrono::milliseconds timeout) {
-    const uint64_t before = clock.waits.load();
+    const uint64_t before = clock.parks.load();
     calls.push_back(std::make_unique<AsyncCall>([this, &g, units, timeout](std::stop_token st) {
       const WaitStatus s = try_charge_wait_for(g, units, timeout, st);
       if (s == WaitStatus::kOk) note("grant:" + g.path());
       return s;
     }));
     AsyncCall& c = *calls.back();
-    EXPECT_TRUE(eventually([&] { return c.done() || clock.waits.load() > before; }));
+    EXPECT_TRUE(eventually([&] { return c.done() || clock.parks.load() > before; }));
     return c;
   }
 };
@@ -222,9 +199,9 @@ TEST(ChargeWaitPreempt, DeadlinePassesBeforeTheHolderReleases) {
   EXPECT_FALSE(a1.killed());
   // Polls (every 10 ms) look again: a1 still holds, and nobody else is asked.
   for (int i = 0; i < 3; ++i) {
-    const uint64_t before = t.clock.waits.load();
+    const uint64_t before = t.clock.parks.load();
     t.clock.advance(11'000'000);
-    ASSERT_TRUE(eventually([&] { return t.clock.waits.load() > before; }));
+    ASSERT_TRUE(eventually([&] { return t.clock.parks.load() > before; }));
   }
   AsyncCall& second = t.wait(*h2, 2, 100ms);
   EXPECT_EQ(t.history(), "ask:a1");

@@ -110,6 +110,41 @@ struct Locked {
   int n = 0;
 };
 
+// The levels (groups) that hold an aged waiter short in this dispatch: no later waiter whose
+// charge goes through one of them gets anything in the same dispatch. Without it, units freed
+// under such a level by an uncharge that runs while the dispatch does (the counters are
+// lock-free; its own dispatch waits for these mutexes) went to whoever round 2 offered them to
+// first, a younger waiter of a nested limit included, before the aged waiter's next look. Now
+// they stay free until the uncharge's own dispatch, whose round 1 gives them to the aged waiter.
+struct ClosedLevels {
+  static constexpr int kMax = 16;
+  const Group* g[kMax];
+  int n = 0;
+  bool all = false;  // more than kMax: every level is closed (round 2 serves nobody)
+  void add(const Group* level) noexcept {
+    for (int i = 0; i < n; ++i)
+      if (g[i] == level) return;
+    if (n == kMax)
+      all = true;
+    else
+      g[n++] = level;
+  }
+  // Whether a charge of `from` goes through a closed level.
+  bool on_path(const Group* from) const noexcept {
+    if (all) return true;
+    if (n == 0) return false;
+    for (const Group* a = from; a != nullptr && !a->is_root(); a = a->parent())
+      for (int i = 0; i < n; ++i)
+        if (g[i] == a) return true;
+    return false;
+  }
+  // Closes the full levels of the path of `w`, an aged waiter left short.
+  void close_for(const Waiter& w) noexcept {
+    for (const Group* a = w.group; a != nullptr && !a->is_root(); a = a->parent())
+      if (a->memory().margin() <= 0) add(a);
+  }
+};
+
 // One list of one locked queue (a class), walked in list order. Along a list, since_ns and
 // arrival only grow (the enqueue keeps it so), so it is in arrival order, and, its waiters
 // sharing one class and aging bound, in the order they age.
@@ -130,6 +165,8 @@ struct Cursor {
 //  2. every other waiter, higher classes first, arrival order within a class across the queues:
 //     granted if it fits, whatever waits before it (the bypass: a small request that fits is never
 //     held behind a large one that does not).
+// In both rounds a waiter whose charge goes through a level that holds an earlier aged waiter
+// short (ClosedLevels) gets nothing: what is freed there belongs to the aged one.
 // Cost: linear in the waiters of the path. Each round is a merge of sorted lists with one cursor
 // per list (at most kMaxJointQueues x kWaitPriorities lists), and each waiter is passed once per
 // round: O(waiters x lists), the number of lists bounded by a constant. (It was a fresh scan of
@@ -140,6 +177,7 @@ void dispatch_locked(Locked& l, Clock& clock, uint64_t aging) noexcept {
   for (int i = 0; i < l.n; ++i) ++l.q[i]->epoch;
   auto seen = [](const Waiter* w, const WaitQueue* q) { return w->seen == q->epoch; };
   Cursor c[kMaxJointQueues * kWaitPriorities];
+  ClosedLevels closed;
   // Round 1: the aged prefix of every list, merged by the time they aged.
   int nc = 0;
   for (int i = 0; i < l.n; ++i)
@@ -164,6 +202,7 @@ void dispatch_locked(Locked& l, Clock& clock, uint64_t aging) noexcept {
     Waiter* best = c[bi].w;
     WaitQueue* best_q = c[bi].q;
     c[bi].w = best->next;
+    if (closed.on_path(best->group)) continue;  // behind an earlier aged waiter; round 2 skips it
     const int64_t need = best->units - best->reserved;
     if (best->group->memory().try_charge(need) == nullptr) {
       best->seen = best_q->epoch;
@@ -177,6 +216,7 @@ void dispatch_locked(Locked& l, Clock& clock, uint64_t aging) noexcept {
     best->seen = best_q->epoch;
     if (room > 0 && room < need && best->group->memory().try_charge(room) == nullptr)
       best->reserved += room;
+    closed.close_for(*best);
   }
   // Round 2: per class, high first, the lists of the queues merged in arrival order.
   for (int cls = kWaitPriorities - 1; cls >= 0; --cls) {
@@ -193,6 +233,7 @@ void dispatch_locked(Locked& l, Clock& clock, uint64_t aging) noexcept {
       Waiter* best = c[bi].w;
       c[bi].w = best->next;
       best->seen = c[bi].q->epoch;
+      if (closed.on_path(best->group)) continue;
       if (best->group->memory().try_charge(best->units - best->reserved) == nullptr) {
         best->reserved = best->units;
         finish(clock, *best, Waiter::kGranted);
