@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@ struct Preempt {
   std::vector<std::unique_ptr<Member>> members;
   std::vector<std::unique_ptr<AsyncCall>> calls;
   bool release_when_asked = true;
+  std::set<std::string> ignoring;  // members that keep their memory when asked
 
   explicit Preempt(bool preempt_on) {
     set_wait_aging(ctl, 100s);  // no aging within a test
@@ -75,7 +77,7 @@ struct Preempt {
         return;
       }
       note("ask:" + m.name());
-      if (release_when_asked) m.uncharge(m.charged());
+      if (release_when_asked && !ignoring.count(m.name())) m.uncharge(m.charged());
     }));
     EXPECT_EQ(members.back()->charge(units), ChargeStatus::kOk);
     return *members.back();
@@ -216,6 +218,27 @@ TEST(ChargeWaitPreempt, DeadlinePassesBeforeTheHolderReleases) {
   EXPECT_EQ(t.history(), "ask:a1 grant:p/h2");
   EXPECT_EQ(la->events_local().get(Event::kPreempt), 1u);
   EXPECT_EQ(used(*t.p), 2);
+}
+
+// A holder that does not release is counted as coming for kOomVictimWaitNs after it was asked;
+// then it is given up on (not asked again) and the waiter's next look asks the next one.
+TEST(ChargeWaitPreempt, AHolderThatKeepsItsMemoryIsGivenUpOnAfterASecond) {
+  testing::Watchdog dog("AHolderThatKeepsItsMemoryIsGivenUpOnAfterASecond");
+  Preempt t(true);
+  t.ignoring.insert("a1");
+  GroupRef la = t.group("la", WaitPriority::kLow), hi = t.group("hi", WaitPriority::kHigh);
+  Member& a1 = t.hold(*la, "a1", 5);
+  t.hold(*la, "a2", 5);
+  AsyncCall& w = t.wait(*hi, 3, 10000ms);
+  EXPECT_EQ(t.history(), "ask:a1");  // equal sizes: walk order
+  ASSERT_TRUE(t.clock.advance_and_settle(500'000'000, 1));  // a poll at 0.5 s: still coming
+  EXPECT_EQ(t.history(), "ask:a1");
+  t.clock.advance(600'000'000);  // a poll at 1.1 s: a1 given up on, a2 asked, w granted
+  EXPECT_EQ(w.status(), WaitStatus::kOk);
+  EXPECT_EQ(t.history(), "ask:a1 ask:a2 grant:p/hi");
+  EXPECT_TRUE(a1.preempt_requested());
+  EXPECT_EQ(used(*la), 5);
+  EXPECT_EQ(OomKiller::last_preempt_report(t.ctl).asked.size(), 1u);
 }
 
 // The file: "0" or "1", anything else EINVAL and nothing changes; not on the root.

@@ -10,6 +10,7 @@
 #include <exception>
 #include <sstream>
 
+#include "memcg/base/clock.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/oom.hpp"
@@ -54,6 +55,7 @@ struct Preemption {
     PreemptReport report;
     std::unique_lock<std::mutex> lock(state.mu);
     BatchLink link(state, batch, lock);
+    const uint64_t now = ctl.clock().now_ns();
     {
       const std::vector<Member*> members = members_below(domain);
       std::vector<Candidate> candidates;
@@ -62,8 +64,14 @@ struct Preemption {
         Member* m = members[i];
         const int64_t c = m->charged();
         if (c <= 0 || &m->group() == &group) continue;
-        if (m->killed() || m->preempt_asked_.load(std::memory_order_relaxed)) {
-          coming += c;  // a victim or an asked member: its memory is on its way back
+        if (m->killed()) {
+          coming += c;  // a victim: its memory is on its way back
+          continue;
+        }
+        if (m->preempt_asked_.load(std::memory_order_relaxed)) {
+          // Asked before: its memory is counted as coming for as long as the OOM killer waits
+          // for a victim; after that it is given up on (not counted, still not asked again).
+          if (now - m->preempt_asked_at_ns_ < kOomVictimWaitNs) coming += c;
           continue;
         }
         if (m->score_adj() == Member::kImmune || held_by_this_thread(state, m)) continue;
@@ -88,6 +96,7 @@ struct Preemption {
         if (left <= 0 || batch.entries.size() >= static_cast<size_t>(kMaxPreemptAsks)) break;
         Member* m = c.member;
         m->preempt_asked_.store(true, std::memory_order_release);
+        m->preempt_asked_at_ns_ = now;
         batch.entries.push_back(
             {m, std::move(m->on_kill_), GroupRef(&m->group()), m->name(), false});
         report.asked.push_back({m->name(), m->group().path(), static_cast<WaitPriority>(c.cls),

@@ -134,7 +134,8 @@ WaitPriority wait_priority(const Group& group) noexcept;
 // the waiter's own group, not immune, not killed) whose group's class (wait_priority) is below
 // the waiter's, lowest class first, largest first, as many as cover the shortage (the units the
 // waiter still needs beyond the room on its path and beyond what members asked earlier still
-// hold), at most kMaxPreemptAsks per look. Each is asked once through its callback, with
+// hold, for up to kOomVictimWaitNs after they were asked), at most kMaxPreemptAsks per look. Each
+// is asked once through its callback, with
 // Member::cancel_reason() kPreempt (oom.hpp): a request, not a kill. The waiter asks on its first
 // look and after each poll while it is short and its deadline has not passed, with no library
 // lock held; what the members release reaches it through the normal wake-up (or whoever is

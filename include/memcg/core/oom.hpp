@@ -139,6 +139,7 @@ class Member {
   std::atomic<bool> killed_{false};
   std::atomic<CancelReason> reason_{CancelReason::kOomKill};  // set before each callback
   std::atomic<bool> preempt_asked_{false};  // set under the OOM lock; cleared when it holds 0
+  uint64_t preempt_asked_at_ns_ = 0;         // when, on the controller's clock (OOM lock)
   // Guarded by the controller's OOM lock.
   uint64_t killed_at_ns_ = 0;  // when it was killed, on the controller's clock
   bool given_up_ = false;      // waited kOomVictimWaitNs for it: it holds back no choice
