@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "memcg/base/clock.hpp"
 #include "memcg/core/controller.hpp"
@@ -50,6 +51,8 @@ struct MemberCharge {
 thread_local MemberCharge* tl_member_charge = nullptr;
 // What a destroyed member's charge reads as its "killed" flag: dying, so the charge fails.
 constinit const std::atomic<bool> kDestroyedMember{true};
+// Member::cancel_reason(): why the callback running on this thread was called.
+thread_local CancelReason tl_cancel_reason = CancelReason::kOomKill;
 
 struct Candidate {
   Member* member;
@@ -60,6 +63,8 @@ struct Candidate {
 }  // namespace
 
 // ---- Member ------------------------------------------------------------------------------------
+
+CancelReason Member::cancel_reason() noexcept { return tl_cancel_reason; }
 
 Member::Member(Group& group, std::string name, KillFn on_kill, int score_adj)
     : group_(&group), name_(std::move(name)), on_kill_(std::move(on_kill)), adj_(0) {
@@ -205,10 +210,12 @@ std::string OomReport::format() const {
 
 // ---- the killer --------------------------------------------------------------------------------
 
-bool internal::run_member_callback(KillEntry& e, Member& m, std::unique_lock<std::mutex>& lock,
-                                   std::string* error) {
+bool internal::run_member_callback(KillEntry& e, Member& m, CancelReason reason,
+                                   std::unique_lock<std::mutex>& lock, std::string* error) {
   e.running = true;
   lock.unlock();
+  // Nested: a callback may charge and so run another OOM kill or request on this thread.
+  const CancelReason outer = std::exchange(tl_cancel_reason, reason);
   // A throwing callback fails the kill (or the request); the exception ends here, outside the
   // lock.
   bool ok = true;
@@ -227,6 +234,7 @@ bool internal::run_member_callback(KillEntry& e, Member& m, std::unique_lock<std
     } catch (...) {
     }
   }
+  tl_cancel_reason = outer;
   lock.lock();
   e.running = false;
   e.done = true;
@@ -371,9 +379,8 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         }
         continue;
       }
-      m->reason_.store(CancelReason::kOomKill, std::memory_order_relaxed);
       std::string error;
-      const bool ok = internal::run_member_callback(e, *m, lock, &error);
+      const bool ok = internal::run_member_callback(e, *m, CancelReason::kOomKill, lock, &error);
       if (ok) {
         ++killed;
         report.killed.push_back(e.name);

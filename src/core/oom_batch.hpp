@@ -88,10 +88,11 @@ inline bool held_by_this_thread(const OomState& state, const Member* m) {
   return false;
 }
 
-// Runs `e`'s callback with the OOM lock released (`lock` held on entry and on return). False,
-// with the exception's text in `error`, if it threw.
-bool run_member_callback(KillEntry& e, Member& m, std::unique_lock<std::mutex>& lock,
-                         std::string* error);
+// Runs `e`'s callback with the OOM lock released (`lock` held on entry and on return), with
+// Member::cancel_reason() `reason` on this thread meanwhile. False, with the exception's text in
+// `error`, if it threw.
+bool run_member_callback(KillEntry& e, Member& m, CancelReason reason,
+                         std::unique_lock<std::mutex>& lock, std::string* error);
 
 }  // namespace internal
 }  // namespace memcg

@@ -107,9 +107,8 @@ struct Preemption {
     for (KillEntry& e : batch.entries) {
       Member* m = e.member;  // read under the lock: ~Member clears it there
       if (m == nullptr) continue;  // destroyed before its turn: its memory went with it
-      m->reason_.store(CancelReason::kPreempt, std::memory_order_relaxed);
       std::string error;
-      const bool ok = run_member_callback(e, *m, lock, &error);
+      const bool ok = run_member_callback(e, *m, CancelReason::kPreempt, lock, &error);
       // A request, not a kill: the member keeps its callback for a later OOM kill or request
       // (unless one taken meanwhile put another there).
       if (e.member != nullptr && !e.member->on_kill_) e.member->on_kill_ = std::move(e.fn);

@@ -114,11 +114,14 @@ class Member {
   void set_score_adj(int adj) noexcept;  // clamped to [-1000, 1000]
   int score_adj() const noexcept { return adj_.load(std::memory_order_relaxed); }
   bool killed() const noexcept { return killed_.load(std::memory_order_acquire); }
-  // Inside the member's callback: why it was called (kOomKill before any call). A preemption
-  // request runs the callback like a kill (no library lock held, on the waiting thread, never
-  // twice at once) but marks nothing: the member is expected to release what it can (cancel its
-  // query), and may ignore the request; it is not asked again until it has held nothing.
-  CancelReason cancel_reason() const noexcept { return reason_.load(std::memory_order_relaxed); }
+  // Inside a member's callback: why it was called (kOomKill outside any callback). It is the
+  // calling thread's, not the member's (static): a callback may read it even when the member's
+  // own thread destroys the member meanwhile (`m.cancel_reason()` touches nothing of `m`). A
+  // preemption request runs the callback like a kill (no library lock held, on the waiting
+  // thread, never twice at once for one member) but marks nothing: the member is expected to
+  // release what it can (cancel its query), and may ignore the request; it is not asked again
+  // until it has held nothing (or for kOomVictimWaitNs, see charge_wait.hpp).
+  static CancelReason cancel_reason() noexcept;
   // Asked to give memory back (a preemption request) and still holding memory since.
   bool preempt_requested() const noexcept {
     return preempt_asked_.load(std::memory_order_acquire);
@@ -137,7 +140,6 @@ class Member {
   std::atomic<int> adj_;
   std::atomic<int64_t> charged_{0};
   std::atomic<bool> killed_{false};
-  std::atomic<CancelReason> reason_{CancelReason::kOomKill};  // set before each callback
   std::atomic<bool> preempt_asked_{false};  // set under the OOM lock; cleared when it holds 0
   uint64_t preempt_asked_at_ns_ = 0;         // when, on the controller's clock (OOM lock)
   // Guarded by the controller's OOM lock.
