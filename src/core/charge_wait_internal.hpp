@@ -84,6 +84,24 @@ struct ControllerWaits {
   explicit ControllerWaits(int64_t aging) noexcept : aging_ns(aging) {}
 };
 
+// Ends a wait: the state is final, the clock wakes the thread. Under the waiter's queue mutex.
+inline void finish(Clock& clock, Waiter& w, Waiter::State state) noexcept {
+  w.state = state;
+  clock.wake(w.clock_waiter);
+}
+
+// Queues of one path served together (root first). A path with more levels that have waiters
+// serves the ones nearest the root together; the others are served by their own waiters' looks.
+inline constexpr int kMaxJointQueues = 16;
+struct LockedQueues {
+  WaitQueue* q[kMaxJointQueues];
+  int n = 0;
+};
+
+// The policy (charge_wait_policy.cpp): offers the room there is to the waiters of the queues in
+// `l`, the queues of one path, all locked by the caller.
+void dispatch_locked(LockedQueues& l, Clock& clock, uint64_t aging) noexcept;
+
 // A deadline on the controller's clock, computed only when it is needed: called once, when the
 // ladder failed, so that a charge that succeeds at once reads no clock.
 struct LazyDeadline {
