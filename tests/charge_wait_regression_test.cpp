@@ -30,7 +30,9 @@ using namespace testing_wait;
 // under C used to serve first).
 TEST(ChargeWaitRegression, AgedOuterWaiterGetsUnitsFreedUnderANestedLimit) {
   testing::Watchdog dog("AgedOuterWaiterGetsUnitsFreedUnderANestedLimit");
-  ManualClock clock(1'000'000);
+  // Waiters block until woken (no look every millisecond of real time, as on a ManualClock), so
+  // the only looks at the queues below are the uncharges' own: the order is exact.
+  ParkingClock clock;
   Controller ctl(on_clock(&clock));
   set_wait_aging(ctl, 30ms);
   GroupRef l, c, d;
@@ -43,18 +45,16 @@ TEST(ChargeWaitRegression, AgedOuterWaiterGetsUnitsFreedUnderANestedLimit) {
   ASSERT_EQ(try_charge(*d, 6), ChargeStatus::kOk);
 
   AsyncCall aged([&](std::stop_token st) { return try_charge_wait_for(*d, 3, 10s, st); });
-  ASSERT_TRUE(eventually([&] { return wait_stats(*l).waiters == 1; }));
-  clock.advance(50'000'000);  // past the aging bound
+  ASSERT_TRUE(eventually([&] { return clock.parks.load() == 1; }));
+  // Past the aging bound; the aged waiter's poll looks once more and parks again.
+  ASSERT_TRUE(clock.advance_and_settle(50'000'000, 1));
   std::vector<std::unique_ptr<AsyncCall>> young;
   for (int i = 0; i < 10; ++i)
     young.push_back(std::make_unique<AsyncCall>(
         [&](std::stop_token st) { return try_charge_wait_for(*c, 1, 10s, st); }));
-  ASSERT_TRUE(eventually([&] { return wait_stats(*c).waiters == 10; }));
-  // A waiter is counted once it is linked, then runs its own dispatch of the path before it
-  // blocks. Let every young waiter finish that look, so that the units freed below meet blocked
-  // waiters only: under ThreadSanitizer one unit once went to a young waiter, most likely
-  // through a look that was still running.
-  std::this_thread::sleep_for(100ms);
+  // Every young waiter has queued and finished its own look (it parks after it).
+  ASSERT_TRUE(eventually([&] { return clock.parks.load() == 12; }));
+  EXPECT_EQ(wait_stats(*c).waiters, 10u);
 
   uncharge_direct(*c, 1);  // each freed unit is reserved for the aged waiter, synchronously
   EXPECT_EQ(wait_stats(*l).reserved_bytes, kUnit);
@@ -66,8 +66,10 @@ TEST(ChargeWaitRegression, AgedOuterWaiterGetsUnitsFreedUnderANestedLimit) {
   EXPECT_EQ(used(*c), 1);
   EXPECT_EQ(aged.status(), WaitStatus::kOk);
   EXPECT_EQ(wait_stats(*c).waiters, 10u);
-  // From here C's waiters are served as units are freed.
+  // From here C's waiters are served as units are freed: units freed under D (not on C's path)
+  // reach them at their poll (within 10 ms).
   uncharge_direct(*d, 2);
+  clock.advance(11'000'000);
   ASSERT_TRUE(eventually([&] { return wait_stats(*c).granted == 2; }));
   EXPECT_EQ(used(*c), 3);
   for (auto& y : young) y->th.request_stop();
@@ -78,6 +80,72 @@ TEST(ChargeWaitRegression, AgedOuterWaiterGetsUnitsFreedUnderANestedLimit) {
   uncharge_direct(*c, 3);
   uncharge_direct(*d, 7);
   EXPECT_EQ(used(*l), 0);
+}
+
+// The same starvation through a race: units freed under the outer limit while a look at the
+// queues runs, after its first round left the aged waiter short, went to a younger waiter in its
+// second round. T (max 12) holds L (max 10; C and D under it) and E. An aged waiter of D waits on
+// L; a young high waiter of E waits on T, a young normal waiter of C on L. A unit of E is freed
+// without a look, then the aged waiter's poll looks: round 1 finds L full (the aged waiter gets
+// nothing), round 2 grants E's waiter the unit of T, and its wake (the clock's hook) frees a unit
+// of C on the counters, as an uncharge on another thread would. That unit must stay for the aged
+// waiter, not go to C's young waiter, which round 2 offers room to next.
+TEST(ChargeWaitRegression, UnitFreedDuringALookGoesToTheAgedWaiter) {
+  testing::Watchdog dog("UnitFreedDuringALookGoesToTheAgedWaiter");
+  ParkingClock clock;
+  Controller ctl(on_clock(&clock));
+  set_wait_aging(ctl, 30ms);
+  GroupRef t, l, c, d, e;
+  ASSERT_EQ(ctl.create("t", &t), 0);
+  ASSERT_EQ(ctl.create("t/l", &l), 0);
+  ASSERT_EQ(ctl.create("t/l/c", &c), 0);
+  ASSERT_EQ(ctl.create("t/l/d", &d), 0);
+  ASSERT_EQ(ctl.create("t/e", &e), 0);
+  t->set_max(12 * kUnit);
+  l->set_max(10 * kUnit);
+  ASSERT_EQ(try_charge(*c, 3), ChargeStatus::kOk);
+  ASSERT_EQ(try_charge(*d, 7), ChargeStatus::kOk);
+  ASSERT_EQ(try_charge(*e, 2), ChargeStatus::kOk);
+
+  // t = 1 ms: the aged-to-be waiter (poll at 11 ms).
+  AsyncCall aged([&](std::stop_token st) { return try_charge_wait_for(*d, 3, 10s, st); });
+  ASSERT_TRUE(eventually([&] { return clock.parks.load() == 1; }));
+  ASSERT_TRUE(clock.advance_and_settle(44'000'000, 1));  // t = 45 ms: aged; next poll at 55 ms
+  clock.advance(2'000'000);                              // t = 47 ms
+  AsyncCall high([&](std::stop_token st) {
+    return try_charge_wait_for(*e, 1, 10s, st, WaitOptions{WaitPriority::kHigh, kDefaultKind});
+  });
+  ASSERT_TRUE(eventually([&] { return clock.parks.load() == 3; }));
+  AsyncCall young([&](std::stop_token st) { return try_charge_wait_for(*c, 1, 10s, st); });
+  ASSERT_TRUE(eventually([&] { return clock.parks.load() == 4; }));
+  EXPECT_EQ(wait_stats(*t).waiters, 1u);
+  EXPECT_EQ(wait_stats(*l).waiters, 2u);
+
+  ASSERT_TRUE(e->memory().uncharge(1));  // room in T, no look
+  bool freed = false;
+  clock.on_wake = [&] {
+    if (!freed) freed = c->memory().uncharge(1);  // room in L, during the look
+  };
+  // t = 56 ms: only the aged waiter polls (the young ones at 57 ms).
+  ASSERT_TRUE(clock.advance_and_settle(9'000'000, 1));
+  EXPECT_EQ(high.status(), WaitStatus::kOk);
+  EXPECT_TRUE(freed);
+  EXPECT_EQ(used(*c), 2) << "the unit freed during the look went to the young waiter of C";
+  EXPECT_EQ(wait_stats(*l).granted, 0u);
+  // The next look (here a new aging bound's) gives it to the aged waiter, as a reserve.
+  clock.on_wake = nullptr;
+  set_wait_aging(ctl, 30ms);
+  EXPECT_EQ(wait_stats(*l).reserved_bytes, kUnit);
+  EXPECT_EQ(used(*c), 2);
+  young.th.request_stop();
+  EXPECT_EQ(young.status(), WaitStatus::kCancelled);
+  aged.th.request_stop();
+  EXPECT_EQ(aged.status(), WaitStatus::kCancelled);
+  EXPECT_EQ(used(*d), 7);  // the reserve went back
+  uncharge_direct(*c, 2);
+  uncharge_direct(*d, 7);
+  uncharge_direct(*e, 2);
+  EXPECT_EQ(used(*t), 0);
 }
 
 // A Clock on virtual time that runs `hook` once, from inside now_ns() on whatever thread reads

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "memcg/core/psi.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/core/obj_stock.hpp"
+#include "memcg/core/oom.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "watchdog.hpp"
 
@@ -257,6 +259,70 @@ TEST(ChargeWaitStress, ClassesDeadlinesRemovalsAndLimits) {
     EXPECT_EQ(g->events_local().get(Event::kWait), s.waits);
   }
   EXPECT_EQ(pool->events_local().get(Event::kOomKill), 0u);
+}
+
+// Cooperative preemption under load: holders in low and normal groups charge, hold and release
+// through Members whose callbacks only ask their thread to stop (the cooperative pattern: the
+// thread releases and destroys its member itself), while high waiters with short deadlines ask
+// them. Members come and go during the requests. At the end nothing is held, every request that
+// ran is counted once in memory.events `preempt`, and nobody was OOM-killed.
+TEST(ChargeWaitStress, PreemptionWithMembersComingAndGoing) {
+  testing::Watchdog dog("PreemptionWithMembersComingAndGoing", std::chrono::seconds(60));
+  Controller ctl(with_batch(1));
+  set_wait_aging(ctl, 50ms);
+  GroupRef pool, lo, mid, hi;
+  ASSERT_EQ(ctl.create("pool", &pool), 0);
+  ASSERT_EQ(ctl.create("pool/lo", &lo), 0);
+  ASSERT_EQ(ctl.create("pool/mid", &mid), 0);
+  ASSERT_EQ(ctl.create("pool/hi", &hi), 0);
+  pool->set_max(32 * kUnit);
+  ASSERT_EQ(set_wait_preempt(*pool, true), 0);
+  ASSERT_EQ(set_wait_priority(*lo, WaitPriority::kLow), 0);
+  ASSERT_EQ(set_wait_priority(*hi, WaitPriority::kHigh), 0);
+  std::atomic<uint64_t> asked{0}, granted{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::jthread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      Group& g = t % 2 ? *mid : *lo;
+      while (!stop.load()) {
+        auto cancel = std::make_shared<std::atomic<bool>>(false);
+        Member m(g, "holder" + std::to_string(t), [cancel, &asked](Member& self) {
+          if (self.cancel_reason() == CancelReason::kPreempt) asked.fetch_add(1);
+          cancel->store(true);  // the Member& is not touched after: its thread may destroy it
+        });
+        const int64_t want = 1 + rng() % 12;
+        for (int64_t i = 0; i < want && !cancel->load(); ++i)
+          if (!charged(m.charge(1, kMayBlock | kRetryMayFail))) break;
+        for (int i = 0; i < 50 && !cancel->load(); ++i) std::this_thread::yield();
+        m.uncharge(m.charged());
+      }
+    });
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      while (!stop.load()) {
+        const int64_t n = 1 + rng() % 16;
+        if (try_charge_wait_for(*hi, n, std::chrono::milliseconds(1 + rng() % 20)) ==
+            WaitStatus::kOk) {
+          granted.fetch_add(1);
+          std::this_thread::yield();
+          uncharge_direct(*hi, n);
+        }
+      }
+    });
+  std::this_thread::sleep_for(1s);
+  stop.store(true);
+  threads.clear();
+  EXPECT_EQ(used(*pool), 0);
+  EXPECT_EQ(wait_stats(*pool).waiters, 0u);
+  EXPECT_EQ(wait_stats(*pool).reserved_bytes, 0u);
+  EXPECT_GT(asked.load(), 0u);
+  EXPECT_GT(granted.load(), 0u);
+  EXPECT_EQ(pool->events().get(Event::kPreempt), asked.load());
+  EXPECT_EQ(hi->events().get(Event::kPreempt), 0u);  // the waiters' own class is never asked
+  EXPECT_EQ(pool->events().get(Event::kOomKill), 0u);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
 
@@ -78,6 +80,43 @@ inline Options on_clock(Clock* clock) {
   o.clock = clock;
   return o;
 }
+
+// Virtual time (as ManualClock) on which a waiter blocks until it is woken, stopped or past the
+// deadline: it never returns early (Clock's default looks every millisecond of real time, and
+// the waiter then looks at the queues again). `parks` counts the calls to wait_until: a waiter
+// calls it after each look at the queues (and its preemption requests), so a test that sees the
+// count move knows that look is over. `on_wake`, if set, runs inside wake(), under the queues'
+// mutexes: it may only touch lock-free state (the counters).
+class ParkingClock final : public Clock {
+ public:
+  uint64_t now_ns() const noexcept override { return now_.load(); }
+  void sleep_ns(uint64_t ns) noexcept override { now_.fetch_add(ns); }
+  bool wait_until(ClockWaiter& w, std::unique_lock<std::mutex>& lock, uint64_t deadline_ns,
+                  const std::stop_token& stop) override {
+    parks.fetch_add(1);
+    while (!w.woken && !stop.stop_requested() && now_ns() < deadline_ns)
+      w.cv.wait_for(lock, std::chrono::milliseconds(1));
+    const bool woken = w.woken;
+    w.woken = false;
+    return woken;
+  }
+  void wake(ClockWaiter& w) noexcept override {
+    if (on_wake) on_wake();
+    Clock::wake(w);
+  }
+  void advance(uint64_t ns) { now_.fetch_add(ns); }
+  // Advances and waits until `looks` more looks have ended (waiters parked again).
+  bool advance_and_settle(uint64_t ns, uint64_t looks) {
+    const uint64_t before = parks.load();
+    advance(ns);
+    return eventually([&] { return parks.load() >= before + looks; });
+  }
+  std::atomic<uint64_t> parks{0};
+  std::function<void()> on_wake;
+
+ private:
+  std::atomic<uint64_t> now_{1'000'000};
+};
 
 // A wait of its own thread on any overload; done() / status() as AsyncWait.
 struct AsyncCall {

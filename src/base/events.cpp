@@ -18,6 +18,8 @@ const char* event_name(Event e) noexcept {
       return "oom_group_kill";
     case Event::kWait:
       return "wait";
+    case Event::kPreempt:
+      return "preempt";
   }
   return "?";
 }

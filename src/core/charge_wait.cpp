@@ -1,8 +1,8 @@
 // Waiting charges (charge_wait.hpp): one queue per group whose memory.max held, with its own
 // mutex, hung on the group; a small per-controller state for the aging bound and the teardown.
 // Each waiter blocks in the controller's Clock::wait_until() and is woken with Clock::wake().
-// The policy is in dispatch_path(); the public overloads and their deadlines are in
-// charge_wait_api.cpp.
+// The policy is in charge_wait_policy.cpp (dispatch_locked(), called by dispatch_path()); the
+// public overloads and their deadlines are in charge_wait_api.cpp.
 #include "memcg/core/charge_wait.hpp"
 
 #include <algorithm>
@@ -26,9 +26,12 @@ namespace memcg {
 namespace {
 
 using internal::ControllerWaits;
+using internal::room_and_limit;
 using internal::WaitAccess;
 using internal::Waiter;
 using internal::WaitQueue;
+using internal::finish;
+using internal::kMaxJointQueues;
 
 // How often a waiter looks for room by itself: units hidden in per-CPU stocks are given back by
 // a drain, not by an uncharge, and an uncharge that raced with the waiter's enqueue may have
@@ -36,9 +39,6 @@ using internal::WaitQueue;
 // Measured on the controller's clock, like the deadline.
 constexpr uint64_t kPollIntervalNs = 10'000'000;  // 10 ms
 constexpr int64_t kDefaultAgingNs = 100'000'000;  // 100 ms
-// Queues of one path served together (root first). A path with more levels that have waiters
-// serves the ones nearest the root together; the others are served by their own waiters' looks.
-constexpr int kMaxJointQueues = 16;
 
 // The wait state of `ctl`, created by the first caller that needs it (allocated with no lock
 // held; a loser of the race frees its copy).
@@ -79,119 +79,6 @@ WaitQueue* queue_of(ControllerWaits& cw, Group& g) noexcept {
   return q;
 }
 
-// Ends a wait: the state is final, the clock wakes the thread. Under the waiter's queue mutex.
-void finish(Clock& clock, Waiter& w, Waiter::State state) noexcept {
-  w.state = state;
-  clock.wake(w.clock_waiter);
-}
-
-// The least room over every level from `g` to the root, and the least max.
-void room_and_limit(const Group& g, int64_t& room, int64_t& limit) noexcept {
-  room = INT64_MAX;
-  limit = INT64_MAX;
-  for (const Group* a = &g; a && !a->is_root(); a = a->parent()) {
-    room = std::min(room, a->memory().margin());
-    limit = std::min(limit, a->memory().max());
-  }
-}
-
-// The aging bound of a class: half for kHigh, twice for kLow (charge_wait.hpp).
-uint64_t aging_of(int cls, uint64_t aging) noexcept {
-  if (cls == static_cast<int>(WaitPriority::kHigh)) return aging / 2;
-  if (cls == static_cast<int>(WaitPriority::kLow)) return aging > UINT64_MAX / 2 ? UINT64_MAX : 2 * aging;
-  return aging;
-}
-
-// When `w` is aged (since + its class's bound, saturated).
-uint64_t aged_at(const Waiter& w, uint64_t aging) noexcept {
-  const uint64_t a = aging_of(w.cls, aging);
-  return w.since_ns > UINT64_MAX - a ? UINT64_MAX : w.since_ns + a;
-}
-
-// Arrival order: the clock first, the queue's count for waiters queued at the same time.
-bool earlier(const Waiter& a, const Waiter& b) noexcept {
-  return a.since_ns != b.since_ns ? a.since_ns < b.since_ns : a.arrival < b.arrival;
-}
-
-struct Locked {
-  WaitQueue* q[kMaxJointQueues];
-  int n = 0;
-};
-
-// The policy, with every queue of `l` locked (they are the queues of one path). Freed room is
-// offered in two rounds:
-//  1. aged waiters (waited their class's aging bound; never one larger than a limit on its path,
-//     which can never be whole), the earliest aged first, across every queue of the path and
-//     every class: granted if their (remaining) units fit, else the room there is on their path
-//     is reserved for them (charged to their group) and they wait for the rest. A reserve takes
-//     the room of the level that holds, so nobody younger whose charge goes through that level
-//     gets it first: the oldest waiter cannot starve while memory is freed, whatever queue of the
-//     path it is on (an outer limit's waiter against a nested limit's ones).
-//  2. every other waiter, higher classes first, arrival order within a class across the queues:
-//     granted if it fits, whatever waits before it (the bypass: a small request that fits is never
-//     held behind a large one that does not).
-void dispatch_locked(Locked& l, Clock& clock, uint64_t aging) noexcept {
-  const uint64_t now = clock.now_ns();
-  for (int i = 0; i < l.n; ++i) ++l.q[i]->epoch;
-  auto seen = [&](const Waiter* w, const WaitQueue* q) { return w->seen == q->epoch; };
-  // Round 1.
-  for (;;) {
-    Waiter* best = nullptr;
-    WaitQueue* best_q = nullptr;
-    uint64_t best_at = 0;
-    for (int i = 0; i < l.n; ++i)
-      for (auto& list : l.q[i]->lists)
-        for (Waiter* w = list.head; w; w = w->next) {
-          if (w->state != Waiter::kWaiting || w->aged_seen == l.q[i]->epoch) continue;
-          const uint64_t at = aged_at(*w, aging);
-          // A clock that reads earlier than `since` (only a broken one) leaves the waiter young.
-          if (now < w->since_ns || now < at) continue;
-          if (best == nullptr || at < best_at ||
-              (at == best_at && earlier(*w, *best))) {
-            best = w;
-            best_q = l.q[i];
-            best_at = at;
-          }
-        }
-    if (best == nullptr) break;
-    best->aged_seen = best_q->epoch;
-    const int64_t need = best->units - best->reserved;
-    if (best->group->memory().try_charge(need) == nullptr) {
-      best->seen = best_q->epoch;
-      best->reserved = best->units;
-      finish(clock, *best, Waiter::kGranted);
-      continue;
-    }
-    int64_t room, limit;
-    room_and_limit(*best->group, room, limit);
-    if (best->units > limit) continue;  // can never be whole: blocks nobody; round 2 looks
-    best->seen = best_q->epoch;
-    if (room > 0 && room < need && best->group->memory().try_charge(room) == nullptr)
-      best->reserved += room;
-  }
-  // Round 2.
-  for (int cls = kWaitPriorities - 1; cls >= 0; --cls)
-    for (;;) {
-      Waiter* best = nullptr;
-      WaitQueue* best_q = nullptr;
-      for (int i = 0; i < l.n; ++i)
-        for (Waiter* w = l.q[i]->lists[cls].head; w; w = w->next) {
-          if (w->state != Waiter::kWaiting || seen(w, l.q[i])) continue;
-          if (best == nullptr || earlier(*w, *best)) {
-            best = w;
-            best_q = l.q[i];
-          }
-          break;  // the first unseen one of each list is its candidate (arrival order)
-        }
-      if (best == nullptr) break;
-      best->seen = best_q->epoch;
-      if (best->group->memory().try_charge(best->units - best->reserved) == nullptr) {
-        best->reserved = best->units;
-        finish(clock, *best, Waiter::kGranted);
-      }
-    }
-}
-
 // Serves the queues of `from` and its ancestors that have waiters: locks them root first (every
 // caller locks the queues of one path in that order), dispatches, unlocks. No queue lock held
 // by the caller.
@@ -200,7 +87,7 @@ void dispatch_path(Group& from) noexcept {
   const ControllerWaits* cw = WaitAccess::state(ctl);
   if (cw == nullptr) return;
   internal::HookBypass bypass;  // the rule of internal/lock.hpp for library mutexes
-  Locked l;
+  internal::LockedQueues l;
   int total = 0;
   for (Group* a = &from; a->parent() != nullptr; a = a->parent())
     if (WaitAccess::count(*a).load(std::memory_order_acquire) != 0 &&
@@ -220,7 +107,7 @@ void dispatch_path(Group& from) noexcept {
   }
   if (l.n == 0) return;
   for (int i = l.n - 1; i >= 0; --i) l.q[i]->mu.lock();  // root first
-  dispatch_locked(l, ctl.clock(), static_cast<uint64_t>(cw->aging_ns.load(std::memory_order_relaxed)));
+  internal::dispatch_locked(l, ctl.clock(), static_cast<uint64_t>(cw->aging_ns.load(std::memory_order_relaxed)));
   for (int i = 0; i < l.n; ++i) l.q[i]->mu.unlock();
 }
 
@@ -285,6 +172,15 @@ void account_exit(WaitQueue& q, const Waiter& w, WaitStatus status, uint64_t now
 }
 
 }  // namespace
+
+void internal::room_and_limit(const Group& g, int64_t& room, int64_t& limit) noexcept {
+  room = INT64_MAX;
+  limit = INT64_MAX;
+  for (const Group* a = &g; a && !a->is_root(); a = a->parent()) {
+    room = std::min(room, a->memory().margin());
+    limit = std::min(limit, a->memory().max());
+  }
+}
 
 const char* wait_status_name(WaitStatus s) noexcept {
   switch (s) {
@@ -365,6 +261,10 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
     std::unique_lock<std::mutex> guard(q->mu);
     count.fetch_add(1, std::memory_order_seq_cst);
     w.arrival = q->arrivals++;
+    // Keep each list in arrival order (dispatch_locked merges them): a thread that read the
+    // clock before another but took the mutex after it queues at the other's time.
+    if (const Waiter* last = q->lists[cls].tail; last != nullptr && last->since_ns > w.since_ns)
+      w.since_ns = last->since_ns;
     q->lists[cls].push_back(&w);
     ++q->counts[cls].waits;
     // A removal or ~Controller that came between the checks above and the enqueue has looked at
@@ -374,6 +274,8 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
     // Each look at the queues takes the mutexes of the path root first, so this one is let go
     // of first. Any library code may run meanwhile (uncharges that dispatch, a removal), so
     // everything is looked at again after each return.
+    // Cooperative preemption: on the first look, then after each poll, while short.
+    bool ask = cls > static_cast<int>(WaitPriority::kLow);
     for (;;) {
       if (w.state != Waiter::kWaiting) break;
       guard.unlock();
@@ -382,6 +284,14 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
       if (w.state != Waiter::kWaiting) break;
       const uint64_t now = clock.now_ns();
       if (stop.stop_requested() || now >= deadline_ns) break;
+      if (ask && q->preempt.load(std::memory_order_relaxed)) {
+        ask = false;
+        const int64_t need = w.units - w.reserved;
+        guard.unlock();  // the members' callbacks run with no library lock held
+        internal::preempt_for(*limiting, group, cls, need);
+        guard.lock();
+        continue;  // what they released may have served this waiter: look again
+      }
       const uint64_t until = std::min(deadline_ns, Clock::after(now, kPollIntervalNs));
       clock.wait_until(w.clock_waiter, guard, until, stop);
       if (w.state != Waiter::kWaiting || stop.stop_requested()) continue;
@@ -391,6 +301,7 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
         ctl.obj_stock().drain_all(limiting);
         ctl.stock().drain_all(limiting);
         guard.lock();
+        ask = cls > static_cast<int>(WaitPriority::kLow);
       }
     }
     q->lists[cls].erase(&w);
@@ -439,6 +350,20 @@ int set_wait_priority(Group& group, WaitPriority priority) noexcept {
   if (q == nullptr) return ENOMEM;
   q->default_cls.store(static_cast<uint8_t>(c), std::memory_order_relaxed);
   return 0;
+}
+
+int set_wait_preempt(Group& group, bool on) noexcept {
+  if (group.is_root()) return ENOENT;
+  ControllerWaits* cw = controller_waits(group.controller());
+  WaitQueue* q = cw ? queue_of(*cw, group) : nullptr;
+  if (q == nullptr) return ENOMEM;
+  q->preempt.store(on, std::memory_order_relaxed);
+  return 0;
+}
+
+bool wait_preempt(const Group& group) noexcept {
+  const WaitQueue* q = WaitAccess::queue(group);
+  return q != nullptr && q->preempt.load(std::memory_order_relaxed);
 }
 
 WaitPriority wait_priority(const Group& group) noexcept {

@@ -27,9 +27,8 @@ struct Waiter {
   Group* group;            // charged group (a reference is held while waiting)
   int64_t units;           // asked
   int64_t reserved = 0;    // already charged to `group` for it (aged waiters)
-  uint64_t since_ns = 0;   // queued at, on the controller's clock
+  uint64_t since_ns = 0;   // queued at, on the controller's clock (grows along its list)
   uint64_t arrival = 0;    // the queue's arrival number: orders waiters queued at the same time
-  uint64_t aged_seen = 0;  // the queue's dispatch epoch in which round 1 looked at it
   uint64_t seen = 0;       // ...in which it was served or reserved for (round 2 skips it)
   const int cls;           // WaitPriority kLow..kHigh
   State state = kWaiting;
@@ -66,6 +65,8 @@ struct WaitQueue {
   uint64_t buckets[WaitStats::kBuckets] = {};
   // The class of the owner's own charges that ask for kDefault.
   std::atomic<uint8_t> default_cls{static_cast<uint8_t>(WaitPriority::kNormal)};
+  // Cooperative preemption for the waiters of this queue (set_wait_preempt).
+  std::atomic<bool> preempt{false};
   // In ControllerWaits::queues; guarded by ControllerWaits::mu.
   WaitQueue* ctl_prev = nullptr;
   WaitQueue* ctl_next = nullptr;
@@ -83,6 +84,24 @@ struct ControllerWaits {
   explicit ControllerWaits(int64_t aging) noexcept : aging_ns(aging) {}
 };
 
+// Ends a wait: the state is final, the clock wakes the thread. Under the waiter's queue mutex.
+inline void finish(Clock& clock, Waiter& w, Waiter::State state) noexcept {
+  w.state = state;
+  clock.wake(w.clock_waiter);
+}
+
+// Queues of one path served together (root first). A path with more levels that have waiters
+// serves the ones nearest the root together; the others are served by their own waiters' looks.
+inline constexpr int kMaxJointQueues = 16;
+struct LockedQueues {
+  WaitQueue* q[kMaxJointQueues];
+  int n = 0;
+};
+
+// The policy (charge_wait_policy.cpp): offers the room there is to the waiters of the queues in
+// `l`, the queues of one path, all locked by the caller.
+void dispatch_locked(LockedQueues& l, Clock& clock, uint64_t aging) noexcept;
+
 // A deadline on the controller's clock, computed only when it is needed: called once, when the
 // ladder failed, so that a charge that succeeds at once reads no clock.
 struct LazyDeadline {
@@ -94,6 +113,14 @@ struct LazyDeadline {
 // Charges `units` (checked, > 0) to `group` (not the root), waiting on the limit that holds.
 WaitStatus charge_or_wait(Group& group, int64_t units, const LazyDeadline& deadline,
                           const std::stop_token& stop, int cls, int kind) noexcept;
+
+// Cooperative preemption (preempt.cpp): asks members of a class below `cls` in the subtree of
+// `domain` (the group whose limit holds the waiter) to give memory back for a waiter of `group`
+// that still needs `need` units. REQUIRES: no library lock held.
+void preempt_for(Group& domain, Group& group, int cls, int64_t need) noexcept;
+
+// The least room over every level from `g` to the root, and the least max.
+void room_and_limit(const Group& g, int64_t& room, int64_t& limit) noexcept;
 
 // The wait class of `p` for `group` (kDefault: the group's own), or -1 when `p` is out of range.
 int wait_class_of(const Group& group, WaitPriority p) noexcept;

@@ -15,45 +15,22 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "memcg/base/clock.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "oom_batch.hpp"
 
 namespace memcg {
-
-struct OomKillerAccess {
-  static std::mutex& policy_mutex(Group& g) { return g.policy_mutex_; }
-  static const std::vector<Member*>& members(Group& g) { return g.members_; }
-};
-
-namespace internal {
-
-// A member chosen by one OOM kill whose callback has not returned yet.
-struct KillEntry {
-  Member* member;     // null once the member is destroyed (then nothing touches it)
-  Member::KillFn fn;  // moved out of the member: a callback may destroy its member
-  GroupRef group;     // the member's group, for the oom_kill event after the callback
-  std::string name;
-  bool running = false;  // its callback is executing (on the batch's thread)
-  bool done = false;     // its callback has returned
-};
-
-// One OOM kill in progress, on the stack of the thread that runs it, linked into the controller's
-// OomState while it lives. Guarded by the OOM lock.
-struct KillBatch {
-  std::thread::id owner = std::this_thread::get_id();
-  std::vector<KillEntry> entries;
-  Member* waiting_for = nullptr;  // a dying victim this kill waits for; cleared by ~Member
-  KillBatch* next = nullptr;
-};
-
-}  // namespace internal
 
 namespace {
 
 using internal::KillBatch;
 using internal::KillEntry;
+using internal::BatchLink;
+using internal::held_by_this_thread;
+using internal::members_below;
 
 // How often a killer waiting for a victim looks again without a wake-up: the victim's release
 // wakes it, but room made by others (or a clock other than the system clock, which advances only
@@ -74,6 +51,8 @@ struct MemberCharge {
 thread_local MemberCharge* tl_member_charge = nullptr;
 // What a destroyed member's charge reads as its "killed" flag: dying, so the charge fails.
 constinit const std::atomic<bool> kDestroyedMember{true};
+// Member::cancel_reason(): why the callback running on this thread was called.
+thread_local CancelReason tl_cancel_reason = CancelReason::kOomKill;
 
 struct Candidate {
   Member* member;
@@ -81,56 +60,11 @@ struct Candidate {
   size_t order;  // position in walk order (ties go to the later member)
 };
 
-// Every member in the subtree of `root`, in walk order (pre-order, then joining order).
-std::vector<Member*> members_below(Group& root) {
-  std::vector<Member*> out;
-  root.controller().walk(root, [&](Group& g) {
-    internal::LockGuard lock(OomKillerAccess::policy_mutex(g));
-    const auto& v = OomKillerAccess::members(g);
-    out.insert(out.end(), v.begin(), v.end());
-  });
-  return out;
-}
-
-// Links a batch into the controller's kills in progress; unlinks it, under the lock, at the end.
-class BatchLink {
- public:
-  BatchLink(internal::OomState& state, KillBatch& batch, std::unique_lock<std::mutex>& lock)
-      : state_(state), batch_(batch), lock_(lock) {
-    batch.next = state.batches;
-    state.batches = &batch;
-  }
-  ~BatchLink() {
-    if (!lock_.owns_lock()) lock_.lock();
-    for (KillBatch** p = &state_.batches; *p; p = &(*p)->next)
-      if (*p == &batch_) {
-        *p = batch_.next;
-        break;
-      }
-  }
-  BatchLink(const BatchLink&) = delete;
-  BatchLink& operator=(const BatchLink&) = delete;
-
- private:
-  internal::OomState& state_;
-  KillBatch& batch_;
-  std::unique_lock<std::mutex>& lock_;
-};
-
-// True if a kill in progress on this thread has yet to finish calling `m`'s callback: it runs
-// further up this stack or is still to run there, so waiting for `m` would wait for ourselves.
-bool held_by_this_thread(const internal::OomState& state, const Member* m) {
-  const std::thread::id me = std::this_thread::get_id();
-  for (const KillBatch* b = state.batches; b; b = b->next)
-    if (b->owner == me)
-      for (const KillEntry& e : b->entries)
-        if (e.member == m && !e.done) return true;
-  return false;
-}
-
 }  // namespace
 
 // ---- Member ------------------------------------------------------------------------------------
+
+CancelReason Member::cancel_reason() noexcept { return tl_cancel_reason; }
 
 Member::Member(Group& group, std::string name, KillFn on_kill, int score_adj)
     : group_(&group), name_(std::move(name)), on_kill_(std::move(on_kill)), adj_(0) {
@@ -233,6 +167,9 @@ int64_t Member::uncharge(int64_t units) noexcept {
   }
   // ---- fast path ----
   const int64_t take = take_charged(units);
+  // Given everything back: a later shortage may ask again (preempt.cpp).
+  if (preempt_asked_.load(std::memory_order_relaxed) && charged() == 0) [[unlikely]]
+    preempt_asked_.store(false, std::memory_order_release);
   // Straight from the counters: a killed member's memory must be seen as free at once.
   uncharge_direct(*group_, take);
   return take;
@@ -272,6 +209,37 @@ std::string OomReport::format() const {
 }
 
 // ---- the killer --------------------------------------------------------------------------------
+
+bool internal::run_member_callback(KillEntry& e, Member& m, CancelReason reason,
+                                   std::unique_lock<std::mutex>& lock, std::string* error) {
+  e.running = true;
+  lock.unlock();
+  // Nested: a callback may charge and so run another OOM kill or request on this thread.
+  const CancelReason outer = std::exchange(tl_cancel_reason, reason);
+  // A throwing callback fails the kill (or the request); the exception ends here, outside the
+  // lock.
+  bool ok = true;
+  try {
+    if (e.fn) e.fn(m);
+  } catch (const std::exception& ex) {
+    ok = false;
+    try {
+      *error = ex.what();
+    } catch (...) {
+    }
+  } catch (...) {
+    ok = false;
+    try {
+      *error = "unknown exception";
+    } catch (...) {
+    }
+  }
+  tl_cancel_reason = outer;
+  lock.lock();
+  e.running = false;
+  e.done = true;
+  return ok;
+}
 
 bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
   // The charging member was killed: its charge fails rather than waiting for itself or choosing
@@ -411,26 +379,8 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         }
         continue;
       }
-      e.running = true;
-      lock.unlock();
-      // A throwing callback fails the kill; the exception ends here, outside the lock.
-      bool ok = true;
       std::string error;
-      try {
-        if (e.fn) e.fn(*m);
-      } catch (const std::exception& ex) {
-        ok = false;
-        try {
-          error = ex.what();
-        } catch (...) {
-        }
-      } catch (...) {
-        ok = false;
-        error = "unknown exception";
-      }
-      lock.lock();
-      e.running = false;
-      e.done = true;
+      const bool ok = internal::run_member_callback(e, *m, CancelReason::kOomKill, lock, &error);
       if (ok) {
         ++killed;
         report.killed.push_back(e.name);
@@ -463,6 +413,13 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
     group_killed = GroupRef();
     lock.lock();
   }
+}
+
+PreemptReport OomKiller::last_preempt_report(Controller& controller) {
+  internal::OomState& state = controller.oom_state();
+  internal::HookBypass bypass;
+  internal::LockGuard oom(state.mu);
+  return state.last_preempt;
 }
 
 OomReport OomKiller::last_report(Controller& controller) {

@@ -189,6 +189,17 @@ const std::vector<FileSpec>& specs() {
          return 0;
        },
        write_wait_priority},
+      {"memory.wait.preempt", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = wait_preempt(g) ? "1\n" : "0\n";
+         return 0;
+       },
+       [](Group& g, std::string_view text, bool) {
+         // "0" or "1", as memory.oom.group.
+         int v = 0;
+         if (int err = parse_oom_group(text, &v)) return err;
+         return set_wait_preempt(g, v == 1);
+       }},
   };
   return table;
 }

@@ -176,7 +176,8 @@ INSTANTIATE_TEST_SUITE_P(Examples, Example,
                          testing::Values("protection", "low", "high", "oom_group", "multi_tenant",
                                          "signals", "vmpressure_modes", "psi_throttle",
                                          "cache_policy", "psi_some_full", "admission",
-                                         "inotify_delete_file", "inotify_delete_dir"));
+                                         "inotify_delete_file", "inotify_delete_dir",
+                                         "wait_priority", "preemption"));
 
 TEST(Run, FileTheLibraryLacksIsAFailureNotAValue) {
   const Scenario s = load_or_die(R"(

@@ -57,7 +57,7 @@ void Loader::knob(const YAML::Node& key, const YAML::Node& value, const std::str
       file == "memory.max" || file == "memory.swap.high" || file == "memory.swap.max") {
     uint64_t units = 0;
     err = memcg::parse_limit(v, unit_shift_, &units);
-  } else if (file == "memory.oom.group") {
+  } else if (file == "memory.oom.group" || file == "memory.wait.preempt") {
     int on = 0;
     err = memcg::parse_oom_group(v, &on);
   }

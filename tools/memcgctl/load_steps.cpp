@@ -134,12 +134,24 @@ bool Loader::load_cache(const YAML::Node& v, Step* step) {
 
 bool Loader::load_member(const YAML::Node& v, Step* step) {
   Entries e;
-  if (!entries_required_map(v, "member", {"name", "group", "immune"}, &e)) return false;
+  if (!entries_required_map(v, "member", {"name", "group", "immune", "on_preempt"}, &e))
+    return false;
   MemberStep m;
   bool ok = required(v, e, "member", "name", &m.name);
   ok = required(v, e, "member", "group", &m.group) && ok &&
        group_ref(*find(e, "group"), m.group, "member " + m.name);
   if (const YAML::Node* i = find(e, "immune")) ok = boolean(*i, "member immune", &m.immune) && ok;
+  if (const YAML::Node* p = find(e, "on_preempt")) {
+    std::string s;
+    if (!scalar(*p, "member on_preempt", &s)) {
+      ok = false;
+    } else if (s == "release" || s == "ignore") {
+      m.release_on_preempt = s == "release";
+    } else {
+      error(*p, "member on_preempt: expected release or ignore, not `" + s + "`");
+      ok = false;
+    }
+  }
   if (ok && members_.count(m.name)) {
     error(*find(e, "name"), "member `" + m.name + "` exists already");
     ok = false;

@@ -37,6 +37,7 @@ Json step_args(const Step& st) {
           a["name"] = b.name;
           a["group"] = b.group;
           if (b.immune) a["immune"] = true;
+          if (!b.release_on_preempt) a["on_preempt"] = "ignore";
         } else if constexpr (std::is_same_v<T, ChargeStep>) {
           a["member"] = b.member;
           a["size"] = b.bytes;

@@ -113,8 +113,15 @@ bool Runner::perform_body(const Step&, const MemberStep& m, StepResult* res) {
   if (!g) return true;
   auto state = std::make_unique<MemberState>();
   MemberState* sp = state.get();
-  // Killing a member releases its pinned memory, like the exit of a killed process.
-  auto on_kill = [sp](memcg::Member& victim) {
+  // Killing a member releases its pinned memory, like the exit of a killed process. A
+  // preemption request is not a kill: the member releases what it holds (a cancelled query) or,
+  // with `on_preempt: ignore`, keeps it.
+  auto on_kill = [sp, release = m.release_on_preempt](memcg::Member& victim) {
+    if (victim.cancel_reason() == memcg::CancelReason::kPreempt) {
+      ++sp->preempted;
+      if (release) victim.uncharge(victim.charged());
+      return;
+    }
     sp->killed = true;
     victim.uncharge(victim.charged());
   };
@@ -132,11 +139,23 @@ void Runner::report_kills(StepResult* res) {
       killed.push_back(name);
     }
   }
-  if (killed.empty()) return;
-  std::string note = "killed by the OOM killer:";
-  for (const auto& name : killed) note += " " + name.get<std::string>();
+  if (!killed.empty()) {
+    std::string note = "killed by the OOM killer:";
+    for (const auto& name : killed) note += " " + name.get<std::string>();
+    res->notes.push_back(std::move(note));
+    res->detail["killed"] = std::move(killed);
+  }
+  Json preempted = Json::array();
+  for (auto& [name, st] : members_)
+    if (st->preempted != st->reported_preempts) {
+      st->reported_preempts = st->preempted;
+      preempted.push_back(name);
+    }
+  if (preempted.empty()) return;
+  std::string note = "asked to give memory back (preemption):";
+  for (const auto& name : preempted) note += " " + name.get<std::string>();
   res->notes.push_back(std::move(note));
-  res->detail["killed"] = std::move(killed);
+  res->detail["preempted"] = std::move(preempted);
 }
 
 bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {

@@ -57,6 +57,8 @@ extern thread_local constinit uint64_t tl_owed_ns;
 struct MemberState {
   std::unique_ptr<memcg::Member> member;
   bool killed = false;
+  uint64_t preempted = 0;  // requests to give memory back (cooperative preemption)
+  uint64_t reported_preempts = 0;
 };
 
 // The handles of `listen`, `trigger`, `peak` and `watch` steps, with what they counted.

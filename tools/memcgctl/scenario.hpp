@@ -74,6 +74,10 @@ struct CacheStep {
 struct MemberStep {
   std::string name, group;
   bool immune = false;
+  // Asked to give memory back for a higher-class waiting charge (cooperative preemption,
+  // memory.wait.preempt): `release` (the default) gives back everything it holds, as a cancelled
+  // query would; `ignore` keeps it (a holder that does not cooperate).
+  bool release_on_preempt = true;
 };
 
 struct ChargeStep {

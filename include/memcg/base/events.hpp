@@ -1,6 +1,7 @@
 // Events: the counters of memory.events and memory.events.local, mirroring the kernel's memcg
-// events (low, high, max, oom, oom_kill, oom_group_kill), plus `wait`, an extension of this
-// library: a charge that queued on the group's memory.max (charge_wait.hpp).
+// events (low, high, max, oom, oom_kill, oom_group_kill), plus two extensions of this library:
+// `wait`, a charge that queued on the group's memory.max, and `preempt`, a member of the group
+// asked to give memory back for a waiting charge of a higher class (charge_wait.hpp).
 //
 // Each group keeps two arrays. `local` counts what happened to the group itself. The
 // hierarchical array counts what happened to the group or any descendant: raising an event on
@@ -21,11 +22,11 @@ namespace memcg {
 
 // The kernel's events in the kernel's order, then the library's own (appended, so that the
 // kernel's keys keep their positions).
-enum class Event : int { kLow, kHigh, kMax, kOom, kOomKill, kOomGroupKill, kWait };
-inline constexpr int kNumEvents = 7;
+enum class Event : int { kLow, kHigh, kMax, kOom, kOomKill, kOomGroupKill, kWait, kPreempt };
+inline constexpr int kNumEvents = 8;
 
 // The key used in memory.events ("low", "high", "max", "oom", "oom_kill", "oom_group_kill",
-// "wait").
+// "wait", "preempt").
 const char* event_name(Event e) noexcept;
 
 class EventCounters {
@@ -37,7 +38,7 @@ class EventCounters {
     counts_[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed);
   }
   // memory.events format: one "key value" line per event, in the enum's order (the kernel's six,
-  // then "wait").
+  // then "wait" and "preempt").
   std::string format() const;
 
  private:

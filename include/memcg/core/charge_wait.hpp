@@ -127,6 +127,25 @@ WaitStatus charge_wait(ChargeHandle& out, Group& group, uint64_t bytes,
 [[nodiscard]] int set_wait_priority(Group& group, WaitPriority priority) noexcept;
 WaitPriority wait_priority(const Group& group) noexcept;
 
+// Cooperative preemption, opt-in per group (off unless set; shown and written as the group's
+// memory.wait.preempt file, "0" or "1"; ENOENT for the root). When on, a waiting charge queued on
+// this group's memory.max whose class is above kLow, and that the freed memory cannot serve,
+// asks holders of a lower class to give memory back: the Members of this group's subtree (not of
+// the waiter's own group, not immune, not killed) whose group's class (wait_priority) is below
+// the waiter's, lowest class first, largest first, as many as cover the shortage (the units the
+// waiter still needs beyond the room on its path and beyond what members asked earlier still
+// hold, for up to kOomVictimWaitNs after they were asked), at most kMaxPreemptAsks per look. Each
+// is asked once through its callback, with
+// Member::cancel_reason() kPreempt (oom.hpp): a request, not a kill. The waiter asks on its first
+// look and after each poll while it is short and its deadline has not passed, with no library
+// lock held; what the members release reaches it through the normal wake-up (or whoever is
+// served first by the policy). memory.events `preempt` counts each request on the member's group;
+// OomKiller::last_preempt_report() tells who was asked and why. A member asked is not asked
+// again until it has held nothing.
+inline constexpr int kMaxPreemptAsks = 4;
+int set_wait_preempt(Group& group, bool on) noexcept;
+bool wait_preempt(const Group& group) noexcept;
+
 // The aging bound: a waiter that has waited this long (on the controller's clock) is served before
 // any later one, and every unit freed under its queue is reserved for it until it is whole.
 // Default 100 ms; a negative value is clamped to 0 (strict FIFO: no bypass at all, and no

@@ -67,13 +67,25 @@ namespace memcg {
 // about a second of attempts).
 inline constexpr uint64_t kOomVictimWaitNs = 1'000'000'000;
 
+namespace internal {
+struct Preemption;  // cooperative preemption (preempt.cpp)
+}
+
+// Why a member's callback is called: the OOM killer chose it (it is marked killed), or a waiting
+// charge of a higher class asks it to give memory back (cooperative preemption: a request, not a
+// kill; charge_wait.hpp, set_wait_preempt).
+enum class CancelReason : uint8_t { kOomKill, kPreempt };
+const char* cancel_reason_name(CancelReason r) noexcept;  // "oom_kill", "preempt"
+
 class Member {
  public:
   static constexpr int kImmune = -1000;
   using KillFn = std::function<void(Member&)>;
 
   // Joins `group` (it must be online). `on_kill` is called when the OOM killer picks it (once,
-  // unless it throws: see above). It may be empty (killing then only marks the member).
+  // unless it throws: see above), and when a waiting charge of a higher class asks it to give
+  // memory back (cooperative preemption, charge_wait.hpp): cancel_reason() tells which. It may
+  // be empty (killing then only marks the member; a preemption request does nothing).
   Member(Group& group, std::string name, KillFn on_kill, int score_adj = 0);
   // Uncharges what it still holds and leaves its group. Waits while its kill callback runs on
   // another thread.
@@ -102,11 +114,24 @@ class Member {
   void set_score_adj(int adj) noexcept;  // clamped to [-1000, 1000]
   int score_adj() const noexcept { return adj_.load(std::memory_order_relaxed); }
   bool killed() const noexcept { return killed_.load(std::memory_order_acquire); }
+  // Inside a member's callback: why it was called (kOomKill outside any callback). It is the
+  // calling thread's, not the member's (static): a callback may read it even when the member's
+  // own thread destroys the member meanwhile (`m.cancel_reason()` touches nothing of `m`). A
+  // preemption request runs the callback like a kill (no library lock held, on the waiting
+  // thread, never twice at once for one member) but marks nothing: the member is expected to
+  // release what it can (cancel its query), and may ignore the request; it is not asked again
+  // until it has held nothing (or for kOomVictimWaitNs, see charge_wait.hpp).
+  static CancelReason cancel_reason() noexcept;
+  // Asked to give memory back (a preemption request) and still holding memory since.
+  bool preempt_requested() const noexcept {
+    return preempt_asked_.load(std::memory_order_acquire);
+  }
   const std::string& name() const noexcept { return name_; }
   Group& group() const noexcept { return *group_; }
 
  private:
   friend class OomKiller;
+  friend struct internal::Preemption;
   int64_t take_charged(int64_t units) noexcept;  // up to `units` off charged_; what it took
 
   GroupRef group_;
@@ -115,6 +140,8 @@ class Member {
   std::atomic<int> adj_;
   std::atomic<int64_t> charged_{0};
   std::atomic<bool> killed_{false};
+  std::atomic<bool> preempt_asked_{false};  // set under the OOM lock; cleared when it holds 0
+  uint64_t preempt_asked_at_ns_ = 0;         // when, on the controller's clock (OOM lock)
   // Guarded by the controller's OOM lock.
   uint64_t killed_at_ns_ = 0;  // when it was killed, on the controller's clock
   bool given_up_ = false;      // waited kOomVictimWaitNs for it: it holds back no choice
@@ -145,6 +172,26 @@ struct OomReport {
   std::string format() const;       // a short human-readable report
 };
 
+// A cooperative preemption: the members a waiting charge asked to give memory back, in the order
+// asked (lowest class first, largest first). The OOM-style report of charge_wait.hpp's
+// set_wait_preempt.
+struct PreemptVictim {
+  std::string member;
+  std::string group;
+  WaitPriority priority = WaitPriority::kNormal;  // the class of its group
+  int64_t charged = 0;                            // units it held when asked
+};
+struct PreemptReport {
+  std::string domain;        // the group whose memory.max held the waiter (preempt is on there)
+  std::string waiter_group;  // the group the waiting charge is for
+  WaitPriority priority = WaitPriority::kNormal;  // the waiter's class
+  int64_t request_units = 0;   // what the waiter still needed
+  int64_t shortage_units = 0;  // beyond the room there was and what earlier requests will free
+  std::vector<PreemptVictim> asked;
+  std::vector<OomFailure> failed;  // requests whose callback threw
+  std::string format() const;      // a short human-readable report
+};
+
 // Installs the OOM killer as the controller's OOM policy (Controller::set_oom_hook). The
 // controller keeps members registered per group.
 class OomKiller {
@@ -155,6 +202,8 @@ class OomKiller {
   static bool kill(Group& domain, int64_t units, OomReport* report = nullptr);
   // The last report produced in this controller (empty if none).
   static OomReport last_report(Controller& controller);
+  // The last cooperative preemption in this controller (empty if none).
+  static PreemptReport last_preempt_report(Controller& controller);
 };
 
 namespace internal {
@@ -171,6 +220,7 @@ struct OomState {
   KillBatch* batches = nullptr;  // kills in progress, linked through KillBatch::next
   uint64_t serial = 0;           // OOM invocations so far
   OomReport last;
+  PreemptReport last_preempt;
 };
 }  // namespace internal
 

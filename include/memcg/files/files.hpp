@@ -7,7 +7,8 @@
 //
 // Extensions (no such file or key in the kernel), for the library's waiting charges
 // (charge_wait.hpp): memory.events and memory.events.local end with a `wait` line (charges that
-// queued on the group's memory.max), and every non-root group has a read-only memory.wait:
+// queued on the group's memory.max) and a `preempt` line (members asked to give memory back for
+// a waiting charge of a higher class), and every non-root group has a read-only memory.wait:
 //   waiters N         charges waiting now on this group's memory.max
 //   queued_bytes N    the bytes they asked for
 //   reserved_bytes N  bytes already set aside for aged waiters
@@ -16,8 +17,9 @@
 //   last_wait_usec N, max_wait_usec N                how long the last / longest wait was
 //   high_waiters N ... low_removed N  the seven lines above the times, per class (high, normal,
 //                     low; waiters, queued_bytes, waits, granted, timed_out, cancelled, removed)
-// and a read-write memory.wait.priority ("low", "normal", "high"): the class of the group's
-// waiting charges that name none.
+// a read-write memory.wait.priority ("low", "normal", "high"): the class of the group's
+// waiting charges that name none, and a read-write memory.wait.preempt ("0", "1"): cooperative
+// preemption for the charges waiting on this group's memory.max (set_wait_preempt).
 //
 // Thread safety: a File may be used from one thread at a time; different Files of one group may be
 // used concurrently. memory.peak keeps per-open-file state, as in the kernel.
