@@ -60,6 +60,7 @@ namespace {
   g.memory().set_max_checked(1);  // ignored
   memcg::attach_current_thread(g);  // ignored
   memcg::set_wait_priority(g, memcg::WaitPriority::kHigh);  // ignored
+  memcg::set_wait_preempt(g, true);  // ignored
   mirror.set(4096);  // ignored
   memcg::open_file(g, "memory.max", &out_file);  // ignored
   memcg::read_file(g, "memory.max", &text);  // ignored

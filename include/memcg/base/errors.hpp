@@ -4,7 +4,7 @@
 //    [[nodiscard]] (the project builds with -Werror=unused-result; a result ignored on purpose
 //    is cast to void with a comment saying why). All of them (tests/nodiscard checks each):
 //      Controller::create/remove; Group::set_max_checked, PageCounter::set_max_checked;
-//      attach_current_thread, Group::attach; set_wait_priority; MirroredCharge::set;
+//      attach_current_thread, Group::attach; set_wait_priority, set_wait_preempt; MirroredCharge::set;
 //      open_file, read_file, write_file, File::read/write;
 //      parse_limit, parse_bytes, parse_duration, parse_oom_group, parse_reclaim,
 //      parse_psi_trigger, parse_pressure_level, parse_event_control;

@@ -143,7 +143,7 @@ WaitPriority wait_priority(const Group& group) noexcept;
 // OomKiller::last_preempt_report() tells who was asked and why. A member asked is not asked
 // again until it has held nothing.
 inline constexpr int kMaxPreemptAsks = 4;
-int set_wait_preempt(Group& group, bool on) noexcept;
+[[nodiscard]] int set_wait_preempt(Group& group, bool on) noexcept;
 bool wait_preempt(const Group& group) noexcept;
 
 // The aging bound: a waiter that has waited this long (on the controller's clock) is served before
