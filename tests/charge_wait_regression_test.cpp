@@ -176,7 +176,8 @@ thread_local bool HookClock::in_hook_ = false;
 
 // The group removed after the waiter's online check but before it queued: the waiter must see
 // the removal (kRemoved at once), not wait out its deadline. The clock removes the group at the
-// first clock read after the `wait` event, which the library raises between the two.
+// waiter's arrival time, the second clock read after the `wait` event (raised between the two).
+// The first read is PSI's, under its lock, where a removal (which tells PSI triggers) cannot run.
 TEST(ChargeWaitRegression, RemovalBetweenTheOnlineCheckAndTheEnqueue) {
   testing::Watchdog dog("RemovalBetweenTheOnlineCheckAndTheEnqueue");
   HookClock clock;
@@ -185,7 +186,10 @@ TEST(ChargeWaitRegression, RemovalBetweenTheOnlineCheckAndTheEnqueue) {
   ASSERT_EQ(ctl.create("a", &g), 0);
   g->set_max(2 * kUnit);
   ASSERT_EQ(try_charge(*g, 2), ChargeStatus::kOk);
-  clock.armed = [&] { return g->events_local().get(Event::kWait) == 1; };
+  int reads_after_event = 0;  // only the waiter reads the clock once the event is raised
+  clock.armed = [&] {
+    return g->events_local().get(Event::kWait) == 1 && ++reads_after_event == 2;
+  };
   clock.hook = [&] { EXPECT_EQ(ctl.remove(*g), 0); };
   AsyncCall w([&](std::stop_token st) { return try_charge_wait_for(*g, 1, 1s, st); });
   // Real time only bounds the test: a waiter that missed the removal is let out by its deadline.

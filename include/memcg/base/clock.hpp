@@ -38,6 +38,8 @@ class Clock {
 
   virtual ~Clock() = default;
   // Monotonic time in nanoseconds. Never goes backwards. Should stay at or below kMaxNs.
+  // The library reads it under its own locks (PSI's among them): an implementation must not call
+  // into the library from here.
   virtual uint64_t now_ns() const noexcept = 0;
   // Blocks the calling thread for `ns` (a ManualClock advances its time instead).
   virtual void sleep_ns(uint64_t ns) noexcept = 0;
