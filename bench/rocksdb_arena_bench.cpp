@@ -10,88 +10,31 @@
 //                          reading thread bound: the cost of page-granular charging, no limit hit
 // Each pair is registered kPairs times, interleaved, so the variants alternate through the run.
 #include <benchmark/benchmark.h>
-#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/table.h>
 
-#include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
-#include <random>
 #include <string>
 
 #include "memcg/memcg.hpp"
 #include "memcg/rocksdb/arena.hpp"
+#include "rocksdb_bench_common.hpp"
 
 namespace {
 
-constexpr int kKeys = 200'000;  // ~45 MB of values
-constexpr std::size_t kValue = 200;
-constexpr int kPairs = 5;
-constexpr uint64_t kMiB = 1 << 20;
+using namespace memcg::bench::rocksdb_common;
+
 constexpr uint64_t kGroupMax = 24 * kMiB;  // the arena tenant's memory.max (pages, not blocks)
-constexpr double kSkew = 1.5;              // reads: key ~ kKeys * u^(1 + kSkew)
-
-std::string key(int i) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "key%09d", i);
-  return buf;
-}
-
-::rocksdb::BlockBasedTableOptions table_options() {
-  ::rocksdb::BlockBasedTableOptions t;
-  t.block_size = 4096;
-  t.cache_index_and_filter_blocks = true;
-  return t;
-}
-
-::rocksdb::Options base_options(std::shared_ptr<::rocksdb::Cache> cache) {
-  ::rocksdb::Options o;
-  o.create_if_missing = true;
-  o.compression = ::rocksdb::kNoCompression;
-  ::rocksdb::BlockBasedTableOptions t = table_options();
-  t.block_cache = std::move(cache);
-  o.table_factory.reset(::rocksdb::NewBlockBasedTableFactory(t));
-  return o;
-}
 
 struct World {
-  std::filesystem::path dir;
+  DataSet data{"memcg-rocksdb-arena-bench"};
   memcg::Controller ctl;
   memcg::GroupRef arena_group, meter_group;
   std::unique_ptr<memcg::jemalloc::Arena> arena, meter_arena;
-  std::unique_ptr<memcg::rocksdb::Tenant> tenant;
-  std::unique_ptr<::rocksdb::DB> governed, plain, meter_plain, meter_charged;
-  uint64_t capacity = 0;  // C, in RocksDB's terms
-
-  static std::unique_ptr<::rocksdb::DB> open(const ::rocksdb::Options& o, const std::string& p) {
-    ::rocksdb::DB* db = nullptr;
-    const ::rocksdb::Status s = ::rocksdb::DB::Open(o, p, &db);
-    if (!s.ok()) {
-      std::fprintf(stderr, "open %s: %s\n", p.c_str(), s.ToString().c_str());
-      std::abort();
-    }
-    return std::unique_ptr<::rocksdb::DB>(db);
-  }
+  Dbs dbs;
 
   World() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "memcg-rocksdb-arena-bench-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-    dir = tmpl;
-    {
-      auto db = open(base_options(::rocksdb::NewLRUCache(8 * kMiB)), (dir / "seed").string());
-      ::rocksdb::WriteOptions wo;
-      wo.disableWAL = true;
-      const std::string v(kValue, 'v');
-      for (int i = 0; i < kKeys; ++i) db->Put(wo, key(i), v);
-      db->CompactRange(::rocksdb::CompactRangeOptions(), nullptr, nullptr);
-    }
-    for (const char* name : {"governed", "plain", "meter_plain", "meter_charged"})
-      std::filesystem::copy(dir / "seed", dir / name, std::filesystem::copy_options::recursive);
-
     if (ctl.create("/arena", &arena_group) != 0 || ctl.create("/meter", &meter_group) != 0 ||
         memcg::jemalloc::Arena::create(*arena_group, &arena, memcg::rocksdb::kArenaOptions) != 0 ||
         memcg::jemalloc::Arena::create(*meter_group, &meter_arena, memcg::rocksdb::kArenaOptions) !=
@@ -100,112 +43,49 @@ struct World {
     arena_group->set_max(kGroupMax);
     memcg::rocksdb::TenantOptions to;
     to.cache.capacity_bytes = 8 * kGroupMax;  // the group, not the configuration, decides
-    tenant = std::make_unique<memcg::rocksdb::Tenant>(*arena_group,
-                                                      memcg::rocksdb::arena_options(*arena, to));
-    ::rocksdb::Options go;
-    go.create_if_missing = true;
-    go.compression = ::rocksdb::kNoCompression;
-    tenant->configure(go, table_options());
-    governed = open(go, (dir / "governed").string());
-    tenant->add(governed.get());
+    dbs.tenant = std::make_unique<memcg::rocksdb::Tenant>(
+        *arena_group, memcg::rocksdb::arena_options(*arena, to));
+    ::rocksdb::Options go = db_options();
+    dbs.tenant->configure(go, table_options());
+    dbs.governed = open(go, data.path("governed"));
+    dbs.tenant->add(dbs.governed.get());
     {
-      memcg::rocksdb::ScopedTenantThread bound(*arena, *governed);
-      warm(*governed);
+      memcg::rocksdb::ScopedTenantThread bound(*arena, *dbs.governed);
+      warm(*dbs.governed);
     }
-    tenant->safe_point();
-    capacity = tenant->cache().cache()->GetCapacity();
-    plain = open(base_options(::rocksdb::NewLRUCache(capacity)), (dir / "plain").string());
-    warm(*plain);
-
-    meter_plain =
-        open(base_options(::rocksdb::NewLRUCache(4 * kMiB)), (dir / "meter_plain").string());
-    ::rocksdb::LRUCacheOptions lru;
-    lru.capacity = 4 * kMiB;
-    lru.memory_allocator = std::make_shared<memcg::rocksdb::ArenaAllocator>(*meter_arena);
-    meter_charged =
-        open(base_options(::rocksdb::NewLRUCache(lru)), (dir / "meter_charged").string());
-  }
-
-  static void warm(::rocksdb::DB& db) {
-    std::string v;
-    std::mt19937_64 rng(42);
-    for (int i = 0; i < 100'000; ++i) db.Get(::rocksdb::ReadOptions(), key(pick(rng)), &v);
-  }
-
-  static int pick(std::mt19937_64& rng) {
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    return static_cast<int>(std::pow(u, 1.0 + kSkew) * (kKeys - 1));
+    dbs.open_plain(data);
+    dbs.open_charged(data, std::make_shared<memcg::rocksdb::ArenaAllocator>(*meter_arena));
   }
 
   ~World() {
-    tenant->remove(governed.get());
-    governed.reset();
-    plain.reset();
-    meter_plain.reset();
-    meter_charged.reset();
-    tenant.reset();
+    dbs.close();  // before the arenas their blocks live in
     memcg::jemalloc::flush_thread_cache();
     arena.reset();
     meter_arena.reset();
     memcg::jemalloc::collect_released();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
 };
 
-World& world() {
-  static World w;
-  return w;
-}
-
-void reads(benchmark::State& state, ::rocksdb::DB& db, bool uniform) {
-  std::mt19937_64 rng(7);
-  std::string v;
-  uint64_t failed = 0;
-  for (auto _ : state) {
-    const int k = uniform ? static_cast<int>(rng() % kKeys) : World::pick(rng);
-    if (!db.Get(::rocksdb::ReadOptions(), key(k), &v).ok()) ++failed;
-  }
-  state.SetItemsProcessed(state.iterations());
-  state.counters["failed"] = static_cast<double>(failed);
-}
-
-void BM_ReadsPlainCapacity(benchmark::State& state) {
-  World& w = world();
-  reads(state, *w.plain, false);
-  state.counters["capacity_MiB"] = static_cast<double>(w.capacity) / kMiB;
-}
 void BM_ReadsArena(benchmark::State& state) {
-  World& w = world();
+  World& w = world<World>();
   {
-    memcg::rocksdb::ScopedTenantThread bound(*w.arena, *w.governed);
-    reads(state, *w.governed, false);
+    memcg::rocksdb::ScopedTenantThread bound(*w.arena, *w.dbs.governed);
+    reads(state, *w.dbs.governed, false);
   }
-  state.counters["capacity_MiB"] =
-      static_cast<double>(w.tenant->cache().cache()->GetCapacity()) / kMiB;
-  state.counters["peak_over_max_KiB"] =
-      (static_cast<double>(w.arena_group->peak()) - static_cast<double>(kGroupMax)) / 1024;
+  governed_counters(state, w.dbs.tenant->cache().cache()->GetCapacity(), w.arena_group->peak(),
+                    kGroupMax);
   state.counters["forced_KiB"] = static_cast<double>(w.arena->stats().forced) / 1024;
-  state.counters["deferred"] = static_cast<double>(w.tenant->cache().deferred());
-}
-void BM_MissesPlain(benchmark::State& state) {
-  reads(state, *world().meter_plain, true);
+  state.counters["deferred"] = static_cast<double>(w.dbs.tenant->cache().deferred());
 }
 void BM_MissesArenaAllocator(benchmark::State& state) {
-  World& w = world();
-  memcg::rocksdb::ScopedTenantThread bound(*w.meter_arena, *w.meter_charged);
-  reads(state, *w.meter_charged, true);
+  World& w = world<World>();
+  memcg::rocksdb::ScopedTenantThread bound(*w.meter_arena, *w.dbs.meter_charged);
+  reads(state, *w.dbs.meter_charged, true);
 }
 
 [[maybe_unused]] const bool registered = [] {
-  for (int i = 0; i < kPairs; ++i) {
-    benchmark::RegisterBenchmark("reads/plain_capacity", BM_ReadsPlainCapacity)->MinTime(1.0);
-    benchmark::RegisterBenchmark("reads/arena", BM_ReadsArena)->MinTime(1.0);
-  }
-  for (int i = 0; i < kPairs; ++i) {
-    benchmark::RegisterBenchmark("misses/plain", BM_MissesPlain)->MinTime(1.0);
-    benchmark::RegisterBenchmark("misses/arena_allocator", BM_MissesArenaAllocator)->MinTime(1.0);
-  }
+  register_pairs<World>("reads/arena", BM_ReadsArena, "misses/arena_allocator",
+                        BM_MissesArenaAllocator);
   return true;
 }();
 

@@ -53,14 +53,13 @@ bool split_file_path(std::string_view path, std::string* group, std::string* fil
     if (slash == std::string_view::npos) break;
     start = slash + 1;
   }
+  // Both parts are views of `path` (or the root's "/"), copied out once each.
   const size_t last = rest.rfind('/');
-  if (last == std::string_view::npos) {
-    *group = "/";
-    *file = std::string(rest);
-  } else {
-    *group = std::string(rest.substr(0, last));
-    *file = std::string(rest.substr(last + 1));
-  }
+  const bool in_root = last == std::string_view::npos;
+  const std::string_view group_path = in_root ? std::string_view("/") : rest.substr(0, last);
+  const std::string_view file_name = in_root ? rest : rest.substr(last + 1);
+  group->assign(group_path);
+  file->assign(file_name);
   return true;
 }
 
