@@ -335,7 +335,9 @@ inline ReclaimResult Evil::reclaim(int64_t nr, int priority) {
     case 5:
       if (cfg.on("callback")) {  // reads files and charges from inside reclaim (forced)
         std::string s;
-        if (const int rc = read_file(*group_, "memory.stat", &s); rc != 0)
+        // ENOENT: the group was removed (a removed group's files are gone; files.hpp).
+        if (const int rc = read_file(*group_, "memory.stat", &s);
+            rc != 0 && !(rc == ENOENT && !group_->is_online()))
           sh_.fail(__LINE__, "memory.stat read from inside reclaim(): rc=%d", rc);
         (void)read_file(*group_, "memory.current", &s);
         if (charged(try_charge(*group_, 1, kDefaultCharge, StatRegistry::kKernel)))

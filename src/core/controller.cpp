@@ -12,6 +12,7 @@
 #include "memcg/core/obj_stock.hpp"
 #include "memcg/core/oom.hpp"
 #include "memcg/core/reclaim.hpp"
+#include "memcg/core/internal/file_node.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 #include <algorithm>
@@ -198,6 +199,8 @@ int Controller::remove(Group& group) {
     --nr_groups_;
     ++nr_dying_;
   }
+  // Its open files first: from here on they answer ENODEV and stop holding it (kernfs).
+  internal::files_group_removed(group);
   // Nothing of it may stay hidden in a per-CPU stock. A refill that takes a shard after the
   // drain passed it sees the group offline (the seq_cst store above, Group::stock_cacheable)
   // and bypasses the stock; one that took it before is seen by the drain (Stock's pre-check).

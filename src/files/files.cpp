@@ -2,10 +2,12 @@
 
 #include <cerrno>
 #include <functional>
+#include <optional>
 
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
+#include "memcg/core/internal/file_node.hpp"
 #include "memcg/core/limits.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/core/reclaim.hpp"
@@ -212,44 +214,61 @@ const FileSpec* find_spec(const Group& g, std::string_view name) {
 
 class TableFile final : public File {
  public:
-  TableFile(Group& g, const FileSpec& spec) : File(GroupRef(&g), spec.name), spec_(spec) {}
+  TableFile(std::shared_ptr<internal::FileNode> node, const FileSpec& spec)
+      : File(std::move(node), spec.name), spec_(spec) {}
   bool readable() const noexcept override { return static_cast<bool>(spec_.read); }
   bool writable() const noexcept override { return static_cast<bool>(spec_.write); }
   // Formatting a file is the library's own work: its memory is never charged (a full group
   // can still be read). Ticks and writes may call back (notifications, reclaimers): those run
   // outside the bypass, as everywhere (internal/lock.hpp).
+  // ENODEV before EACCES: once the group is removed the file answers nothing else (kernfs).
   int read(std::string* out) override {
+    internal::FileOp op(node());
+    if (!op) return ENODEV;
     if (!spec_.read) return EACCES;
-    if (spec_.ticks) group().controller().tick();
+    if (spec_.ticks) op.group().controller().tick();
     internal::HookBypass bypass;
-    return spec_.read(group(), out);
+    return spec_.read(op.group(), out);
   }
   int write(std::string_view text, bool nonblocking) override {
-    return spec_.write ? spec_.write(group(), text, nonblocking) : EACCES;
+    internal::FileOp op(node());
+    if (!op) return ENODEV;
+    if (!spec_.write) return EACCES;
+    return spec_.write(op.group(), text, nonblocking);
   }
 
  private:
   const FileSpec& spec_;
 };
 
+// memory.peak's per-open-file state: it leaves the group with the file's reference.
+struct PeakNode final : internal::FileNode {
+  std::optional<Group::PeakWatcher> watcher;  // set once attached, until detached
+  void detach(Group&) noexcept override { watcher.reset(); }
+};
+
 // memory.peak: the one file with per-open-file state.
 class PeakFile final : public File {
  public:
-  explicit PeakFile(Group& g) : File(GroupRef(&g), "memory.peak"), watcher_(g) {}
+  explicit PeakFile(std::shared_ptr<PeakNode> node) : File(node, "memory.peak"), peak_(*node) {}
   bool readable() const noexcept override { return true; }
   bool writable() const noexcept override { return true; }
   int read(std::string* out) override {
-    *out = bytes_line(watcher_.read());
+    internal::FileOp op(node());
+    if (!op) return ENODEV;
+    *out = bytes_line(peak_.watcher->read());
     return 0;
   }
   // Any content resets this handle's peak, as in the kernel.
   int write(std::string_view, bool) override {
-    watcher_.reset();
+    internal::FileOp op(node());
+    if (!op) return ENODEV;
+    peak_.watcher->reset();
     return 0;
   }
 
  private:
-  Group::PeakWatcher watcher_;
+  PeakNode& peak_;  // node()'s
 };
 
 }  // namespace
@@ -257,16 +276,19 @@ class PeakFile final : public File {
 int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out) {
   internal::HookBypass bypass;  // the File is the library's
   if (name == "memory.peak" && !group.is_root()) {
-    *out = std::make_unique<PeakFile>(group);
+    auto node = std::make_shared<PeakNode>();
+    node->watcher.emplace(group);
+    if (int err = internal::attach_file_node(group, node)) return err;
+    *out = std::make_unique<PeakFile>(std::move(node));
     return 0;
   }
-  if (name == "memory.pressure") {  // per-open-file trigger state (psi.hpp)
-    *out = internal::open_pressure_file(group);
-    return 0;
-  }
+  if (name == "memory.pressure")  // per-open-file trigger state (psi.hpp)
+    return internal::open_pressure_file(group, out);
   const FileSpec* spec = find_spec(group, name);
   if (!spec) return ENOENT;
-  *out = std::make_unique<TableFile>(group, *spec);
+  auto node = std::make_shared<internal::FileNode>();
+  if (int err = internal::attach_file_node(group, node)) return err;
+  *out = std::make_unique<TableFile>(std::move(node), *spec);
   return 0;
 }
 

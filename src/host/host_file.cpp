@@ -2,6 +2,7 @@
 #include <cerrno>
 #include <string>
 
+#include "memcg/core/internal/file_node.hpp"
 #include "memcg/host/binding.hpp"
 
 namespace memcg::host {
@@ -13,7 +14,8 @@ std::string prom_value(uint64_t v) { return v == kNoLimit ? "+Inf" : std::to_str
 // A read-only root-level file over a binding: the root's memory.host.
 class HostFile final : public File {
  public:
-  HostFile(Group& root, const HostBinding& b) : File(GroupRef(&root), "memory.host"), b_(b) {}
+  HostFile(std::shared_ptr<internal::FileNode> node, const HostBinding& b)
+      : File(std::move(node), "memory.host"), b_(b) {}
   bool readable() const noexcept override { return true; }
   bool writable() const noexcept override { return false; }
   int read(std::string* out) override {
@@ -126,7 +128,10 @@ std::string HostBinding::render_prometheus() const {
 }
 
 std::unique_ptr<File> HostBinding::open_file() {
-  return std::make_unique<HostFile>(controller_.root(), *this);
+  // The root is never removed: attaching cannot fail, and reads need no FileOp.
+  auto node = std::make_shared<internal::FileNode>();
+  (void)internal::attach_file_node(controller_.root(), node);  // 0: the root is online
+  return std::make_unique<HostFile>(std::move(node), *this);
 }
 
 }  // namespace memcg::host

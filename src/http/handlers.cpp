@@ -145,6 +145,7 @@ int status_for_write_error(int err) {
     case ERANGE:
       return 400;
     case ENOENT:
+    case ENODEV:  // the group was removed while the write was on its way (files.hpp)
       return 404;
     case EACCES:
       return 405;
@@ -301,6 +302,8 @@ MHD_Result get_file(Impl& s, MHD_Connection* c, const Request& r) {
   if (!g) return reply(c, 404, "no such group");
   std::string text;
   if (int err = read_file(*g, file, &text)) {
+    // Removed since the lookup: its files are gone (ENOENT at open, ENODEV once open).
+    if (err == ENODEV || (err == ENOENT && !g->is_online())) return reply(c, 404, "no such group");
     if (err == ENOENT) return reply(c, 404, "no such file");
     if (err == EACCES) return reply(c, 405, "write-only file", {{"Allow", "POST"}});
     return reply(c, 500, errno_name(err));

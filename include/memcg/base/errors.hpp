@@ -23,6 +23,7 @@
 //   ENOMEM      an internal allocation failed
 //   EACCES      the file is not writable (a read-only file)
 //   ENOENT      no such file or group (e.g. a per-group file asked of the root group)
+//   ENODEV      a read or write of an open file whose group was removed since it was opened
 //   EEXIST      the group already exists
 //   EBADF       an eventfd that cannot be duplicated
 //   EMFILE, ENFILE  no descriptor left for an eventfd
@@ -70,7 +71,7 @@ inline constexpr int kLibraryErrnos[] = {0,      EINVAL, ERANGE,     EBUSY,     
                                          EADDRNOTAVAIL,  EAFNOSUPPORT, EIO,
                                          EFBIG,  EOPNOTSUPP, ECONNABORTED, EHOSTDOWN,
                                          EHOSTUNREACH, ENETDOWN, ENETUNREACH, ENOBUFS, ENONET,
-                                         ENOPROTOOPT, ENOTSOCK, EPERM, EPROTO, ETIMEDOUT};
+                                         ENOPROTOOPT, ENOTSOCK, EPERM, EPROTO, ETIMEDOUT, ENODEV};
 
 // The symbolic name of a result code: "ok" for 0, "EINVAL" etc. for every code of
 // kLibraryErrnos, "unknown" for anything else.
@@ -85,6 +86,7 @@ constexpr const char* errno_name(int code) {
     case ENOMEM: return "ENOMEM";
     case EACCES: return "EACCES";
     case ENOENT: return "ENOENT";
+    case ENODEV: return "ENODEV";
     case EEXIST: return "EEXIST";
     case EBADF: return "EBADF";
     case EMFILE: return "EMFILE";

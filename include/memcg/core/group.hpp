@@ -39,6 +39,8 @@ class ObjStock;
 struct ReclaimerEntry;
 namespace internal {
 struct GroupPressure;  // vmpressure and PSI state (vmpressure.hpp, psi.hpp)
+class FileNode;        // an open File (core/internal/file_node.hpp)
+struct FileAccess;
 struct NotifyAccess;
 struct WaitAccess;  // charge_wait_hooks.hpp
 struct WaitQueue;   // charge_wait.cpp
@@ -162,6 +164,7 @@ class Group final : public StockOwner {
   friend struct OomKillerAccess;
   friend struct internal::NotifyAccess;
   friend struct internal::WaitAccess;
+  friend struct internal::FileAccess;
   Group(Controller& controller, Group* parent, std::string name, uint64_t id);
   ~Group();
 
@@ -233,6 +236,10 @@ class Group final : public StockOwner {
   // Listeners and rate-limit state; empty until the first listener subscribes.
   internal::NotifySlot notify_;
   // ---- end of change notification ----
+  // The open Files of this group, deactivated by its removal (core/internal/file_node.hpp).
+  // Guarded by files_mutex_, a leaf lock.
+  std::mutex files_mutex_;
+  std::vector<std::shared_ptr<internal::FileNode>> files_;
 };
 
 // One open memory.peak handle. Mirrors the kernel's per-file peak: writing resets this handle's

@@ -34,29 +34,46 @@
 
 namespace memcg {
 
+namespace internal {
+class FileNode;  // the file's hold on its group (core/internal/file_node.hpp)
+}
+
+// An open file. It holds its group until it is closed or the group is removed, whichever comes
+// first. The removal deactivates the group's open files, as the kernel's kernfs node
+// deactivation on rmdir: from then on read() and write() return ENODEV and the file no longer
+// keeps the group (it does not stay dying for an open file). A read or write that began before
+// the removal completes on the group. Closing (destroying) the file is fine at any time, also
+// after the group's controller is gone once the group was removed.
 class File {
  public:
-  virtual ~File() = default;
+  virtual ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
   const std::string& name() const noexcept { return name_; }
-  Group& group() const noexcept { return *group_; }
+  // The group; null once it was removed (the file no longer holds it). The pointer keeps
+  // nothing alive: to use the group past a concurrent removal, hold a GroupRef of it.
+  Group* group() const noexcept;
   virtual bool readable() const noexcept = 0;
   virtual bool writable() const noexcept = 0;
-  // The file's contents. EACCES when the file is write-only.
+  // The file's contents. EACCES when the file is write-only; ENODEV once the group was removed.
   [[nodiscard]] virtual int read(std::string* out) = 0;
   // Parses and applies `text`. 0 on success, else EINVAL (grammar), ERANGE, EACCES (read-only
-  // file), EAGAIN, EINTR, EBUSY as the file's semantics say; on error nothing changed.
+  // file), EAGAIN, EINTR, EBUSY as the file's semantics say, ENODEV once the group was removed;
+  // on error nothing changed.
   // `nonblocking` is O_NONBLOCK: memory.high/max then only store the value.
   [[nodiscard]] virtual int write(std::string_view text, bool nonblocking = false) = 0;
 
  protected:
-  File(GroupRef group, std::string name) : group_(std::move(group)), name_(std::move(name)) {}
+  // REQUIRES: `node` is attached to its group (internal::attach_file_node).
+  File(std::shared_ptr<internal::FileNode> node, std::string name);
+  internal::FileNode& node() const noexcept { return *node_; }
 
  private:
-  GroupRef group_;
+  std::shared_ptr<internal::FileNode> node_;
   std::string name_;
 };
 
-// Opens `name` on `group`. ENOENT when the group has no such file.
+// Opens `name` on `group`. ENOENT when the group has no such file or was removed.
 [[nodiscard]] int open_file(Group& group, std::string_view name, std::unique_ptr<File>* out);
 // The names of the files `group` has, in a stable order.
 std::vector<std::string> file_names(const Group& group);
@@ -70,12 +87,12 @@ std::vector<std::string> file_names(const Group& group);
 // becomes readable, like the kernel's POLLPRI; reading it consumes the events), or -1 when `file`
 // is not memory.pressure or holds no trigger. Owned by the file. When the group is removed it is
 // signalled once more, the trigger's removal notice (psi.hpp: the kernel's POLLERR|POLLPRI), and
-// no event follows; a trigger written after the removal is refused with ENOENT.
+// no event follows; a trigger written after the removal is refused with ENODEV.
 int pressure_file_eventfd(const File& file) noexcept;
 
 namespace internal {
-// Opens memory.pressure on `group` (pressure_file.cpp).
-std::unique_ptr<File> open_pressure_file(Group& group);
+// Opens memory.pressure on `group` (pressure_file.cpp). ENOENT when the group was removed.
+[[nodiscard]] int open_pressure_file(Group& group, std::unique_ptr<File>* out);
 }  // namespace internal
 
 }  // namespace memcg
