@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "memcg/rocksdb/arena.hpp"
@@ -245,27 +246,31 @@ TEST(RocksdbArena, LimitHeldWithNoFailedReadAndNoOomKill) {
     // governor thread's deferred capacity and purge, plus a jemalloc metadata block.
     EXPECT_LE(g->peak(), kMax + kMax / 8 + memcg::jemalloc::kNeverFailSlackBytes);
 
-    // The tenant's other work takes 8 MiB of plain heap in the arena while the cache is full:
-    // the pages are forced past max, the safe point's reclaim defers the cache's shrink to the
-    // governor thread, which lowers the capacity and purges the evicted blocks' pages.
+    // The tenant's other work takes plain heap in the arena while the cache is full: the pages
+    // are forced past max, the safe point's reclaim defers the cache's shrink to the governor
+    // thread, which lowers the capacity and purges the evicted blocks' pages. 8 MiB, or more
+    // when the reads left room, so that the heap always passes max by at least 4 MiB.
     const uint64_t deferred0 = tenant.cache().deferred();
+    const uint64_t room = kMax > g->current() ? kMax - g->current() : 0;
+    const uint64_t heap_bytes = std::max<uint64_t>(8 * kMiB, room + 4 * kMiB);
     std::vector<std::unique_ptr<char[]>> heap;
     {
       ScopedTenantThread bound(*arena, *db);
-      for (int i = 0; i < 32; ++i) {
+      for (uint64_t taken = 0; taken < heap_bytes; taken += 256 << 10) {
         heap.push_back(std::make_unique<char[]>(256 << 10));
         std::memset(heap.back().get(), 1, 256 << 10);
       }
     }
+    // The governor thread's latency bounds this wait; a loaded machine (CI) may need seconds.
     uint64_t settled = g->current();
-    for (int i = 0; i < 100 && settled > kMax; ++i) {
+    for (int i = 0; i < 1000 && settled > kMax; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       settled = g->current();
     }
     std::printf(
-        "8 MiB of heap at the limit: usage %llu KiB after the governor thread, cache %llu "
+        "%llu KiB of heap at the limit: usage %llu KiB after the governor thread, cache %llu "
         "KiB, deferred reclaims %llu, forced %llu KiB\n",
-        (unsigned long long)settled >> 10,
+        (unsigned long long)heap_bytes >> 10, (unsigned long long)settled >> 10,
         (unsigned long long)tenant.cache().allocator().live_bytes() >> 10,
         (unsigned long long)(tenant.cache().deferred() - deferred0),
         (unsigned long long)arena->stats().forced >> 10);
