@@ -189,6 +189,11 @@ bool refused_within(int fd, int port, std::chrono::milliseconds wait, std::strin
 // acceptor started (start() took every free descriptor): clients then wait in the backlog. Once
 // descriptors are free again the acceptor takes its spare, so the next shortage refuses at once.
 TEST(HttpDescriptorsTest, TheSpareDescriptorIsTakenAgainOnceDescriptorsAreFree) {
+#if defined(__SANITIZE_ADDRESS__)
+  // UBSan's vptr check probes memory through a pipe; with every descriptor taken that probe
+  // fails and it reports a false "invalid vptr". The default and TSan builds run this case.
+  GTEST_SKIP() << "needs descriptors the ASan+UBSan runtime takes for itself";
+#endif
   memcg::testing::Watchdog dog("the spare descriptor", 60s);
   Controller ctl;
   Server server(ctl);
