@@ -110,6 +110,9 @@ class Member {
   // Uncharges up to what it holds; returns what was uncharged.
   int64_t uncharge(int64_t units) noexcept;
   int64_t charged() const noexcept { return charged_.load(std::memory_order_relaxed); }
+  // Units this member's reservations were admitted with (Reservation keeps it up to date): the
+  // size its work was expected to need, so that growth past it can be told from the expected.
+  int64_t admitted() const noexcept { return admitted_.load(std::memory_order_relaxed); }
 
   void set_score_adj(int adj) noexcept;  // clamped to [-1000, 1000]
   int score_adj() const noexcept { return adj_.load(std::memory_order_relaxed); }
@@ -132,6 +135,7 @@ class Member {
  private:
   friend class OomKiller;
   friend struct internal::Preemption;
+  friend class Reservation;
   int64_t take_charged(int64_t units) noexcept;  // up to `units` off charged_; what it took
 
   GroupRef group_;
@@ -139,6 +143,7 @@ class Member {
   KillFn on_kill_;  // guarded by the OOM lock; moved out while a kill is in progress
   std::atomic<int> adj_;
   std::atomic<int64_t> charged_{0};
+  std::atomic<int64_t> admitted_{0};  // sum of its reservations' admitted units
   std::atomic<bool> killed_{false};
   std::atomic<bool> preempt_asked_{false};  // set under the OOM lock; cleared when it holds 0
   uint64_t preempt_asked_at_ns_ = 0;         // when, on the controller's clock (OOM lock)
