@@ -85,7 +85,7 @@ TEST(LifetimeCheck, CleanTeardownWithAPendingHighRecordOnALiveThread) {
     while (step.load() != 2) std::this_thread::yield();
   });
   while (step.load() != 1) std::this_thread::yield();
-  EXPECT_EQ(g->high_record_refs().load(), 1);
+  EXPECT_EQ(g->thread_record_refs().load(), 1);
   {
     Member m(*g, "m", nullptr);
     Reservation r(m);

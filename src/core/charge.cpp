@@ -53,7 +53,7 @@ struct PendingHigh {
     Group* g = std::exchange(group, nullptr);
     pages = 0;
     if (g == nullptr || !internal::controller_live(serial)) return nullptr;
-    g->high_record_refs().fetch_sub(1, std::memory_order_relaxed);  // the caller's now
+    g->thread_record_refs().fetch_sub(1, std::memory_order_relaxed);  // the caller's now
     return g;
   }
   void drop() noexcept {
@@ -86,7 +86,7 @@ void check_high(Group& group, int64_t batch, uint32_t flags) noexcept {
         const int64_t pages = tl_high.serial == serial ? tl_high.pages : 0;
         tl_high.drop();  // its controller may be gone: the serial tells
         group.get();
-        group.high_record_refs().fetch_add(1, std::memory_order_relaxed);
+        group.thread_record_refs().fetch_add(1, std::memory_order_relaxed);
         tl_high.group = &group;
         tl_high.serial = serial;
         tl_high.pages = pages;
@@ -318,10 +318,14 @@ void uncharge_direct(Group& group, int64_t units, int kind) noexcept {
   account_kind(group, kind, -units);
   group.memory().uncharge(units);
   if (internal::charge_waiters_on_path(group)) [[unlikely]] {
-    // In an allocator hook the wake (which takes the wait state's mutex) waits for the safe
-    // point; the waiters' poll bounds the delay where none comes.
+    // In an allocator hook the wake (which takes the queues' mutexes) is marked on the queues
+    // and runs at this thread's safe point; the waiters' poll bounds the delay where none comes.
     if (internal::tl_alloc_hook_depth > 0) {
-      if (DeferredSlot* slot = tl_deferred.slot_for(group)) slot->wake = true;
+      if (internal::defer_wake_in_hook(group)) {
+        tl_deferred.wake_controller = &group.controller();
+        tl_deferred.wake_serial = group.controller().serial();
+        internal::tl_deferred_pending = 1;
+      }
       return;
     }
     internal::wake_charge_waiters_slow(group);

@@ -3,6 +3,7 @@
 // (core/internal/alloc_hook.hpp). Private to src/core.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <utility>
 
@@ -29,16 +30,19 @@ bool oom_stalled(Group& group, Group& over_limit, int64_t units);
 // Whether this thread has memory.high work deferred (handle_pending_high() runs it).
 bool high_pending() noexcept;
 
-// What charges and uncharges made inside allocator hooks left for the next safe point
-// (alloc_hook.hpp), one slot per group. Each slot holds a reference to its group; a record whose
-// controller is gone (its serial is dead) is dropped without touching the group.
+// What charges made inside allocator hooks left for the next safe point (alloc_hook.hpp), one
+// slot per group. Each slot holds a reference to its group, counted in the group's
+// thread_record_refs() (the thread may exit, or never reach a safe point, after its controller
+// is gone); a record whose controller is gone (its serial is dead) is dropped without touching
+// the group. Uncharges in hooks leave no slot: a wake of waiting charges they skipped is marked
+// on the waiters' queues instead (charge_wait_hooks.hpp), so nothing pins a group for a thread
+// that never reaches a safe point (an allocator's background purge thread).
 struct DeferredSlot {
   Group* group = nullptr;  // holds a reference while non-null
   uint64_t serial = 0;
   int64_t refused = 0;  // the largest refused request, in units
   int64_t forced = 0;   // units forced past the limit
   uint32_t flags = 0;   // of the refused request (kRetryMayFail, kNoRetry)
-  bool wake = false;    // an uncharge skipped the wake of waiting charges
 };
 struct DeferredRecords {
   // Groups one thread touches between two safe points; a record past them still counts but runs
@@ -55,11 +59,18 @@ struct DeferredRecords {
     }
     if (free_slot == nullptr) return nullptr;
     group.get();
+    group.thread_record_refs().fetch_add(1, std::memory_order_relaxed);
     free_slot->group = &group;
     free_slot->serial = group.controller().serial();
     tl_deferred_pending = 1;
     return free_slot;
   }
+  // A wake of waiting charges that an uncharge in a hook skipped (no reference: the controller
+  // is looked up by its serial first). One controller at a time; the waiters' poll serves any
+  // other.
+  Controller* wake_controller = nullptr;
+  uint64_t wake_serial = 0;
+
   ~DeferredRecords() {  // thread exit
     for (DeferredSlot& s : slots)
       if (Group* g = std::exchange(s.group, nullptr)) put_if_live(s.serial, *g);

@@ -427,6 +427,55 @@ void internal::wake_charge_waiters_slow(Group& group) noexcept {
   dispatch_path(group);
 }
 
+bool internal::defer_wake_in_hook(Group& group) noexcept {
+  ControllerWaits* cw = WaitAccess::state(std::as_const(group.controller()));
+  if (cw == nullptr) return false;
+  bool marked = false;
+  for (Group* a = &group; a->parent() != nullptr; a = a->parent()) {
+    if (WaitAccess::count(std::as_const(*a)).load(std::memory_order_acquire) == 0) continue;
+    WaitQueue* q = WaitAccess::queue(std::as_const(*a));
+    if (q == nullptr) continue;
+    q->hook_wake.store(true, std::memory_order_relaxed);
+    marked = true;
+  }
+  // Release: whoever clears the controller's flag (acquire) sees the queues' flags.
+  if (marked) cw->hook_wake.store(true, std::memory_order_release);
+  return marked;
+}
+
+void internal::run_deferred_wakes(Controller& controller) noexcept {
+  ControllerWaits* cw = WaitAccess::state(std::as_const(controller));
+  if (cw == nullptr || !cw->hook_wake.load(std::memory_order_relaxed)) return;
+  if (cw->dying.load(std::memory_order_acquire)) return;  // every waiter was sent away
+  if (!cw->hook_wake.exchange(false, std::memory_order_acquire)) return;
+  HookBypass bypass;
+  // The owners are taken under the controller's wait mutex (a queue is unlinked under it before
+  // its group is freed) and served after it is let go of: dispatch takes the queues' mutexes.
+  constexpr int kBatch = 16;
+  for (;;) {
+    Group* owners[kBatch];
+    int n = 0;
+    bool more = false;
+    {
+      std::lock_guard<std::mutex> lock(cw->mu);
+      for (WaitQueue* q = cw->queues; q != nullptr; q = q->ctl_next) {
+        if (!q->hook_wake.load(std::memory_order_relaxed)) continue;
+        if (n == kBatch) {
+          more = true;
+          break;
+        }
+        q->hook_wake.store(false, std::memory_order_relaxed);
+        if (q->owner->try_get()) owners[n++] = q->owner;  // a group being freed has no waiter
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      dispatch_path(*owners[i]);
+      owners[i]->put();
+    }
+    if (!more) return;
+  }
+}
+
 void internal::charge_wait_group_removed(Group& group) noexcept {
   ControllerWaits* cw = WaitAccess::state(group.controller());
   if (cw == nullptr) return;
@@ -478,9 +527,14 @@ void internal::charge_wait_controller_gone(Controller& controller) noexcept {
     while (cw->active != 0) clock.wait_until(self, guard, Clock::kMaxNs, {});
     cw->destroyer = nullptr;
   }
-  // The queues stay with their groups, which ~Controller frees after this returns (and then
-  // finds no state to unlist them from).
-  WaitAccess::state(controller).store(nullptr, std::memory_order_release);
+}
+
+void internal::charge_wait_controller_freed(Controller& controller) noexcept {
+  // After the serial died (a safe point's run_deferred_wakes holds it live while it reads the
+  // state). The queues stay with their groups, which ~Controller frees after this returns (and
+  // then finds no state to unlist them from).
+  ControllerWaits* cw = WaitAccess::state(controller).exchange(nullptr, std::memory_order_acq_rel);
+  HookBypass bypass;
   delete cw;
 }
 

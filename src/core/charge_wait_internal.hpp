@@ -67,6 +67,8 @@ struct WaitQueue {
   std::atomic<uint8_t> default_cls{static_cast<uint8_t>(WaitPriority::kNormal)};
   // Cooperative preemption for the waiters of this queue (set_wait_preempt).
   std::atomic<bool> preempt{false};
+  // An uncharge in an allocator hook skipped this queue's wake (defer_wake_in_hook).
+  std::atomic<bool> hook_wake{false};
   // In ControllerWaits::queues; guarded by ControllerWaits::mu.
   WaitQueue* ctl_prev = nullptr;
   WaitQueue* ctl_next = nullptr;
@@ -81,6 +83,8 @@ struct ControllerWaits {
   int active = 0;                  // threads inside a wait (guarded by mu)
   ClockWaiter* destroyer = nullptr;  // ~Controller, waiting for `active` to drop to 0
   WaitQueue* queues = nullptr;       // every queue of the controller
+  // Some queue's hook_wake is set (set after the queue's; cleared before they are read).
+  std::atomic<bool> hook_wake{false};
   explicit ControllerWaits(int64_t aging) noexcept : aging_ns(aging) {}
 };
 

@@ -58,6 +58,7 @@ Controller::~Controller() {
   internal::charge_wait_controller_gone(*this);
   // First: thread-local records naming our groups (memory.high pending) must not touch them.
   internal::unregister_controller(serial_);
+  internal::charge_wait_controller_freed(*this);  // no safe point reads it from here on
   internal::HookTeardown teardown;  // memcg_hook: frees below must not reach the groups
   // Stocks first: draining them uncharges and drops the references their slots hold.
   obj_stock_.reset();  // its units go straight back to the counters

@@ -48,13 +48,19 @@ bool controller_live(uint64_t serial) noexcept {
   return std::find(r.live.begin(), r.live.end(), serial) != r.live.end();
 }
 
+void run_if_live(uint64_t serial, void (*fn)(void*), void* arg) noexcept {
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  if (std::find(r.live.begin(), r.live.end(), serial) != r.live.end()) fn(arg);
+}
+
 void put_if_live(uint64_t serial, Group& group) noexcept {
   Registry& r = registry();
   // Held across put(): a last put frees the group under the controller's tree lock, which
   // nests inside this one (nothing takes them the other way round).
   std::lock_guard lock(r.mu);
   if (std::find(r.live.begin(), r.live.end(), serial) != r.live.end()) {
-    group.high_record_refs().fetch_sub(1, std::memory_order_relaxed);
+    group.thread_record_refs().fetch_sub(1, std::memory_order_relaxed);
     group.put();
   }
 }

@@ -22,7 +22,11 @@ void unregister_controller(uint64_t serial) noexcept;
 // of its groups may go on using the controller afterwards (destroying a controller while its
 // groups are in use is the caller's error, as everywhere).
 bool controller_live(uint64_t serial) noexcept;
-// Drops a memory.high record's reference to `group` (Group::high_record_refs) if its controller
+// Runs fn(arg) if the controller of `serial` still exists, holding off its destruction until fn
+// returns (a thread's record names a controller without holding any of its groups). fn may take
+// the controller's own locks; it must not call back into this registry.
+void run_if_live(uint64_t serial, void (*fn)(void*), void* arg) noexcept;
+// Drops a thread record's reference to `group` (Group::thread_record_refs) if its controller
 // (`serial`) still exists, holding off that
 // controller's destruction meanwhile; does nothing otherwise (the controller freed the group).
 void put_if_live(uint64_t serial, Group& group) noexcept;

@@ -34,7 +34,7 @@ std::string Controller::in_use_report() const {
     for (Group* c : g->dying_) stack.push_back(c);
     int64_t expected = (g->is_online() ? 1 : 0) +
                        static_cast<int64_t>(g->children_.size() + g->dying_.size()) +
-                       g->high_record_refs().load(std::memory_order_relaxed) +
+                       g->thread_record_refs().load(std::memory_order_relaxed) +
                        (g->obj_units_.load(std::memory_order_relaxed) != 0 ? 1 : 0);
     if (g->is_root()) expected = g->refs_.load(std::memory_order_relaxed);  // never released
     const int64_t refs = g->refs_.load(std::memory_order_relaxed) - expected;

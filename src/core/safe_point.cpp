@@ -137,6 +137,8 @@ bool internal::run_deferred() noexcept {
   DeferredSlot taken[DeferredRecords::kSlots];
   for (int i = 0; i < DeferredRecords::kSlots; ++i)
     taken[i] = std::exchange(tl_deferred.slots[i], DeferredSlot{});
+  Controller* const wake_ctl = std::exchange(tl_deferred.wake_controller, nullptr);
+  const uint64_t wake_serial = tl_deferred.wake_serial;
   internal::tl_deferred_pending = 0;
   internal::tl_deferred_refusals = 0;
   const internal::LadderScopeFn scope = internal::g_ladder_scope.load(std::memory_order_acquire);
@@ -145,10 +147,14 @@ bool internal::run_deferred() noexcept {
     Group* g = std::exchange(rec.group, nullptr);
     if (g == nullptr) continue;
     if (!internal::controller_live(rec.serial)) continue;  // gone: nothing to touch
-    if (rec.wake) internal::wake_charge_waiters(*g);
     if (rec.refused > 0 || rec.forced > 0) run_record(*g, rec);
+    g->thread_record_refs().fetch_sub(1, std::memory_order_relaxed);
     g->put();
   }
+  if (wake_ctl != nullptr)
+    internal::run_if_live(
+        wake_serial,
+        [](void* ctl) { internal::run_deferred_wakes(*static_cast<Controller*>(ctl)); }, wake_ctl);
   if (internal::high_pending()) handle_pending_high();
   if (scope != nullptr) scope(false);
   tl_in_safe_point = false;

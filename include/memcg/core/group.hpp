@@ -137,9 +137,12 @@ class Group final : public StockOwner {
   void put() noexcept;
   int64_t nr_refs() const noexcept { return refs_.load(std::memory_order_relaxed); }
   int nr_attached() const noexcept { return attached_.load(std::memory_order_relaxed); }
-  // Internal: references held by threads' memory.high records (charge.cpp). Such a record may
-  // legitimately outlive the controller, so ~Controller's lifetime check does not count them.
-  std::atomic<int64_t>& high_record_refs() noexcept { return high_record_refs_; }
+  // Internal: references held by threads' own records, the memory.high record (charge.cpp) and
+  // the records allocator hooks leave for the next safe point (charge_ladder.hpp). Such a record
+  // may legitimately outlive the controller (a thread that never reaches a safe point), so
+  // ~Controller's lifetime check does not count them. Every such reference is taken and dropped
+  // with this count: get() + fetch_add, fetch_sub + put().
+  std::atomic<int64_t>& thread_record_refs() noexcept { return thread_record_refs_; }
   // Internal: the controller-clock time before which no thread runs a forced-only deferred
   // ladder for this group, after one that could not bring it back under memory.max
   // (safe_point.hpp, kStalledLadderBackoffNs).
@@ -200,7 +203,7 @@ class Group final : public StockOwner {
   const uint64_t id_;
   std::atomic<int64_t> refs_{1};  // the tree's reference
   std::atomic<int> attached_{0};  // attached threads (removal is refused while any)
-  std::atomic<int64_t> high_record_refs_{0};  // see high_record_refs()
+  std::atomic<int64_t> thread_record_refs_{0};  // see thread_record_refs()
   std::atomic<uint64_t> stalled_ladder_until_{0};  // see stalled_ladder_until()
   std::atomic<bool> online_{true};
   std::atomic<bool> oom_group_{false};

@@ -45,6 +45,14 @@ inline void wake_charge_waiters(Group& group) noexcept {
     wake_charge_waiters_slow(group);
 }
 
+// An uncharge under `group` inside an allocator hook, where the queues' mutexes may not be
+// taken: marks the queues of the path that have waiters, for run_deferred_wakes(). Atomic only,
+// and takes no reference. False if no queue of the path has a waiter.
+bool defer_wake_in_hook(Group& group) noexcept;
+// Serves the queues that hooks marked (at a safe point: no library lock held, not in a hook).
+// One relaxed load when none is marked.
+void run_deferred_wakes(Controller& controller) noexcept;
+
 // `group` went offline: its waiters return kRemoved. Called by Controller::remove() with no lock.
 void charge_wait_group_removed(Group& group) noexcept;
 // `group` is being freed: its (empty) queue goes with it. Called by ~Group.
@@ -52,6 +60,8 @@ void charge_wait_group_freed(Group& group) noexcept;
 // The controller is being destroyed: every waiter returns kRemoved, and this returns once all of
 // them have left. Called first thing in ~Controller.
 void charge_wait_controller_gone(Controller& controller) noexcept;
+// Frees the controller's wait state. Called by ~Controller once its serial is dead.
+void charge_wait_controller_freed(Controller& controller) noexcept;
 
 // A waiting charge was granted `units` on the counters of `group`: memory.high is looked at as
 // for every charge that reaches the counters (the event, reclaim and the throttle of the calling
