@@ -268,6 +268,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
   for (;;) {
     // Someone freed memory while this charge waited for the lock or a victim.
     if (domain.memory().margin() >= units) return true;
+    size_t deferred = 0;  // kills left to a preemption request in progress (see take below)
 
     // ---- decide, under the OOM lock ----
     {
@@ -354,6 +355,15 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         m->killed_.store(true, std::memory_order_release);
         m->killed_at_ns_ = now;
         m->given_up_ = false;
+        if (m->preempting_) {
+          // Its callback is out for a preemption request (preempt.cpp), on another thread or
+          // further up this one: that thread tells it of the kill once the request returns.
+          m->kill_pending_ = true;
+          m->kill_pending_in_ = serial;
+          report.killed.push_back(m->name());
+          ++deferred;
+          return;
+        }
         batch.entries.push_back(
             {m, std::move(m->on_kill_), GroupRef(&m->group()), m->name(), false});
       };
@@ -399,7 +409,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       if (i == 0 && group_killed) group_killed->raise(Event::kOomGroupKill);
       lock.lock();
     }
-    if (killed > 0) {
+    if (killed > 0 || deferred > 0) {
       state.last = report;
       if (report_out) *report_out = report;
       return true;

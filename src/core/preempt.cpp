@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <exception>
 #include <sstream>
+#include <utility>
 
 #include "memcg/base/clock.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
@@ -46,6 +47,27 @@ struct Preemption {
     int64_t charged;
     size_t order;  // walk order: ties go to the earlier member
   };
+
+  // After a request's callback returned (OOM lock held): an OOM kill that chose the member
+  // meanwhile (oom.cpp, take) found its callback out and left the kill to this thread. The member
+  // is told now, through the same callback, as the killer would have; a throw fails the kill as
+  // it does there (not killed, not chosen again by that OOM). True if a kill was told.
+  static bool tell_pending_kill(KillEntry& e, std::unique_lock<std::mutex>& lock) {
+    Member* m = e.member;
+    if (m == nullptr) return false;  // destroyed meanwhile: its memory went with it
+    m->preempting_ = false;
+    if (!std::exchange(m->kill_pending_, false)) return false;
+    std::string error;  // a kill that throws is not reported (see below)
+    e.done = false;  // held by this thread again while the kill callback runs
+    const bool ok = run_member_callback(e, *m, CancelReason::kOomKill, lock, &error);
+    if (ok) return true;
+    // The OOM's report was published when it chose the member; the failure is not added there.
+    if (e.member != nullptr) {
+      e.member->killed_.store(false, std::memory_order_release);
+      e.member->failed_in_ = e.member->kill_pending_in_;
+    }
+    return false;
+  }
 
   static void run(Group& domain, Group& group, int cls, int64_t need, int64_t shortage) {
     Controller& ctl = domain.controller();
@@ -97,6 +119,7 @@ struct Preemption {
         Member* m = c.member;
         m->preempt_asked_.store(true, std::memory_order_release);
         m->preempt_asked_at_ns_ = now;
+        m->preempting_ = true;
         batch.entries.push_back(
             {m, std::move(m->on_kill_), GroupRef(&m->group()), m->name(), false});
         report.asked.push_back({m->name(), m->group().path(), static_cast<WaitPriority>(c.cls),
@@ -109,13 +132,16 @@ struct Preemption {
       if (m == nullptr) continue;  // destroyed before its turn: its memory went with it
       std::string error;
       const bool ok = run_member_callback(e, *m, CancelReason::kPreempt, lock, &error);
-      // A request, not a kill: the member keeps its callback for a later OOM kill or request
-      // (unless one taken meanwhile put another there).
-      if (e.member != nullptr && !e.member->on_kill_) e.member->on_kill_ = std::move(e.fn);
       if (!ok) report.failed.push_back({e.name, std::move(error)});
+      const bool kill = tell_pending_kill(e, lock);
+      // A request, not a kill: the member keeps its callback for a later OOM kill or request
+      // (unless one taken meanwhile put another there). A kill told here used it up, as the
+      // killer's does.
+      if (!kill && e.member != nullptr && !e.member->on_kill_) e.member->on_kill_ = std::move(e.fn);
       lock.unlock();
       state.cv.notify_all();  // an OOM killer waiting for memory looks again
       if (ok) e.group->raise(Event::kPreempt);
+      if (kill) e.group->raise(Event::kOomKill);
       lock.lock();
     }
     state.last_preempt = std::move(report);

@@ -151,6 +151,11 @@ class Member {
   uint64_t killed_at_ns_ = 0;  // when it was killed, on the controller's clock
   bool given_up_ = false;      // waited kOomVictimWaitNs for it: it holds back no choice
   uint64_t failed_in_ = 0;     // the OOM (serial) in which its callback threw
+  // A preemption request runs its callback (moved out of on_kill_); an OOM kill that chooses it
+  // meanwhile marks it killed and leaves the kill to be told when the request returns.
+  bool preempting_ = false;
+  bool kill_pending_ = false;
+  uint64_t kill_pending_in_ = 0;  // the OOM (serial) that chose it
 };
 
 // Why a victim was chosen: the OOM report.
