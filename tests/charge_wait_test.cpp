@@ -49,7 +49,7 @@ TEST_F(Fixture, ArgumentsAndImmediateOutcomes) {
   EXPECT_EQ(usage(*g), 10);
   EXPECT_EQ(g->events_local().get(Event::kOom), 0u);
   uncharge(*g, 10);
-  EXPECT_STREQ(wait_status_name(WaitStatus::kTimedOut), "timed_out");
+  EXPECT_STREQ(wait_status_name(WaitStatus::kTimedOut), "timed-out");
 }
 
 TEST_F(Fixture, TimesOutAndCountsAsStall) {

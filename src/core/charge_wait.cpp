@@ -187,7 +187,7 @@ const char* wait_status_name(WaitStatus s) noexcept {
     case WaitStatus::kOk:
       return "ok";
     case WaitStatus::kTimedOut:
-      return "timed_out";
+      return "timed-out";
     case WaitStatus::kCancelled:
       return "cancelled";
     case WaitStatus::kRemoved:
