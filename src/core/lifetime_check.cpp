@@ -7,6 +7,8 @@
 // attachment), a listener, a trigger, an open file, a charge handle or a Reservation, a jemalloc
 // arena. Members and registrations are named on their own.
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,9 @@
 namespace memcg {
 
 bool lifetime_checks_default() noexcept {
+  // The environment decides first, so that a release build can be checked without a rebuild.
+  if (const char* v = std::getenv("MEMCG_CHECK_LIFETIMES"); v != nullptr && *v != '\0')
+    return std::strcmp(v, "0") != 0;
 #if !defined(NDEBUG) || defined(MEMCG_CHECK_LIFETIMES)
   return true;
 #else

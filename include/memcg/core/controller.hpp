@@ -40,8 +40,10 @@ struct ChargeCounters {
   std::atomic<uint64_t> throttled_ms{0};  // memory.high sleeps, in total
 };
 
-// Whether this build of the library checks lifetimes by default: true in debug builds (no
-// NDEBUG) and in builds with MEMCG_CHECK_LIFETIMES (the sanitizer presets), false otherwise.
+// Whether controllers check lifetimes by default (Options::check_lifetimes): the environment
+// variable MEMCG_CHECK_LIFETIMES when it is set and not empty ("0" off, anything else on), in any
+// build; otherwise true in debug builds (no NDEBUG) and in builds compiled with
+// MEMCG_CHECK_LIFETIMES (the sanitizer presets), false in release builds. Read at each call.
 bool lifetime_checks_default() noexcept;
 
 struct Options {
