@@ -82,19 +82,25 @@
 // fresh committed region). Kill callbacks therefore never run inside jemalloc: oom.hpp's
 // pattern (cancel the victim's work, join its worker) holds for workers bound to the arena.
 //
-// Bound on the overshoot (never-fail): between two safe points a thread takes past
-// max(memory.max, the group's usage at its previous safe point) at most the pages of the
-// allocations it makes there plus kNeverFailSlackBytes (one jemalloc metadata block). For C++
-// code that is one allocation (operator new is a safe point); a C loop calling malloc keeps the
-// bound by calling safe_point() between items. Reported: ArenaStats::forced and the memory.stat
-// item kArenaForcedKindName when registered (forced bytes, below), ChargeCounters::forced (forced
-// charges, one per hook call), and a `max` event per ladder pass. A pass that ends with the
-// group still over memory.max pauses the group's ladder for forced charges, on every thread, for
-// kStalledLadderBackoffNs (safe_point.hpp; the ladder acts on the group, so a second thread's
-// pass would find the same held memory and take a second OOM decision for one overshoot): the
-// forced pages are charged meanwhile, the bound above holds unchanged (it is measured from the
-// usage at the previous safe point), refusals are not paused, and the OOM policy runs again at
-// the first safe point after the pause.
+// What never-fail bounds, and what it does not. A refused commit would crash code that cannot
+// take a failure, so under kNeverFail a commit past memory.max is forced and the limit is
+// enforced afterwards, at the thread's next safe point, by the ladder (reclaim, then the OOM
+// decision). Per safe point: a thread takes past memory.max, before its next safe point runs
+// the ladder, at most the pages of the allocations it makes meanwhile plus kNeverFailSlackBytes
+// (one jemalloc metadata block); for C++ code that is one allocation (operator new is a safe
+// point), and a C loop calling malloc gets the same by calling safe_point() between items.
+// Over time there is no bound: when the ladder cannot bring the group back (nothing reclaimable
+// and no OOM victim, or a victim that does not unwind), every later forced commit adds to the
+// overshoot, and the group grows at the rate its threads allocate for as long as that lasts.
+// memory.max is then held only by the OOM killer (give the group killable members) or by
+// kRefuse. A pass that ends with the group still over memory.max pauses the group's ladder for
+// forced charges, on every thread, for kStalledLadderBackoffNs (safe_point.hpp; the ladder acts
+// on the group, so a second thread's pass would find the same held memory and take a second OOM
+// decision for one overshoot): safe points within the pause run nothing, refusals are not
+// paused, and the OOM policy runs again at the first safe point after it. Reported:
+// ArenaStats::forced and the memory.stat item kArenaForcedKindName when registered (forced
+// bytes, below), ChargeCounters::forced (forced charges, one per hook call), and a `max` event
+// per ladder pass: a group whose forced bytes keep growing is one the limit does not hold.
 //
 // Forced bytes measure the overshoot, not the traffic: a forced charge adds the part of it that
 // puts the group further past memory.max (at the level furthest past its limit) than this
