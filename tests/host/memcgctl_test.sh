@@ -62,6 +62,29 @@ for l in 'tenants memory.current 314572800' 'tenants/a memory.current 209715200'
          'tenants/a/q1 memory.current 83886080' 'tenants/b memory.current 62914560'; do
   grep -q "^$l\$" "$t/run.txt" || fail "run: $l"
 done
+# ---- memcgctl snapshot of a cgroup v2 root: no memory.current or limits, usage from memory.stat ----
+r="$t/root"
+mkdir -p "$r"
+echo "cpuset cpu io memory pids" >"$r/cgroup.controllers"
+printf 'anon 104857600\nfile 52428800\nkernel 20971520\nkernel_stack 1048576\nsock 1048576\nshmem 0\n' >"$r/memory.stat"
+cg "$r/system.slice" max max 62914560            # 60M
+cg "$r/user.slice" max max 41943040              # 40M
+"$bin" snapshot "$r" >"$t/root.yaml" || fail "the root refused"
+cat "$t/root.yaml"
+"$bin" validate "$t/root.yaml" || fail "validate refused the root's snapshot"
+grep -q 'is a cgroup v2 root: no limits, and its usage (179306496 bytes) is from memory.stat' "$t/root.yaml" ||
+  fail "the root's usage and its source"
+# Own usage of the root: 171M - 60M - 40M = 71M.
+grep -q 'size: 74448896, bulk: true' "$t/root.yaml" || fail "the root's own charge"
+grep -q '"root/system.slice"' "$t/root.yaml" || fail "the root's children"
+"$bin" run "$t/root.yaml" >"$t/root-run.txt" || { cat "$t/root-run.txt"; fail "run of the root"; }
+# Without a usable total in memory.stat: the sum of the children, said so.
+printf 'anon 1\n' >"$r/memory.stat"
+"$bin" snapshot "$r" >"$t/root2.yaml" || fail "the root refused (children's sum)"
+grep -q "usage (104857600 bytes) is from the sum of its children" "$t/root2.yaml" || fail "children's sum"
+# A directory with memory.stat but without "memory" in cgroup.controllers is no root.
+echo "cpu pids" >"$r/cgroup.controllers"
+if "$bin" snapshot "$r" 2>"$t/err"; then fail "a root without the memory controller accepted"; fi
 if "$bin" snapshot "$t/proc" 2>"$t/err"; then fail "a non-cgroup accepted"; fi
 grep -q 'not a cgroup v2 group' "$t/err" || fail "snapshot error message"
 echo "memcgctl host/snapshot: ok"

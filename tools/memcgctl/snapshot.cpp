@@ -9,6 +9,7 @@
 #include "host_cmd.hpp"
 #include "load.hpp"
 #include "memcg/host/discovery.hpp"
+#include "memcg/host/procfs.hpp"
 
 namespace memcgctl {
 namespace {
@@ -22,6 +23,7 @@ struct SnapGroup {
   std::string oom_group;
   uint64_t current = 0;
   uint64_t children = 0;  // the sum of the children's memory.current
+  bool root = false;      // a cgroup v2 root: no memory.current and no limits (see below)
 };
 
 constexpr const char* kKnobs[4] = {"memory.min", "memory.low", "memory.high", "memory.max"};
@@ -57,8 +59,8 @@ bool read_value(const std::string& file, bool limit, std::string* v, uint64_t* n
 
 // Reads `dir` and, in name order, every descendant with the memory controller (a directory
 // with memory.current); pre-order. `limit` bounds the groups.
-bool collect(const std::string& dir, const std::string& path, std::vector<SnapGroup>* out,
-             std::ostream& err) {
+bool collect(const std::string& dir, const std::string& path, bool root,
+             std::vector<SnapGroup>* out, std::ostream& err) {
   if (out->size() >= kMaxGroups) {
     err << "memcgctl snapshot: more than " << kMaxGroups << " groups: a scenario cannot hold them\n";
     return false;
@@ -66,12 +68,21 @@ bool collect(const std::string& dir, const std::string& path, std::vector<SnapGr
   SnapGroup g;
   g.path = path;
   g.dir = dir;
-  for (int i = 0; i < 4; ++i)
-    if (!read_value(dir + "/" + kKnobs[i], true, &g.knobs[i], nullptr, err)) return false;
-  uint64_t oom = 0;
-  if (!read_value(dir + "/memory.oom.group", false, nullptr, &oom, err)) return false;
-  g.oom_group = oom ? "1" : "0";
-  if (!read_value(dir + "/memory.current", false, nullptr, &g.current, err)) return false;
+  g.root = root;
+  if (root) {
+    // The kernel's root cgroup has no memory.current, min, low, high, max or oom.group: it is
+    // never limited. Its usage is filled in by run_snapshot.
+    g.knobs[0] = g.knobs[1] = "0";
+    g.knobs[2] = g.knobs[3] = "max";
+    g.oom_group = "0";
+  } else {
+    for (int i = 0; i < 4; ++i)
+      if (!read_value(dir + "/" + kKnobs[i], true, &g.knobs[i], nullptr, err)) return false;
+    uint64_t oom = 0;
+    if (!read_value(dir + "/memory.oom.group", false, nullptr, &oom, err)) return false;
+    g.oom_group = oom ? "1" : "0";
+    if (!read_value(dir + "/memory.current", false, nullptr, &g.current, err)) return false;
+  }
   const size_t self = out->size();
   out->push_back(std::move(g));
   std::vector<std::string> names;
@@ -90,9 +101,40 @@ bool collect(const std::string& dir, const std::string& path, std::vector<SnapGr
       return false;
     }
     const size_t child = out->size();
-    if (!collect(dir + "/" + n, path + "/" + n, out, err)) return false;
+    if (!collect(dir + "/" + n, path + "/" + n, false, out, err)) return false;
     (*out)[self].children += (*out)[child].current;
   }
+  return true;
+}
+
+// A cgroup v2 root with the memory controller: cgroup.controllers lists "memory" and the
+// directory has memory.stat but no memory.current (the kernel keeps no counter for the root).
+bool is_memory_root(const std::string& dir) {
+  if (fs::exists(dir + "/memory.current") || !fs::exists(dir + "/memory.stat")) return false;
+  std::string controllers;
+  if (memcg::host::read_small_file(dir + "/cgroup.controllers", &controllers) != 0) return false;
+  size_t pos = 0;
+  while (pos < controllers.size()) {
+    const size_t end = controllers.find_first_of(" \n", pos);
+    const size_t n = (end == std::string::npos ? controllers.size() : end) - pos;
+    if (controllers.compare(pos, n, "memory") == 0) return true;
+    pos += n + 1;
+  }
+  return false;
+}
+
+// The root's usage as its memory.stat counts it: anon + file + kernel + sock (the parts that
+// memory.current is made of; "kernel" exists since Linux 5.18). False when one is missing.
+bool usage_from_stat(const std::string& dir, uint64_t* usage) {
+  std::string text;
+  if (memcg::host::read_small_file(dir + "/memory.stat", &text) != 0) return false;
+  uint64_t sum = 0;
+  for (const char* key : {"anon", "file", "kernel", "sock"}) {
+    uint64_t v = 0;
+    if (memcg::host::find_stat_value(text, key, &v) != 0) return false;
+    sum += v;
+  }
+  *usage = sum;
   return true;
 }
 
@@ -101,20 +143,38 @@ bool collect(const std::string& dir, const std::string& path, std::vector<SnapGr
 int run_snapshot(const std::string& dir_arg, std::ostream& out, std::ostream& err) {
   std::string dir = dir_arg;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  if (!fs::exists(dir + "/memory.current") || !fs::exists(dir + "/memory.max")) {
+  const bool root = is_memory_root(dir);
+  if (!root && (!fs::exists(dir + "/memory.current") || !fs::exists(dir + "/memory.max"))) {
     err << "memcgctl snapshot: " << dir
-        << ": not a cgroup v2 group with the memory controller (no memory.current or memory.max)\n";
+        << ": not a cgroup v2 group with the memory controller (no memory.current or memory.max,"
+           " and not a cgroup v2 root with \"memory\" in cgroup.controllers)\n";
     return 1;
   }
   std::string top = fs::path(dir).filename().string();
-  if (!valid_name(top)) top = "snapshot";
+  if (!valid_name(top)) top = root ? "root" : "snapshot";
   std::vector<SnapGroup> groups;
-  if (!collect(dir, top, &groups, err)) return 1;
+  if (!collect(dir, top, root, &groups, err)) return 1;
+  // The root's usage: what its memory.stat counts, or at least its children's.
+  std::string root_source;
+  if (root) {
+    SnapGroup& r = groups.front();
+    uint64_t stat = 0;
+    if (usage_from_stat(dir, &stat) && stat >= r.children) {
+      r.current = stat;
+      root_source = "memory.stat (anon + file + kernel + sock)";
+    } else {
+      r.current = r.children;
+      root_source = "the sum of its children's memory.current (its memory.stat has no usable total)";
+    }
+  }
 
   std::string y;
   y += fmt::format("# A snapshot of the cgroup v2 subtree {} (memcgctl snapshot): each cgroup's\n", dir);
   y += "# memory.min/low, its own usage (memory.current less its children's) as a bulk charge,\n";
   y += "# then its memory.high/max and memory.oom.group.\n";
+  if (root)
+    y += fmt::format("# {} is a cgroup v2 root: no limits, and its usage ({} bytes) is from {}.\n",
+                     dir, groups.front().current, root_source);
   y += fmt::format("name: \"snapshot of {}\"\n", top);
   y += "groups:\n";
   for (const SnapGroup& g : groups)
