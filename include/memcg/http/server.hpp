@@ -13,7 +13,8 @@
 // Statuses: 400 malformed path ("..", ".", empty, or a control character or non-ASCII byte, raw or
 // percent-encoded: no path ever leaves the group tree), 404 unknown group or file, 405 method not
 // allowed (writes disabled, read-only or write-only file), 401 missing bearer token, 403 wrong
-// token, 413 body over the size limit, 431 too many headers, 503 too many answers in flight. A
+// token, 411 a body without Content-Length (chunked), 413 a body over the size limit, 431 too
+// many headers, 503 too many answers in flight. A
 // refused write maps write_file()'s error: EINVAL and ERANGE 400, ENOENT 404, EBUSY 409, EAGAIN
 // and EINTR 503, anything else 500; the body names the errno ("EBUSY\n"). A refused request
 // changes nothing. Answers are whole documents: ranges are never served (Accept-Ranges: none).
@@ -79,7 +80,9 @@ struct ServerOptions {
   size_t max_header_bytes = 16 * 1024;
   // Header lines of one request; more get 431. 1..1024.
   size_t max_headers = 64;
-  // Largest request body accepted, with Content-Length or chunked; larger ones get 413.
+  // Largest request body accepted; it must declare its length (Content-Length), and a larger
+  // one gets 413 before any of it is read. A body of unknown length (any Transfer-Encoding,
+  // chunked included) gets 411 whatever its size.
   // 1..1 MiB. Knob writes are a few bytes.
   size_t max_body_bytes = 16 * 1024;
   // Generated documents (/metrics, /v1/groups) being rendered or sent at once; more get 503
