@@ -120,8 +120,8 @@ TEST(TopCommandTest, OncePrintsTheGroupsOfALiveServer) {
   const std::vector<std::string> ls = lines(r.out);
   ASSERT_EQ(ls.size(), 5u) << r.out;  // title, header, three groups
   EXPECT_NE(ls[0].find("3 groups"), std::string::npos) << ls[0];
-  EXPECT_EQ(fields(ls[1]), (std::vector<std::string>{"PATH", "CURRENT", "%MAX", "PEAK", "HIGH",
-                                                      "MAX", "OOM", "SOME10"}));
+  EXPECT_EQ(fields(ls[1]), (std::vector<std::string>{"PATH", "CURRENT", "%MAX", "PEAK", "E.HIGH",
+                                                      "E.MAX", "E.OOM", "SOME10"}));
   // Sorted by current, largest first: the root (4 MiB or a little more with the stock), db, web.
   EXPECT_EQ(fields(ls[2])[0], "/");
   EXPECT_EQ(fields(ls[3]), (std::vector<std::string>{"db", "3.0M", "-", "3.0M", "0", "2", "1",

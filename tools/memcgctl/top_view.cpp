@@ -102,7 +102,7 @@ std::string format_top_table(const std::vector<TopRow>& rows) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line, "%-*s %9s %6s %9s %7s %7s %7s %7s\n", static_cast<int>(width),
-                "PATH", "CURRENT", "%MAX", "PEAK", "HIGH", "MAX", "OOM", "SOME10");
+                "PATH", "CURRENT", "%MAX", "PEAK", "E.HIGH", "E.MAX", "E.OOM", "SOME10");
   out += line;
   for (const TopRow& r : rows) {
     std::string pct = "-";
