@@ -1,9 +1,10 @@
 // Admission control for a query engine: queries of estimated sizes share a pool with a limit.
-// Charging the estimate up front either fails (the query is rejected) or, with try_charge_wait,
-// waits until earlier queries finish and give their memory back.
+// Each query holds its memory in a memcg::Reservation. Reserving the estimate up front either
+// fails (the query is rejected) or, with reserve_for, waits until earlier queries finish and give
+// their memory back.
 //
-// Run 1 charges without waiting: all 16 queries ask at once for 12 MiB each against a 64 MiB
-// pool, so only 5 fit and 11 are rejected. Run 2 charges the same queries with a 10 s deadline:
+// Run 1 reserves without waiting: all 16 queries ask at once for 12 MiB each against a 64 MiB
+// pool, so only 5 fit and 11 are rejected. Run 2 reserves the same queries with a 10 s deadline:
 // every query runs, at most 5 at a time, and nothing is rejected or OOM-killed. The example
 // checks both and exits non-zero otherwise.
 #include <atomic>
@@ -35,16 +36,11 @@ Outcome run(memcg::Controller& ctl, memcg::Group& pool, bool wait) {
   std::vector<std::jthread> queries;
   for (int q = 0; q < kQueries; ++q) {
     queries.emplace_back([&] {
-      memcg::ChargeHandle budget;
-      if (wait) {
-        const auto deadline = memcg::WaitClock::now() + std::chrono::seconds(10);
-        if (memcg::charge_wait(budget, pool, kEstimate, deadline) != memcg::WaitStatus::kOk)
-          ++rejected;
-      } else {
-        budget = memcg::ChargeHandle(pool, kEstimate);
-        if (!budget.ok()) ++rejected;
-      }
-      if (budget.ok()) {
+      memcg::Reservation budget(pool);  // gives back what it holds when destroyed
+      const memcg::ReserveStatus status =
+          wait ? budget.reserve_for(kEstimate, std::chrono::seconds(10)) : budget.reserve(kEstimate);
+      if (!memcg::held(status)) ++rejected;
+      if (memcg::held(status)) {
         const int now = ++running;
         for (int p = peak.load(); now > p && !peak.compare_exchange_weak(p, now);) {
         }
