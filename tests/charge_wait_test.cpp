@@ -1,6 +1,7 @@
 // Waiting charges (charge_wait.hpp): every way out of a wait and the fairness cases by
 // construction. The clock, the stress runs, the regressions and the priorities have their own files.
 #include "memcg/core/charge_wait.hpp"
+#include "memcg/files/files.hpp"
 
 #include <gtest/gtest.h>
 
@@ -117,14 +118,41 @@ TEST_F(Fixture, CancelledByStopToken) {
 }
 
 TEST_F(Fixture, RaisedMaxGrants) {
-  GroupRef g = make("a", 2);
-  ASSERT_EQ(try_charge(*g, 2), ChargeStatus::kOk);
-  AsyncWait w(*g, 3, 10s);
+  GroupRef g = make("a", 3);
+  ASSERT_EQ(try_charge(*g, 3), ChargeStatus::kOk);
+  AsyncWait w(*g, 3, 10s);  // fits memory.max, not the room
   ASSERT_TRUE(eventually([&] { return wait_stats(*g).waiters == 1; }));
-  write_max(*g, 5 * kUnit, false);
+  write_max(*g, 6 * kUnit, false);
   EXPECT_EQ(w.status(), WaitStatus::kOk);
-  EXPECT_EQ(usage(*g), 5);
-  uncharge(*g, 5);
+  EXPECT_EQ(usage(*g), 6);
+  uncharge(*g, 6);
+}
+
+// A request larger than a memory.max of its path is refused at once, whatever its deadline, and
+// counted on the group whose limit it is over; one that fits the limits waits as before.
+TEST_F(Fixture, NeverFitsIsRefusedAtOnceAndCounted) {
+  GroupRef pool = make("pool", 10);
+  GroupRef q;
+  ASSERT_EQ(ctl->create("pool/q", &q), 0);
+  q->set_max(20 * kUnit);  // the parent's 10 is the lower limit
+  const auto t0 = WaitClock::now();
+  EXPECT_EQ(try_charge_wait_for(*q, 11, 10s), WaitStatus::kNeverFits);
+  EXPECT_LT(WaitClock::now() - t0, 1s);
+  EXPECT_EQ(never_fits(*q, 11), pool.get());
+  EXPECT_EQ(never_fits(*q, 10), nullptr);
+  EXPECT_EQ(wait_stats(*pool).never_fits, 1u);
+  EXPECT_EQ(wait_stats(*q).never_fits, 0u);
+  EXPECT_EQ(wait_stats(*pool).waits, 0u);  // it never queued
+  EXPECT_EQ(usage(*q), 0);
+  std::string text;
+  ASSERT_EQ(read_file(*pool, "memory.wait", &text), 0);
+  EXPECT_NE(text.find("\nnever_fits 1\n"), std::string::npos) << text;
+  // The smallest limit is named when several are passed.
+  q->set_max(5 * kUnit);
+  EXPECT_EQ(never_fits(*q, 11), q.get());
+  EXPECT_EQ(try_charge_wait_for(*q, 6, 10s), WaitStatus::kNeverFits);
+  EXPECT_EQ(wait_stats(*q).never_fits, 1u);
+  EXPECT_STREQ(wait_status_name(WaitStatus::kNeverFits), "never-fits");
 }
 
 TEST_F(Fixture, RemovedGroupReturnsRemoved) {
@@ -218,16 +246,14 @@ TEST_F(Fixture, AgedWaiterServedBeforeLaterOnes) {
   EXPECT_EQ(young.status(), WaitStatus::kOk);
   EXPECT_EQ(usage(*g), 10);
   uncharge(*g, 10);
-  // A request larger than the limit never ages into a blocker.
+  // A request larger than the limit never ages into a blocker: it is refused at once.
   ASSERT_EQ(try_charge(*g, 10), ChargeStatus::kOk);
   AsyncWait huge(*g, 20, 300ms);
-  ASSERT_TRUE(eventually([&] { return wait_stats(*g).waiters == 1; }));
-  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(huge.status(), WaitStatus::kNeverFits);
   AsyncWait small(*g, 1, 10s);
-  ASSERT_TRUE(eventually([&] { return wait_stats(*g).waiters == 2; }));
+  ASSERT_TRUE(eventually([&] { return wait_stats(*g).waiters == 1; }));
   uncharge(*g, 1);
   EXPECT_EQ(small.status(), WaitStatus::kOk);
-  EXPECT_EQ(huge.status(), WaitStatus::kTimedOut);
   EXPECT_EQ(wait_stats(*g).reserved_bytes, 0u);
   EXPECT_EQ(usage(*g), 10);
   uncharge(*g, 10);

@@ -379,8 +379,8 @@ TEST(PrometheusTest, WaitGaugesWhileAChargeWaits) {
   GroupRef pool, kid;
   ASSERT_EQ(ctl.create("pool", &pool), 0);
   ASSERT_EQ(ctl.create("pool/kid", &kid), 0);
-  pool->set_max(2 * ctl.unit_size());
-  ASSERT_EQ(try_charge(*kid, 2), ChargeStatus::kOk);
+  pool->set_max(3 * ctl.unit_size());
+  ASSERT_EQ(try_charge(*kid, 3), ChargeStatus::kOk);
   std::jthread waiter([&] {
     EXPECT_EQ(try_charge_wait_for(*kid, 3, std::chrono::hours(1)), WaitStatus::kTimedOut);
   });

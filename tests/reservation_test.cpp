@@ -164,12 +164,14 @@ TEST(Reservation, OwnMemberKilledFailsAndGivesThePiecesBack) {
   Controller ctl(one_shard());
   GroupRef pool;
   ASSERT_EQ(ctl.create("pool", &pool), 0);
-  pool->set_max(16 * kUnit);
+  pool->set_max(24 * kUnit);
+  Member other(*pool, "other", nullptr);
+  ASSERT_EQ(other.charge(4), ChargeStatus::kOk);  // smaller than q: not the victim
   std::stop_source stop;
   Member q(*pool, "q", [&](Member&) { stop.request_stop(); });
   Reservation r(q, {.oom = OomPolicy::kPieces}, stop.get_token());
   ASSERT_EQ(r.reserve(10 * kUnit), ReserveStatus::kOk);
-  const ReserveStatus s = r.grow(12 * kUnit);
+  const ReserveStatus s = r.grow(12 * kUnit);  // 22 fits the limit, not beside `other`
   EXPECT_TRUE(s == ReserveStatus::kKilled || s == ReserveStatus::kCancelled)
       << reserve_status_name(s);
   EXPECT_TRUE(q.killed());

@@ -194,6 +194,8 @@ const char* wait_status_name(WaitStatus s) noexcept {
       return "removed";
     case WaitStatus::kInvalid:
       return "invalid";
+    case WaitStatus::kNeverFits:
+      return "never-fits";
   }
   return "?";
 }
@@ -217,6 +219,12 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
   Controller& ctl = group.controller();
   Clock& clock = ctl.clock();
 
+  // Larger than a limit of the path: no wait can serve it, and the ladder would reclaim for
+  // nothing.
+  if (const Group* limit = never_fits(group, units)) {
+    internal::count_never_fits(*limit);
+    return WaitStatus::kNeverFits;
+  }
   // The whole ladder first, short of the OOM killer (it looks at memory.high itself).
   if (charged(try_charge(group, units, kMayBlock | kRetryMayFail, kind))) return WaitStatus::kOk;
   if (!group.is_online()) return WaitStatus::kRemoved;
@@ -388,8 +396,23 @@ std::chrono::nanoseconds wait_aging(const Controller& controller) noexcept {
                                      : kDefaultAgingNs);
 }
 
+const Group* never_fits(const Group& group, int64_t units) noexcept {
+  const Group* lowest = nullptr;
+  for (const Group* a = &group; a != nullptr && !a->is_root(); a = a->parent()) {
+    const int64_t max = a->memory().max();
+    if (units > max && (lowest == nullptr || max < lowest->memory().max())) lowest = a;
+  }
+  return lowest;
+}
+
+void internal::count_never_fits(const Group& limiting) noexcept {
+  // The counter is the group's, not the caller's: a const path is all never_fits() returns.
+  WaitAccess::never_fits(const_cast<Group&>(limiting)).fetch_add(1, std::memory_order_relaxed);
+}
+
 WaitStats wait_stats(const Group& group) noexcept {
   WaitStats s;
+  s.never_fits = WaitAccess::never_fits(group).load(std::memory_order_relaxed);
   WaitQueue* q = WaitAccess::queue(group);
   if (q == nullptr) return s;
   const unsigned shift = group.controller().unit_shift();

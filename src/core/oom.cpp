@@ -10,6 +10,7 @@
 #include "memcg/base/internal/lock.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "memcg/base/clock.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "charge_wait_internal.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {
@@ -57,7 +59,9 @@ thread_local CancelReason tl_cancel_reason = CancelReason::kOomKill;
 struct Candidate {
   Member* member;
   int64_t badness;
-  size_t order;  // position in walk order (ties go to the later member)
+  size_t order;        // position in walk order (ties go to the later member)
+  int64_t excess = 0;  // charged past admitted (0 when within it)
+  int cls = 0;         // wait class of its group
 };
 
 }  // namespace
@@ -190,12 +194,32 @@ void Member::set_score_adj(int adj) noexcept {
 
 // ---- report ------------------------------------------------------------------------------------
 
+const char* oom_order_name(OomOrder o) noexcept {
+  switch (o) {
+    case OomOrder::kAuto: return "auto";
+    case OomOrder::kKernel: return "kernel";
+    case OomOrder::kExcess: return "excess";
+  }
+  return "?";
+}
+
+int parse_oom_order(std::string_view text, OomOrder* out) noexcept {
+  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  for (OomOrder o : {OomOrder::kAuto, OomOrder::kKernel, OomOrder::kExcess})
+    if (text == oom_order_name(o)) {
+      *out = o;
+      return 0;
+    }
+  return EINVAL;
+}
+
 std::string OomReport::format() const {
   std::ostringstream o;
-  o << "memory cgroup out of memory in " << domain << " (request " << request_units << " units)\n";
+  o << "memory cgroup out of memory in " << domain << " (request " << request_units
+    << " units, " << oom_order_name(order) << " order)\n";
   for (const OomCandidate& c : top)
     o << "  candidate " << c.member << " in " << c.group << ": charged=" << c.charged
-      << " adj=" << c.score_adj << " badness=" << c.badness << "\n";
+      << " admitted=" << c.admitted << " adj=" << c.score_adj << " badness=" << c.badness << "\n";
   for (const OomFailure& f : failed)
     o << "  kill of " << f.member << " failed: its callback threw: " << f.error << "\n";
   if (victim.empty()) {
@@ -280,6 +304,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       const uint64_t now = clock.now_ns();
       Member* dying = nullptr;
       std::vector<Candidate> candidates;
+      bool any_admitted = false;
       for (size_t i = 0; i < members.size(); ++i) {
         Member* m = members[i];
         if (m->killed()) {
@@ -295,7 +320,12 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         const int adj = m->score_adj();
         if (adj == Member::kImmune || m->failed_in_ == serial) continue;
         // The kernel's oom_badness: the bias is in thousandths of the total, not clamped.
-        candidates.push_back({m, m->charged() + static_cast<int64_t>(adj) * (total / 1000), i});
+        const int64_t charged = m->charged();
+        const int64_t admitted = m->admitted();
+        any_admitted = any_admitted || admitted > 0;
+        candidates.push_back({m, charged + static_cast<int64_t>(adj) * (total / 1000), i,
+                              admitted > 0 && charged > admitted ? charged - admitted : 0,
+                              internal::wait_class_of(m->group(), WaitPriority::kDefault)});
       }
 
       if (dying != nullptr) {
@@ -321,15 +351,27 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         return true;
       }
 
-      // Highest badness first; on a tie the later member in walk order, as in the kernel.
-      std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-        return a.badness != b.badness ? a.badness > b.badness : a.order > b.order;
-      });
+      // The kernel's order: highest badness first; on a tie the later member in walk order.
+      // The admission-aware order puts growth past admission first (largest excess first), then
+      // the lower wait class, then the kernel's order (oom.hpp).
+      const OomOrder knob = domain.oom_order();
+      const bool by_excess =
+          knob == OomOrder::kExcess || (knob == OomOrder::kAuto && any_admitted);
+      report.order = by_excess ? OomOrder::kExcess : OomOrder::kKernel;
+      std::sort(candidates.begin(), candidates.end(),
+                [by_excess](const Candidate& a, const Candidate& b) {
+                  if (by_excess) {
+                    if ((a.excess > 0) != (b.excess > 0)) return a.excess > 0;
+                    if (a.excess != b.excess) return a.excess > b.excess;
+                    if (a.cls != b.cls) return a.cls < b.cls;
+                  }
+                  return a.badness != b.badness ? a.badness > b.badness : a.order > b.order;
+                });
       report.top.clear();
       for (size_t i = 0; i < candidates.size() && i < 5; ++i) {
         const Member& m = *candidates[i].member;
-        report.top.push_back(
-            {m.name(), m.group().path(), m.charged(), m.score_adj(), candidates[i].badness});
+        report.top.push_back({m.name(), m.group().path(), m.charged(), m.score_adj(),
+                              candidates[i].badness, m.admitted()});
       }
       report.victim.clear();
       report.oom_group.clear();

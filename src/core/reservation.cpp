@@ -1,9 +1,11 @@
 // Reservation: byte totals over unit charges, the OOM policy for large requests, cancellation.
 #include "memcg/core/reservation.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "memcg/core/controller.hpp"
+#include "memcg/core/internal/charge_wait_hooks.hpp"
 #include "memcg/core/oom.hpp"
 
 namespace memcg {
@@ -19,6 +21,7 @@ const char* reserve_status_name(ReserveStatus s) noexcept {
     case ReserveStatus::kKilled: return "killed";
     case ReserveStatus::kRemoved: return "removed";
     case ReserveStatus::kInvalid: return "invalid";
+    case ReserveStatus::kNeverFits: return "never-fits";
   }
   return "unknown";
 }
@@ -35,7 +38,9 @@ Reservation::Reservation(Reservation&& o) noexcept
       options_(o.options_),
       stop_(std::move(o.stop_)),
       bytes_(std::exchange(o.bytes_, 0)),
-      units_(std::exchange(o.units_, 0)) {}
+      units_(std::exchange(o.units_, 0)),
+      limiting_(std::exchange(o.limiting_, nullptr)),
+      admitted_(std::exchange(o.admitted_, 0)) {}
 
 Reservation& Reservation::operator=(Reservation&& o) noexcept {
   if (this != &o) {
@@ -46,6 +51,8 @@ Reservation& Reservation::operator=(Reservation&& o) noexcept {
     stop_ = std::move(o.stop_);
     bytes_ = std::exchange(o.bytes_, 0);
     units_ = std::exchange(o.units_, 0);
+    limiting_ = std::exchange(o.limiting_, nullptr);
+    admitted_ = std::exchange(o.admitted_, 0);
   }
   return *this;
 }
@@ -132,6 +139,7 @@ ReserveStatus Reservation::wait_units(int64_t units, uint64_t deadline_ns) noexc
                                                      : ReserveStatus::kTimedOut;
     case WaitStatus::kCancelled: return ReserveStatus::kCancelled;
     case WaitStatus::kRemoved: return ReserveStatus::kRemoved;
+    case WaitStatus::kNeverFits: return ReserveStatus::kNeverFits;  // checked before: a race
     case WaitStatus::kInvalid: break;
   }
   return ReserveStatus::kInvalid;
@@ -145,54 +153,78 @@ void Reservation::uncharge_units(int64_t units) noexcept {
     uncharge_direct(*group_, units);
 }
 
-ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_ns) noexcept {
+void Reservation::set_admitted(int64_t units) noexcept {
+  if (units == admitted_) return;
+  if (member_ != nullptr)
+    member_->admitted_.fetch_add(units - admitted_, std::memory_order_relaxed);
+  admitted_ = units;
+}
+
+ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_ns,
+                                   bool admit) noexcept {
   int64_t need = 0;
+  limiting_ = nullptr;
   const ReserveStatus s = prepare(total, &need);
   if (s != ReserveStatus::kOk) return s;
+  // A total over a limit of the path: refused before any charge, reclaim or wait.
+  if (need > 0) {
+    if (const Group* limit = never_fits(*group_, units_ + need)) {
+      limiting_ = limit;
+      internal::count_never_fits(*limit);
+      return ReserveStatus::kNeverFits;
+    }
+  }
   if (need < 0) {
     uncharge_units(-need);
     units_ += need;
   }
   ReserveStatus r = ReserveStatus::kOk;
   if (need > 0) r = wait ? wait_units(need, deadline_ns) : charge_units(need);
-  if (held(r)) bytes_ = total;
+  if (held(r)) {
+    bytes_ = total;
+    set_admitted(admit ? units_ : std::min(admitted_, units_));
+  }
   return r;
 }
 
 ReserveStatus Reservation::reserve(uint64_t total) noexcept {
-  return grow_to(total, false, 0);
+  return grow_to(total, false, 0, true);
 }
 
 ReserveStatus Reservation::reserve_for(uint64_t total, std::chrono::nanoseconds timeout) noexcept {
   if (!group_) return ReserveStatus::kInvalid;
   const uint64_t now = group_->controller().clock().now_ns();
   const uint64_t t = timeout.count() > 0 ? static_cast<uint64_t>(timeout.count()) : 0;
-  return grow_to(total, true, Clock::after(now, t));
+  return grow_to(total, true, Clock::after(now, t), true);
 }
 
 ReserveStatus Reservation::reserve_until(uint64_t total, uint64_t deadline_ns) noexcept {
-  return grow_to(total, true, deadline_ns);
+  return grow_to(total, true, deadline_ns, true);
 }
 
 ReserveStatus Reservation::grow(uint64_t bytes) noexcept {
   if (bytes > UINT64_MAX - bytes_) return ReserveStatus::kInvalid;
-  return reserve(bytes_ + bytes);
+  return grow_to(bytes_ + bytes, false, 0, false);
 }
 
 ReserveStatus Reservation::grow_for(uint64_t bytes, std::chrono::nanoseconds timeout) noexcept {
   if (bytes > UINT64_MAX - bytes_) return ReserveStatus::kInvalid;
-  return reserve_for(bytes_ + bytes, timeout);
+  if (!group_) return ReserveStatus::kInvalid;
+  const uint64_t now = group_->controller().clock().now_ns();
+  const uint64_t t = timeout.count() > 0 ? static_cast<uint64_t>(timeout.count()) : 0;
+  return grow_to(bytes_ + bytes, true, Clock::after(now, t), false);
 }
 
 void Reservation::shrink(uint64_t bytes) noexcept {
   const uint64_t total = bytes < bytes_ ? bytes_ - bytes : 0;
-  [[maybe_unused]] const ReserveStatus s = grow_to(total, false, 0);  // a shrink cannot fail
+  [[maybe_unused]] const ReserveStatus s = grow_to(total, false, 0, false);  // cannot fail
 }
 
 void Reservation::release() noexcept {
   if (units_ > 0 && group_) uncharge_units(units_);
   units_ = 0;
   bytes_ = 0;
+  set_admitted(0);
 }
 
 }  // namespace memcg

@@ -9,6 +9,7 @@
 #include "memcg/core/controller.hpp"
 #include "memcg/core/internal/file_node.hpp"
 #include "memcg/core/limits.hpp"
+#include "memcg/core/oom.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/core/reclaim.hpp"
 #include "memcg/files/parse.hpp"
@@ -123,6 +124,7 @@ int read_wait(Group& g, std::string* out) {
     line(p + "_cancelled", k.cancelled);
     line(p + "_removed", k.removed);
   }
+  line("never_fits", w.never_fits);  // appended last, as the lines above were
   *out = std::move(s);
   return 0;
 }
@@ -184,6 +186,17 @@ const std::vector<FileSpec>& specs() {
          return 0;
        }},
       // The library's own files, after the kernel's.
+      {"memory.oom.order", kNonRoot,
+       [](Group& g, std::string* out) {
+         *out = std::string(oom_order_name(g.oom_order())) + "\n";
+         return 0;
+       },
+       [](Group& g, std::string_view text, bool) {
+         OomOrder o = OomOrder::kAuto;
+         if (int err = parse_oom_order(text, &o)) return err;
+         g.set_oom_order(o);
+         return 0;
+       }},
       {"memory.wait", kNonRoot, read_wait, nullptr},
       {"memory.wait.priority", kNonRoot,
        [](Group& g, std::string* out) {

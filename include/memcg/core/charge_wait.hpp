@@ -48,9 +48,19 @@ enum class [[nodiscard]] WaitStatus : uint8_t {
   kCancelled, // the stop token was triggered first; nothing charged
   kRemoved,   // the charged group was removed or the controller destroyed; nothing charged
   kInvalid,   // refused: a negative count, or one no counter can hold (the root never refuses)
+  kNeverFits, // refused at once: more than the smallest memory.max on the group's path, so no
+              // amount of waiting could serve it (never_fits() names that group); nothing charged
 };
 
+// "ok", "timed-out", "cancelled", "removed", "invalid", "never-fits".
 const char* wait_status_name(WaitStatus s) noexcept;
+
+// The group on `group`'s path (itself included, the root excluded) whose memory.max is below
+// `units`, the lowest such limit (the nearest on a tie), or null when `units` fits under every
+// limit of the path. A request it names can never be whole under the limits as they are: the
+// waiting entry points and Reservation refuse it at once (kNeverFits) instead of waiting out
+// their deadline, and count it in that group's memory.wait (`never_fits`).
+const Group* never_fits(const Group& group, int64_t units) noexcept;
 
 // The class of a waiting charge. Waiters of a higher class are offered freed memory first; within
 // a class, arrival order. Every class ages (see set_wait_aging): a waiter that has waited its
@@ -169,6 +179,7 @@ struct WaitStats {
   uint64_t timed_out = 0;
   uint64_t cancelled = 0;
   uint64_t removed = 0;
+  uint64_t never_fits = 0;    // requests refused at once for this group's memory.max (kNeverFits)
   // How long charges that queued here waited, whatever the outcome (on the controller's clock).
   uint64_t last_wait_ns = 0;
   uint64_t max_wait_ns = 0;

@@ -15,7 +15,16 @@
 // therefore never killed for its growth unless it charges in pieces of at most that size
 // (Reservation with OomPolicy::kPieces, reservation.hpp).
 //
-// Victim choice (events_oom.md, the kernel's badness since 5.9): among members of the OOM
+// Victim choice, admission-aware (the default for work admitted through Reservation): a member
+// whose charge is past what its reservations were admitted with (Member::admitted(); a query
+// that grew past its estimate) is chosen before any member within its admitted size, the largest
+// excess first; then the member of the lower wait class (memory.wait.priority); then the kernel's
+// badness below. It applies when the domain's memory.oom.order is "excess", or "auto" (the
+// default) and some candidate has an admitted size; "kernel" keeps the kernel's order alone. So a
+// well-behaved query that stays within its estimate is not killed for a runaway's growth while
+// the runaway lives, and services that admit nothing see the kernel's order unchanged.
+//
+// Victim choice, the kernel's order (events_oom.md, the kernel's badness since 5.9): among members of the OOM
 // domain's subtree, the highest badness = charged units + adj x (total / 1000), where total is the
 // domain's max (its usage if it has none). Scores below zero are kept, so a protected member is
 // still a candidate, only a later one; immune members are never chosen; on equal badness the
@@ -54,6 +63,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "memcg/core/charge.hpp"
@@ -165,7 +175,11 @@ struct OomCandidate {
   int64_t charged = 0;
   int score_adj = 0;
   int64_t badness = 0;
+  int64_t admitted = 0;  // Member::admitted() (units)
 };
+const char* oom_order_name(OomOrder o) noexcept;  // "auto", "kernel", "excess"
+// Parses a memory.oom.order text ("auto", "kernel" or "excess", a trailing newline allowed).
+[[nodiscard]] int parse_oom_order(std::string_view text, OomOrder* out) noexcept;
 // A kill that failed: the member's callback threw (the member was not killed).
 struct OomFailure {
   std::string member;
@@ -174,7 +188,8 @@ struct OomFailure {
 struct OomReport {
   std::string domain;  // the group whose limit was hit
   int64_t request_units = 0;
-  std::vector<OomCandidate> top;    // highest badness first, ties later member first (at most 5)
+  OomOrder order = OomOrder::kKernel;  // the order that chose (kKernel or kExcess)
+  std::vector<OomCandidate> top;    // in the order used, first the victim's (at most 5)
   std::string victim;               // member chosen ("" if none)
   std::string oom_group;            // group killed as a whole ("" if none)
   std::vector<std::string> killed;  // every member killed

@@ -32,6 +32,16 @@
 // batch job's when both wait on one limit:
 //   memcg::Reservation mem(query, {.priority = memcg::WaitPriority::kHigh}, stop.get_token());
 //
+// Never-fits: a request whose total is larger than the smallest memory.max on the group's path
+// is refused at once with kNeverFits, waiting or not, before any reclaim, wait or OOM kill;
+// limiting_group() names that group and its memory.wait counts it (charge_wait.hpp, never_fits).
+//
+// Admitted size: reserve(), reserve_for() and reserve_until() state a total, which becomes the
+// reservation's admitted size (admitted_units()); grow() and grow_for() add past it, shrinking
+// below it lowers it. A Member's admitted size is the sum over its reservations, and when a limit
+// is hit the OOM killer's default order chooses members past their admitted size first, largest
+// excess first (oom.hpp): a query that grew past its estimate goes before well-behaved ones.
+//
 // Cancellation: a reservation made for a Member charges through it (its badness counts the
 // reservation) and refuses to grow once the member was OOM-killed (kKilled). The stop token
 // given at construction (typically the one the member's kill callback or a preemption triggers)
@@ -74,10 +84,13 @@ enum class [[nodiscard]] ReserveStatus : uint8_t {
   kRemoved,      // a waiting request's group was removed or the controller destroyed
   kInvalid,      // no group (an empty reservation), a total no counter can hold, or a
                  // priority out of range (ReserveOptions::priority)
+  kNeverFits,    // refused at once, waiting or not: the total is more than the smallest
+                 // memory.max on the path (limiting_group() names it), so neither waiting nor
+                 // the OOM killer could make room; nothing changed
 };
 
 // "ok", "forced", "nomem", "nomem-costly", "timed-out", "cancelled", "killed", "removed",
-// "invalid".
+// "invalid", "never-fits".
 const char* reserve_status_name(ReserveStatus s) noexcept;
 
 // True when the reservation holds what was asked (kOk, kForced).
@@ -136,7 +149,16 @@ class Reservation {
 
   uint64_t bytes() const noexcept { return bytes_; }   // what the owner asked for
   int64_t units() const noexcept { return units_; }    // what is charged: ceil(bytes / unit)
+  // The units the work was admitted with: what it held after its last reserve(), reserve_for()
+  // or reserve_until() (the calls that state a total), lowered by shrinks below it; grow() and
+  // grow_for() add past it. For a Member, the sum over its reservations is Member::admitted(),
+  // and what it charges past that is its excess, which the OOM killer's admission-aware order
+  // looks at first (oom.hpp).
+  int64_t admitted_units() const noexcept { return admitted_; }
   Group* group() const noexcept { return group_.get(); }
+  // After kNeverFits: the group whose memory.max the request was larger than (on the path of
+  // group(), which keeps it alive); null otherwise. Its memory.wait counts such refusals.
+  const Group* limiting_group() const noexcept { return limiting_; }
   Member* member() const noexcept { return member_; }
   const ReserveOptions& options() const noexcept { return options_; }
 
@@ -149,7 +171,9 @@ class Reservation {
   // priority out of range), kCancelled,
   // kKilled, or kOk with the units it takes in `*need` (0 or less: nothing to charge).
   ReserveStatus prepare(uint64_t total, int64_t* need) const noexcept;
-  ReserveStatus grow_to(uint64_t total, bool wait, uint64_t deadline_ns) noexcept;
+  ReserveStatus grow_to(uint64_t total, bool wait, uint64_t deadline_ns, bool admit) noexcept;
+  // Sets the admitted units (what a reserve call stated), keeping the member's sum in step.
+  void set_admitted(int64_t units) noexcept;
 
   GroupRef group_;
   Member* member_ = nullptr;
@@ -157,6 +181,8 @@ class Reservation {
   std::stop_token stop_;
   uint64_t bytes_ = 0;
   int64_t units_ = 0;
+  const Group* limiting_ = nullptr;  // of the last request refused as kNeverFits
+  int64_t admitted_ = 0;             // see admitted_units()
 };
 
 }  // namespace memcg

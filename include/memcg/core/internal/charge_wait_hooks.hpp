@@ -21,6 +21,10 @@ struct WaitAccess {
     return g.wait_queue_.load(std::memory_order_acquire);
   }
   static std::atomic<ControllerWaits*>& state(Controller& c) noexcept { return c.waits_; }
+  static std::atomic<uint64_t>& never_fits(Group& g) noexcept { return g.never_fits_; }
+  static const std::atomic<uint64_t>& never_fits(const Group& g) noexcept {
+    return g.never_fits_;
+  }
   static ControllerWaits* state(const Controller& c) noexcept {
     return c.waits_.load(std::memory_order_acquire);
   }
@@ -52,6 +56,9 @@ bool defer_wake_in_hook(Group& group) noexcept;
 // Serves the queues that hooks marked (at a safe point: no library lock held, not in a hook).
 // One relaxed load when none is marked.
 void run_deferred_wakes(Controller& controller) noexcept;
+
+// Counts a request refused as never fitting on `limiting` (never_fits()).
+void count_never_fits(const Group& limiting) noexcept;
 
 // `group` went offline: its waiters return kRemoved. Called by Controller::remove() with no lock.
 void charge_wait_group_removed(Group& group) noexcept;
