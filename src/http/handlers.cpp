@@ -183,6 +183,10 @@ void on_connection(void* cls, MHD_Connection* c, void** socket_context,
                    MHD_ConnectionNotificationCode code) {
   Impl& s = *static_cast<Impl*>(cls);
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    // Accepted: libmicrohttpd took it past the per-peer limit. Counted here, before the worker
+    // reads the request, so that stats() never lags behind an answer a client got, and never
+    // counts a connection that was refused (the acceptor counts those).
+    s.accepted.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(s.conns_mutex);
       if (s.pending_starts > 0) --s.pending_starts;

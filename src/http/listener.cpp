@@ -101,17 +101,18 @@ void Impl::accept_loop() {
         const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &len,
                                  SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd >= 0) {
-          // Over the per-peer limit (or out of memory) libmicrohttpd closes it at once.
+          // Over the per-peer limit (or out of memory) libmicrohttpd closes it at once. It
+          // decides that here, inside MHD_add_connection(), against its own count of the peer's
+          // connections (kept from the hand-off until the connection is cleaned up).
           {
             std::lock_guard<std::mutex> lock(conns_mutex);
             ++pending_starts;
             last_add = SteadyClock::now();
           }
-          // Counted before the hand-off: a worker may have answered the client before
-          // MHD_add_connection() returns, and stats() must not lag behind what a client saw.
-          accepted.fetch_add(1, std::memory_order_relaxed);
+          // Not counted as accepted here: a worker counts it when it takes the connection
+          // (on_connection, before it reads from it), so that a refused connection is never
+          // counted as accepted, not even while libmicrohttpd refuses it.
           if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), len) != MHD_YES) {
-            accepted.fetch_sub(1, std::memory_order_relaxed);
             refused.fetch_add(1, std::memory_order_relaxed);
             std::lock_guard<std::mutex> lock(conns_mutex);
             if (pending_starts > 0) --pending_starts;

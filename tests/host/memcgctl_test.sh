@@ -69,6 +69,8 @@ echo "cpuset cpu io memory pids" >"$r/cgroup.controllers"
 printf 'anon 104857600\nfile 52428800\nkernel 20971520\nkernel_stack 1048576\nsock 1048576\nshmem 0\n' >"$r/memory.stat"
 cg "$r/system.slice" max max 62914560            # 60M
 cg "$r/user.slice" max max 41943040              # 40M
+# A name a scenario cannot hold (systemd's escape of '-'): skipped, its 10M in user.slice's own.
+cg "$r/user.slice/"'app-x\x2dy.scope' max max 10485760
 "$bin" snapshot "$r" >"$t/root.yaml" || fail "the root refused"
 cat "$t/root.yaml"
 "$bin" validate "$t/root.yaml" || fail "validate refused the root's snapshot"
@@ -77,6 +79,11 @@ grep -q 'is a cgroup v2 root: no limits, and its usage (179306496 bytes) is from
 # Own usage of the root: 171M - 60M - 40M = 71M.
 grep -q 'size: 74448896, bulk: true' "$t/root.yaml" || fail "the root's own charge"
 grep -q '"root/system.slice"' "$t/root.yaml" || fail "the root's children"
+grep -qF '# 1 cgroup(s) skipped, their names not valid in a scenario' "$t/root.yaml" ||
+  fail "the skipped group's notice"
+grep -qxF '#   root/user.slice/app-x\x2dy.scope' "$t/root.yaml" || fail "the skipped group's path"
+if grep -v '^#' "$t/root.yaml" | grep -qF 'x2dy'; then fail "the skipped group became a group"; fi
+grep -q 'size: 41943040, bulk: true' "$t/root.yaml" || fail "user.slice's own charge (with the skipped 10M)"
 "$bin" run "$t/root.yaml" >"$t/root-run.txt" || { cat "$t/root-run.txt"; fail "run of the root"; }
 # Without a usable total in memory.stat: the sum of the children, said so.
 printf 'anon 1\n' >"$r/memory.stat"

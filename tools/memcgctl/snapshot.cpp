@@ -23,8 +23,29 @@ struct SnapGroup {
   std::string oom_group;
   uint64_t current = 0;
   uint64_t children = 0;  // the sum of the children's memory.current
+  uint64_t skipped = 0;   // the sum of the skipped children's memory.current (see collect)
   bool root = false;      // a cgroup v2 root: no memory.current and no limits (see below)
 };
+
+// Children skipped for their names: how many, and the first few, to be listed in the scenario.
+struct Skipped {
+  static constexpr size_t kListed = 20;
+  size_t count = 0;
+  std::vector<std::string> first;  // at most kListed, printable
+};
+
+// `s` with every byte that is not printable ASCII written as \xNN: a cgroup name may hold any
+// byte but '/', and the scenario lists it in a comment line.
+std::string printable(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f)
+      r += static_cast<char>(c);
+    else
+      r += fmt::format("\\x{:02x}", c);
+  }
+  return r;
+}
 
 constexpr const char* kKnobs[4] = {"memory.min", "memory.low", "memory.high", "memory.max"};
 
@@ -58,9 +79,11 @@ bool read_value(const std::string& file, bool limit, std::string* v, uint64_t* n
 }
 
 // Reads `dir` and, in name order, every descendant with the memory controller (a directory
-// with memory.current); pre-order. `limit` bounds the groups.
+// with memory.current); pre-order. `limit` bounds the groups. A child whose name a scenario
+// cannot hold (systemd escapes characters: "app-x\x2dy.scope") is skipped with its subtree:
+// its usage stays in its parent's own usage, and it is counted in `skipped`.
 bool collect(const std::string& dir, const std::string& path, bool root,
-             std::vector<SnapGroup>* out, std::ostream& err) {
+             std::vector<SnapGroup>* out, Skipped* skipped, std::ostream& err) {
   if (out->size() >= kMaxGroups) {
     err << "memcgctl snapshot: more than " << kMaxGroups << " groups: a scenario cannot hold them\n";
     return false;
@@ -97,11 +120,17 @@ bool collect(const std::string& dir, const std::string& path, bool root,
   std::sort(names.begin(), names.end());
   for (const std::string& n : names) {
     if (!valid_name(n)) {
-      err << "memcgctl snapshot: " << dir << "/" << n << ": not a valid group name\n";
-      return false;
+      uint64_t usage = 0;
+      if (!read_value(dir + "/" + n + "/memory.current", false, nullptr, &usage, err))
+        return false;
+      (*out)[self].skipped += usage;
+      if (skipped->first.size() < Skipped::kListed)
+        skipped->first.push_back(printable(path + "/" + n));
+      ++skipped->count;
+      continue;
     }
     const size_t child = out->size();
-    if (!collect(dir + "/" + n, path + "/" + n, false, out, err)) return false;
+    if (!collect(dir + "/" + n, path + "/" + n, false, out, skipped, err)) return false;
     (*out)[self].children += (*out)[child].current;
   }
   return true;
@@ -153,17 +182,18 @@ int run_snapshot(const std::string& dir_arg, std::ostream& out, std::ostream& er
   std::string top = fs::path(dir).filename().string();
   if (!valid_name(top)) top = root ? "root" : "snapshot";
   std::vector<SnapGroup> groups;
-  if (!collect(dir, top, root, &groups, err)) return 1;
+  Skipped skipped;
+  if (!collect(dir, top, root, &groups, &skipped, err)) return 1;
   // The root's usage: what its memory.stat counts, or at least its children's.
   std::string root_source;
   if (root) {
     SnapGroup& r = groups.front();
     uint64_t stat = 0;
-    if (usage_from_stat(dir, &stat) && stat >= r.children) {
+    if (usage_from_stat(dir, &stat) && stat >= r.children + r.skipped) {
       r.current = stat;
       root_source = "memory.stat (anon + file + kernel + sock)";
     } else {
-      r.current = r.children;
+      r.current = r.children + r.skipped;
       root_source = "the sum of its children's memory.current (its memory.stat has no usable total)";
     }
   }
@@ -175,6 +205,14 @@ int run_snapshot(const std::string& dir_arg, std::ostream& out, std::ostream& er
   if (root)
     y += fmt::format("# {} is a cgroup v2 root: no limits, and its usage ({} bytes) is from {}.\n",
                      dir, groups.front().current, root_source);
+  if (skipped.count > 0) {
+    y += fmt::format("# {} cgroup(s) skipped, their names not valid in a scenario: each one's usage\n"
+                     "# is in its parent's own usage, its limits and its children are not:\n",
+                     skipped.count);
+    for (const std::string& p : skipped.first) y += fmt::format("#   {}\n", p);
+    if (skipped.count > skipped.first.size())
+      y += fmt::format("#   ... and {} more\n", skipped.count - skipped.first.size());
+  }
   y += fmt::format("name: \"snapshot of {}\"\n", top);
   y += "groups:\n";
   for (const SnapGroup& g : groups)

@@ -106,8 +106,9 @@ struct ServerOptions {
 
 // What the server met since start(): monotonic counts, for monitoring and tests.
 struct ServerStats {
-  uint64_t accepted = 0;        // connections handed to the workers
+  uint64_t accepted = 0;        // connections a worker took (counted before it reads them)
   uint64_t refused = 0;         // connections closed at once: over the per-peer limit
+                                // (never counted as accepted, not even for a moment)
   uint64_t timed_out = 0;       // connections closed by read_timeout or write_timeout
   uint64_t accept_errors = 0;   // accept() failures (EMFILE, ENFILE, ENOMEM, ENOBUFS, ...)
   uint64_t listener_losses = 0; // the listening socket failed and was closed (see running())
