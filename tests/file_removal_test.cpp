@@ -35,7 +35,7 @@ std::string valid_text(const std::string& name) {
   if (name == "memory.oom.group" || name == "memory.wait.preempt") return "0";
   if (name == "memory.wait.priority") return "normal";
   if (name == "memory.reclaim") return "0";
-  if (name == "memory.oom.order" || name == "memory.admit.growth") return "auto";
+  if (name == "memory.oom.order") return "auto";
   return "max";
 }
 

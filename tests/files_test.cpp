@@ -126,7 +126,7 @@ TEST_F(Files, WaitFileWithoutWaiters) {
   EXPECT_EQ(read(*b, "memory.wait"),
             "waiters 0\nqueued_bytes 0\nreserved_bytes 0\nwaits 0\ngranted 0\ntimed_out 0\n"
             "cancelled 0\nremoved 0\nlast_wait_usec 0\nmax_wait_usec 0\n" + per_class +
-                "never_fits 0\nadmit_growth_permille 1000\nadmit_samples_permille 0\n");
+                "never_fits 0\n");
   std::unique_ptr<File> f;
   ASSERT_EQ(open_file(*a, "memory.wait", &f), 0);
   EXPECT_TRUE(f->readable());

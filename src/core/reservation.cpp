@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "memcg/core/admission.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 #include "memcg/core/oom.hpp"
@@ -41,10 +40,7 @@ Reservation::Reservation(Reservation&& o) noexcept
       bytes_(std::exchange(o.bytes_, 0)),
       units_(std::exchange(o.units_, 0)),
       limiting_(std::exchange(o.limiting_, nullptr)),
-      admitted_(std::exchange(o.admitted_, 0)),
-      floor_units_(std::exchange(o.floor_units_, 0)),
-      admitted_bytes_(std::exchange(o.admitted_bytes_, 0)),
-      peak_bytes_(std::exchange(o.peak_bytes_, 0)) {}
+      admitted_(std::exchange(o.admitted_, 0)) {}
 
 Reservation& Reservation::operator=(Reservation&& o) noexcept {
   if (this != &o) {
@@ -57,9 +53,6 @@ Reservation& Reservation::operator=(Reservation&& o) noexcept {
     units_ = std::exchange(o.units_, 0);
     limiting_ = std::exchange(o.limiting_, nullptr);
     admitted_ = std::exchange(o.admitted_, 0);
-    floor_units_ = std::exchange(o.floor_units_, 0);
-    admitted_bytes_ = std::exchange(o.admitted_bytes_, 0);
-    peak_bytes_ = std::exchange(o.peak_bytes_, 0);
   }
   return *this;
 }
@@ -71,7 +64,7 @@ ReserveStatus Reservation::prepare(uint64_t total, int64_t* need) const noexcept
   const uint64_t units = (total >> shift) + ((total & (ctl.unit_size() - 1)) != 0);
   if (units > static_cast<uint64_t>(ctl.max_units())) return ReserveStatus::kInvalid;
   *need = static_cast<int64_t>(units) - units_;
-  if (*need <= 0) return ReserveStatus::kOk;  // a shrink or a change within what is held
+  if (*need <= 0) return ReserveStatus::kOk;  // a shrink or a change within the last unit
   const auto prio = static_cast<unsigned>(options_.priority);
   if (prio >= static_cast<unsigned>(kWaitPriorities) && options_.priority != WaitPriority::kDefault)
     return ReserveStatus::kInvalid;  // refused before anything is charged, waiting or not
@@ -167,42 +160,15 @@ void Reservation::set_admitted(int64_t units) noexcept {
   admitted_ = units;
 }
 
-void Reservation::finish_admission() noexcept {
-  if (admitted_bytes_ != 0 && group_)
-    internal::record_admission(*group_, peak_bytes_, admitted_bytes_);
-  admitted_bytes_ = 0;
-  peak_bytes_ = 0;
-}
-
 ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_ns,
                                    bool admit) noexcept {
   int64_t need = 0;
   limiting_ = nullptr;
   const ReserveStatus s = prepare(total, &need);
   if (s != ReserveStatus::kOk) return s;
-  const int64_t stated = units_ + need;  // ceil(total / unit)
-  // What to hold: the total, or the expected peak a waiting admission holds (admission.hpp);
-  // growth within it charges nothing, a shrink gives the rest back.
-  int64_t floor = admit ? 0 : (total < bytes_ ? 0 : floor_units_);
-  if (admit && wait && need > 0) {
-    const uint64_t f = admit_growth_permille(*group_);
-    if (f > 1000) {
-      int64_t cap = group_->controller().max_units();
-      for (const Group* a = group_.get(); a != nullptr && !a->is_root(); a = a->parent())
-        cap = std::min<int64_t>(cap, a->memory().max());
-      // ceil(stated x f / 1000), capped; f <= 4000, so only a total near the counters' range
-      // could overflow, and that one is capped.
-      const uint64_t s = static_cast<uint64_t>(stated);
-      const uint64_t want = s > static_cast<uint64_t>(cap) ? static_cast<uint64_t>(cap)
-                                                           : (s * f + 999) / 1000;
-      floor = static_cast<int64_t>(std::min<uint64_t>(want, static_cast<uint64_t>(cap)));
-    }
-  }
-  const int64_t target = std::max(stated, floor);
-  need = target - units_;
   // A total over a limit of the path: refused before any charge, reclaim or wait.
   if (need > 0) {
-    if (const Group* limit = never_fits(*group_, stated)) {
+    if (const Group* limit = never_fits(*group_, units_ + need)) {
       limiting_ = limit;
       internal::count_never_fits(*limit);
       return ReserveStatus::kNeverFits;
@@ -215,11 +181,7 @@ ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_
   ReserveStatus r = ReserveStatus::kOk;
   if (need > 0) r = wait ? wait_units(need, deadline_ns) : charge_units(need);
   if (held(r)) {
-    if (admit) finish_admission();  // the admission before this one ends here
     bytes_ = total;
-    floor_units_ = floor;
-    if (admit) admitted_bytes_ = total;
-    peak_bytes_ = std::max(peak_bytes_, total);
     set_admitted(admit ? units_ : std::min(admitted_, units_));
   }
   return r;
@@ -262,8 +224,6 @@ void Reservation::release() noexcept {
   if (units_ > 0 && group_) uncharge_units(units_);
   units_ = 0;
   bytes_ = 0;
-  floor_units_ = 0;
-  finish_admission();
   set_admitted(0);
 }
 

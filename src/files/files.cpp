@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/admission.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/internal/file_node.hpp"
@@ -126,10 +125,6 @@ int read_wait(Group& g, std::string* out) {
     line(p + "_removed", k.removed);
   }
   line("never_fits", w.never_fits);  // appended last, as the lines above were
-  // Admission by learned peak (admission.hpp): the factor waiting admissions hold, and the
-  // samples' weight it was learned from (thousandths of a sample).
-  line("admit_growth_permille", admit_growth_permille(g));
-  line("admit_samples_permille", admit_samples_permille(g));
   *out = std::move(s);
   return 0;
 }
@@ -191,12 +186,6 @@ const std::vector<FileSpec>& specs() {
          return 0;
        }},
       // The library's own files, after the kernel's.
-      {"memory.admit.growth", kNonRoot,
-       [](Group& g, std::string* out) {
-         *out = admit_growth_text(g);
-         return 0;
-       },
-       [](Group& g, std::string_view text, bool) { return set_admit_growth(g, text); }},
       {"memory.oom.order", kNonRoot,
        [](Group& g, std::string* out) {
          *out = std::string(oom_order_name(g.oom_order())) + "\n";

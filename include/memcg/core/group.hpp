@@ -26,7 +26,6 @@
 
 #include "memcg/base/events.hpp"
 #include "memcg/base/internal/notify_slot.hpp"
-#include "memcg/core/internal/admit_model.hpp"
 #include "memcg/counter/page_counter.hpp"
 #include "memcg/percpu/internal/rstat.hpp"
 #include "memcg/percpu/internal/stock.hpp"
@@ -156,9 +155,6 @@ class Group final : public StockOwner {
   // ladder for this group, after one that could not bring it back under memory.max
   // (safe_point.hpp, kStalledLadderBackoffNs).
   std::atomic<uint64_t>& stalled_ladder_until() noexcept { return stalled_ladder_until_; }
-  // Internal: the admission model (admission.cpp).
-  internal::AdmitModel& admit_model() noexcept { return admit_model_; }
-  const internal::AdmitModel& admit_model() const noexcept { return admit_model_; }
   // Thread attachment (attach.hpp): takes a reference and an attach count; ENOENT when the
   // group is offline. Atomic with respect to remove(), which refuses groups with attachments.
   [[nodiscard]] int attach() noexcept;
@@ -216,7 +212,6 @@ class Group final : public StockOwner {
   // Requests refused at once for this group's memory.max (charge_wait.hpp, never_fits); off the
   // waiters' line above: written only on such a refusal.
   std::atomic<uint64_t> never_fits_{0};
-  internal::AdmitModel admit_model_;  // admission by learned peak (admission.hpp)
   std::atomic<int64_t> refs_{1};  // the tree's reference
   std::atomic<int> attached_{0};  // attached threads (removal is refused while any)
   std::atomic<int64_t> thread_record_refs_{0};  // see thread_record_refs()

@@ -148,9 +148,7 @@ class Reservation {
   void release() noexcept;
 
   uint64_t bytes() const noexcept { return bytes_; }   // what the owner asked for
-  // What is charged: ceil(bytes / unit), or more after a waiting admission, which holds the
-  // expected peak (admission.hpp) until growth uses it, a shrink or release gives it back.
-  int64_t units() const noexcept { return units_; }
+  int64_t units() const noexcept { return units_; }    // what is charged: ceil(bytes / unit)
   // The units the work was admitted with: what it held after its last reserve(), reserve_for()
   // or reserve_until() (the calls that state a total), lowered by shrinks below it; grow() and
   // grow_for() add past it. For a Member, the sum over its reservations is Member::admitted(),
@@ -185,12 +183,6 @@ class Reservation {
   int64_t units_ = 0;
   const Group* limiting_ = nullptr;  // of the last request refused as kNeverFits
   int64_t admitted_ = 0;             // see admitted_units()
-  // Admission by learned peak (admission.hpp): units held at least (the expected peak of the
-  // last waiting admission; 0 after a shrink), and the totals the next sample is made of.
-  int64_t floor_units_ = 0;
-  uint64_t admitted_bytes_ = 0;  // the total the last admission stated
-  uint64_t peak_bytes_ = 0;      // the largest total held since
-  void finish_admission() noexcept;  // records the sample of the admission that ends
 };
 
 }  // namespace memcg
