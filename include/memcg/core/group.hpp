@@ -207,6 +207,7 @@ class Group final : public StockOwner {
   std::atomic<uint64_t> stalled_ladder_until_{0};  // see stalled_ladder_until()
   std::atomic<bool> online_{true};
   std::atomic<bool> oom_group_{false};
+  std::atomic<uint8_t> oom_order_{0};  // memory.oom.order (oom.hpp, OomOrder); 0 = auto
   EventCounters events_;
   EventCounters events_local_;
   RstatNode stat_node_;
