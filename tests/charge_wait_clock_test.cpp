@@ -208,11 +208,12 @@ TEST(ChargeWaitClock, WaitEventOnTheLimitingGroup) {
   AsyncCall w([&](std::stop_token st) { return try_charge_wait_for(*b, 3, 10s, st); });
   ASSERT_TRUE(eventually([&] { return wait_stats(*p).waiters == 1; }));
   const std::string none =
-      "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\nwait 0\npreempt 0\n";
+      "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\nwait 0\npreempt 0\n"
+      "oom_handled 0\noom_spill 0\n";
   const std::string events_p = file(*p, "memory.events");
   EXPECT_NE(events_p.find("\nwait 1\n"), std::string::npos) << events_p;
-  // After the kernel's keys, before `preempt` (the last line).
-  EXPECT_EQ(events_p.rfind("wait 1\n"), events_p.size() - 7 - 10);
+  // After the kernel's keys, before `preempt`, `oom_handled` and `oom_spill` (the last lines).
+  EXPECT_EQ(events_p.rfind("wait 1\n"), events_p.size() - 7 - 10 - 14 - 12);
   EXPECT_NE(file(*p, "memory.events.local").find("\nwait 1\n"), std::string::npos);
   EXPECT_NE(file(*top, "memory.events").find("\nwait 1\n"), std::string::npos);
   EXPECT_EQ(top->events_local().get(Event::kWait), 0u);

@@ -100,19 +100,23 @@ TEST_F(Files, OomGroupGrammar) {
   EXPECT_EQ(read(*a, "memory.oom.group"), "1\n");
 }
 
-// The kernel's six keys in its order, then the library's `wait` and `preempt`.
-TEST_F(Files, EventsPrintEightLinesInOrderAndLocalDiffers) {
+// The kernel's six keys in its order, then the library's `wait`, `preempt`, `oom_handled` and
+// `oom_spill`.
+TEST_F(Files, EventsPrintTenLinesInOrderAndLocalDiffers) {
   b->raise(Event::kMax);
   b->raise(Event::kMax);
   b->raise(Event::kWait);
   b->raise(Event::kPreempt);
-  const std::string eight =
-      "low 0\nhigh 0\nmax 2\noom 0\noom_kill 0\noom_group_kill 0\nwait 1\npreempt 1\n";
-  EXPECT_EQ(read(*b, "memory.events"), eight);
-  EXPECT_EQ(read(*b, "memory.events.local"), eight);
-  EXPECT_EQ(read(*a, "memory.events"), eight);  // hierarchical
+  b->raise(Event::kOomSpill);
+  const std::string ten =
+      "low 0\nhigh 0\nmax 2\noom 0\noom_kill 0\noom_group_kill 0\nwait 1\npreempt 1\n"
+      "oom_handled 0\noom_spill 1\n";
+  EXPECT_EQ(read(*b, "memory.events"), ten);
+  EXPECT_EQ(read(*b, "memory.events.local"), ten);
+  EXPECT_EQ(read(*a, "memory.events"), ten);  // hierarchical
   EXPECT_EQ(read(*a, "memory.events.local"),
-            "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\nwait 0\npreempt 0\n");
+            "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\noom_group_kill 0\nwait 0\npreempt 0\n"
+            "oom_handled 0\noom_spill 0\n");
 }
 
 // memory.wait: eight keyed lines, then the wait times and seven lines per class, all 0 where no

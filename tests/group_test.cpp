@@ -217,7 +217,8 @@ TEST(GroupTest, EventsHierarchicalAndLocal) {
   EXPECT_EQ(ctl.root().events().get(Event::kHigh), 0u);
 
   EXPECT_EQ(c->events().format(),
-            "low 0\nhigh 0\nmax 2\noom 0\noom_kill 0\noom_group_kill 0\nwait 0\npreempt 0\n");
+            "low 0\nhigh 0\nmax 2\noom 0\noom_kill 0\noom_group_kill 0\nwait 0\npreempt 0\n"
+            "oom_handled 0\noom_spill 0\n");
   EXPECT_STREQ(event_name(Event::kOomGroupKill), "oom_group_kill");
   EXPECT_STREQ(event_name(Event::kWait), "wait");  // the library's extensions, last
   EXPECT_STREQ(event_name(Event::kPreempt), "preempt");

@@ -20,6 +20,10 @@ const char* event_name(Event e) noexcept {
       return "wait";
     case Event::kPreempt:
       return "preempt";
+    case Event::kOomHandled:
+      return "oom_handled";
+    case Event::kOomSpill:
+      return "oom_spill";
   }
   return "?";
 }

@@ -10,7 +10,6 @@
 #include "memcg/base/internal/lock.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <sstream>
@@ -59,12 +58,92 @@ thread_local CancelReason tl_cancel_reason = CancelReason::kOomKill;
 struct Candidate {
   Member* member;
   int64_t badness;
-  size_t order;        // position in walk order (ties go to the later member)
-  int64_t excess = 0;  // charged past admitted (0 when within it)
-  int cls = 0;         // wait class of its group
+  size_t order;  // position in walk order (ties go to the later member)
+  int64_t admitted;
+  int64_t excess;  // charged past admitted; 0 when nothing was admitted
+  int cls;         // wait priority class of its group
 };
 
+// The kernel's order: highest badness first; on a tie the later member in walk order.
+bool kernel_first(const Candidate& a, const Candidate& b) {
+  return a.badness != b.badness ? a.badness > b.badness : a.order > b.order;
+}
+// The excess order: largest excess first, then the lower class, then the kernel's order.
+bool excess_first(const Candidate& a, const Candidate& b) {
+  if (a.excess != b.excess) return a.excess > b.excess;
+  if (a.cls != b.cls) return a.cls < b.cls;
+  return kernel_first(a, b);
+}
+
+// Publishes a finished OOM's report. REQUIRES: the OOM lock.
+void publish(internal::OomState& state, const OomReport& report, OomReport* out) {
+  state.last = report;
+  if (out) *out = report;
+}
+
+// Waits (OOM lock held, released meanwhile) until the domain has room for `units` or the
+// controller's clock reaches `deadline`. True if it has room.
+bool wait_for_room(internal::OomState& state, std::unique_lock<std::mutex>& lock, Clock& clock,
+                   Group& domain, int64_t units, uint64_t deadline) {
+  const bool real_time = dynamic_cast<SystemClock*>(&clock) != nullptr;
+  while (domain.memory().margin() < units) {
+    const uint64_t t = clock.now_ns();
+    if (t >= deadline) return false;
+    const uint64_t step = std::min(kOomWaitStepNs, deadline - t);
+    if (real_time) {
+      state.cv.wait_for(lock, std::chrono::nanoseconds(step));
+    } else {
+      lock.unlock();
+      clock.sleep_ns(step);
+      lock.lock();
+    }
+  }
+  return true;
+}
+
 }  // namespace
+
+const char* oom_order_name(OomOrder o) noexcept {
+  switch (o) {
+    case OomOrder::kAuto:
+      return "auto";
+    case OomOrder::kKernel:
+      return "kernel";
+    case OomOrder::kExcess:
+      return "excess";
+  }
+  return "?";
+}
+
+int set_oom_order(Group& group, OomOrder order) noexcept {
+  if (static_cast<uint8_t>(order) > static_cast<uint8_t>(OomOrder::kExcess)) return EINVAL;
+  if (group.is_root()) return ENOENT;
+  OomKillerAccess::oom_order(group).store(static_cast<uint8_t>(order), std::memory_order_relaxed);
+  return 0;
+}
+
+OomOrder oom_order(const Group& group) noexcept {
+  return static_cast<OomOrder>(
+      OomKillerAccess::oom_order(const_cast<Group&>(group)).load(std::memory_order_relaxed));
+}
+
+const char* oom_decider_name(OomDecider d) noexcept {
+  switch (d) {
+    case OomDecider::kNone:
+      return "none";
+    case OomDecider::kKernelOrder:
+      return "kernel";
+    case OomDecider::kExcessOrder:
+      return "excess";
+    case OomDecider::kHandler:
+      return "handler";
+    case OomDecider::kSpill:
+      return "spill";
+    case OomDecider::kPreempt:
+      return "preempt";
+  }
+  return "?";
+}
 
 // ---- Member ------------------------------------------------------------------------------------
 
@@ -188,46 +267,59 @@ int64_t Member::take_charged(int64_t units) noexcept {
   return take;
 }
 
+void Member::add_admitted(int64_t delta) noexcept {
+  int64_t have = admitted_.load(std::memory_order_relaxed);
+  int64_t next;
+  do {
+    // Saturating: a sum no counter could hold stays at the largest one.
+    if (delta > 0 && have > INT64_MAX - delta)
+      next = INT64_MAX;
+    else
+      next = std::max<int64_t>(0, have + delta);
+  } while (!admitted_.compare_exchange_weak(have, next, std::memory_order_relaxed));
+}
+
+int Member::set_spill_grace(std::chrono::nanoseconds grace) noexcept {
+  if (grace.count() < 0 || static_cast<uint64_t>(grace.count()) > kMaxSpillGraceNs) return EINVAL;
+  spill_grace_ns_.store(static_cast<uint64_t>(grace.count()), std::memory_order_relaxed);
+  return 0;
+}
+
 void Member::set_score_adj(int adj) noexcept {
   adj_.store(std::clamp(adj, kImmune, 1000), std::memory_order_relaxed);
 }
 
 // ---- report ------------------------------------------------------------------------------------
 
-const char* oom_order_name(OomOrder o) noexcept {
-  switch (o) {
-    case OomOrder::kAuto: return "auto";
-    case OomOrder::kKernel: return "kernel";
-    case OomOrder::kExcess: return "excess";
-  }
-  return "?";
-}
-
-int parse_oom_order(std::string_view text, OomOrder* out) noexcept {
-  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
-  for (OomOrder o : {OomOrder::kAuto, OomOrder::kKernel, OomOrder::kExcess})
-    if (text == oom_order_name(o)) {
-      *out = o;
-      return 0;
-    }
-  return EINVAL;
-}
-
 std::string OomReport::format() const {
   std::ostringstream o;
-  o << "memory cgroup out of memory in " << domain << " (request " << request_units
-    << " units, " << oom_order_name(order) << " order)\n";
+  o << "memory cgroup out of memory in " << domain << " (request " << request_units << " units)\n";
+  for (const OomHandlerCall& h : handlers)
+    o << "  handler " << h.handler << " of " << h.group << ": freed=" << h.freed << " "
+      << h.outcome << "\n";
+  if (decider == OomDecider::kHandler) {
+    o << "  resolved by handler " << handler << ": nobody killed\n";
+    return o.str();
+  }
+  if (!top.empty()) o << "  order " << oom_order_name(order) << "\n";
   for (const OomCandidate& c : top)
     o << "  candidate " << c.member << " in " << c.group << ": charged=" << c.charged
-      << " admitted=" << c.admitted << " adj=" << c.score_adj << " badness=" << c.badness << "\n";
+      << " admitted=" << c.admitted << " excess=" << c.excess
+      << " priority=" << wait_priority_name(c.priority) << " adj=" << c.score_adj
+      << " badness=" << c.badness << "\n";
+  for (const std::string& m : spilled) o << "  asked " << m << " to spill\n";
   for (const OomFailure& f : failed)
     o << "  kill of " << f.member << " failed: its callback threw: " << f.error << "\n";
-  if (victim.empty()) {
+  if (decider == OomDecider::kSpill) {
+    o << "  resolved by spill of " << victim << " (reason " << cancel_reason_name(reason)
+      << "): nobody killed\n";
+  } else if (victim.empty()) {
     o << "  no killable member\n";
   } else {
     o << "  killed " << victim;
     if (!oom_group.empty()) o << " and every member of oom.group " << oom_group;
-    o << " (" << killed.size() << " killed)\n";
+    o << " (" << killed.size() << " killed, decided by " << oom_decider_name(decider)
+      << ", reason " << cancel_reason_name(reason) << ")\n";
   }
   return o.str();
 }
@@ -275,19 +367,34 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
   // Nothing the killer allocates is charged by the global operator new hook: it holds the OOM
   // lock, which a nested charge could need. Kill callbacks run inside this too, as they do when
   // the OOM comes from the hook's own charge (the object layer's slow path sets it).
+  // A handler's own OOM (its thread, its group's subtree): no handler, no victim (oom.hpp).
+  if (internal::in_oom_handler_for(domain)) return false;
   internal::HookBypass bypass;
   Controller& ctl = domain.controller();
   internal::OomState& state = ctl.oom_state();
   Clock& clock = ctl.clock();
+  OomReport report;
+  report.domain = domain.path();
+  report.request_units = units;
+
+  // ---- OOM handlers, before the killer and outside every lock ----
+  if (internal::run_oom_handlers(domain, units, report)) {
+    {
+      internal::LockGuard oom(state.mu);
+      ++state.serial;
+      publish(state, report, report_out);
+    }
+    domain.raise(Event::kOomHandled);
+    return true;
+  }
+
   // Destroyed after the lock is released: they own user callbacks and group references.
   KillBatch batch;
   GroupRef group_killed;
-  OomReport report;
   std::unique_lock lock(state.mu);
   BatchLink link(state, batch, lock);
   const uint64_t serial = ++state.serial;
-  report.domain = domain.path();
-  report.request_units = units;
+  int spills = 0;
 
   for (;;) {
     // Someone freed memory while this charge waited for the lock or a victim.
@@ -322,10 +429,11 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         // The kernel's oom_badness: the bias is in thousandths of the total, not clamped.
         const int64_t charged = m->charged();
         const int64_t admitted = m->admitted();
-        any_admitted = any_admitted || admitted > 0;
+        const int64_t excess = admitted > 0 ? std::max<int64_t>(0, charged - admitted) : 0;
+        any_admitted |= admitted > 0;
+        const int cls = internal::wait_class_of(m->group(), WaitPriority::kDefault);
         candidates.push_back({m, charged + static_cast<int64_t>(adj) * (total / 1000), i,
-                              admitted > 0 && charged > admitted ? charged - admitted : 0,
-                              internal::wait_class_of(m->group(), WaitPriority::kDefault)});
+                              admitted, excess, cls});
       }
 
       if (dying != nullptr) {
@@ -351,38 +459,69 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         return true;
       }
 
-      // The kernel's order: highest badness first; on a tie the later member in walk order.
-      // The admission-aware order puts growth past admission first (largest excess first), then
-      // the lower wait class, then the kernel's order (oom.hpp).
-      const OomOrder knob = domain.oom_order();
-      const bool by_excess =
-          knob == OomOrder::kExcess || (knob == OomOrder::kAuto && any_admitted);
-      report.order = by_excess ? OomOrder::kExcess : OomOrder::kKernel;
+      OomOrder order = oom_order(domain);
+      if (order == OomOrder::kAuto) order = any_admitted ? OomOrder::kExcess : OomOrder::kKernel;
       std::sort(candidates.begin(), candidates.end(),
-                [by_excess](const Candidate& a, const Candidate& b) {
-                  if (by_excess) {
-                    if ((a.excess > 0) != (b.excess > 0)) return a.excess > 0;
-                    if (a.excess != b.excess) return a.excess > b.excess;
-                    if (a.cls != b.cls) return a.cls < b.cls;
-                  }
-                  return a.badness != b.badness ? a.badness > b.badness : a.order > b.order;
-                });
+                order == OomOrder::kExcess ? excess_first : kernel_first);
+      report.order = order;
       report.top.clear();
       for (size_t i = 0; i < candidates.size() && i < 5; ++i) {
-        const Member& m = *candidates[i].member;
-        report.top.push_back({m.name(), m.group().path(), m.charged(), m.score_adj(),
-                              candidates[i].badness, m.admitted()});
+        const Candidate& c = candidates[i];
+        const Member& m = *c.member;
+        report.top.push_back({m.name(), m.group().path(), m.charged(), m.score_adj(), c.badness,
+                              c.admitted, c.excess, static_cast<WaitPriority>(c.cls)});
       }
       report.victim.clear();
       report.oom_group.clear();
       if (candidates.empty()) {
-        state.last = report;
-        if (report_out) *report_out = report;
+        report.decider = OomDecider::kNone;
+        publish(state, report, report_out);
         return false;
       }
 
-      // memory.oom.group: the highest group from the victim's up to the domain that asks for it.
       Member* victim = candidates.front().member;
+      // ---- spill before kill: the chosen member asked to be asked first ----
+      const uint64_t grace = victim->spill_grace_ns_.load(std::memory_order_relaxed);
+      if (grace > 0 && victim->spilled_in_ != serial && spills < kMaxSpillsPerOom &&
+          !victim->preempting_ && !held_by_this_thread(state, victim)) {
+        ++spills;
+        victim->spilled_in_ = serial;
+        victim->preempting_ = true;  // a kill chosen meanwhile is told after the request
+        batch.entries.push_back({victim, std::move(victim->on_kill_), GroupRef(&victim->group()),
+                                 victim->name(), false});
+        report.spilled.push_back(victim->name());
+        KillEntry& e = batch.entries.back();
+        std::string error;
+        if (!internal::run_member_callback(e, *victim, CancelReason::kSpill, lock, &error))
+          report.failed.push_back({e.name, "spill: " + error});
+        const bool killed_meanwhile = internal::finish_request(e, lock);
+        if (!killed_meanwhile && e.member != nullptr && !e.member->on_kill_)
+          e.member->on_kill_ = std::move(e.fn);
+        // Another OOM chose it meanwhile and its kill was told above: that OOM reported it.
+        const bool room =
+            killed_meanwhile || wait_for_room(state, lock, clock, domain, units, now + grace);
+        const std::string name = e.name;
+        GroupRef spilled_group = e.group;
+        std::vector<KillEntry> spent = std::move(batch.entries);
+        batch.entries.clear();
+        if (room && !killed_meanwhile) {
+          report.victim = name;
+          report.decider = OomDecider::kSpill;
+          report.reason = CancelReason::kSpill;
+          publish(state, report, report_out);
+        }
+        // What the request held (callback, group references) is let go without the lock.
+        lock.unlock();
+        spent.clear();
+        if (room && !killed_meanwhile) spilled_group->raise(Event::kOomSpill);
+        if (killed_meanwhile) spilled_group->raise(Event::kOomKill);
+        spilled_group = GroupRef();
+        lock.lock();
+        if (room) return true;
+        continue;  // no room within grace: choose again (it may be chosen, now to be killed)
+      }
+
+      // memory.oom.group: the highest group from the victim's up to the domain that asks for it.
       if (!victim->group().is_root())
         for (Group* g = &victim->group(); g; g = g->parent()) {
           if (g->oom_group()) kill_group = g;
@@ -452,8 +591,11 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       lock.lock();
     }
     if (killed > 0 || deferred > 0) {
-      state.last = report;
-      if (report_out) *report_out = report;
+      report.decider = killed == 0                       ? OomDecider::kPreempt
+                       : report.order == OomOrder::kExcess ? OomDecider::kExcessOrder
+                                                          : OomDecider::kKernelOrder;
+      report.reason = CancelReason::kOomKill;
+      publish(state, report, report_out);
       return true;
     }
     // Every kill failed: choose again among the others. What this round held is let go without

@@ -16,6 +16,7 @@ namespace memcg {
 
 struct OomKillerAccess {
   static std::mutex& policy_mutex(Group& g) { return g.policy_mutex_; }
+  static std::atomic<uint8_t>& oom_order(Group& g) { return g.oom_order_; }
   static const std::vector<Member*>& members(Group& g) { return g.members_; }
 };
 
@@ -93,6 +94,18 @@ inline bool held_by_this_thread(const OomState& state, const Member* m) {
 // `error`, if it threw.
 bool run_member_callback(KillEntry& e, Member& m, CancelReason reason,
                          std::unique_lock<std::mutex>& lock, std::string* error);
+
+// After a request's callback (a preemption or a spill) returned, OOM lock held: ends the request
+// and tells a kill that an OOM chose the member for meanwhile (preempt.cpp). True if it told one
+// (the callback was used up by the kill).
+bool finish_request(KillEntry& e, std::unique_lock<std::mutex>& lock);
+
+// OOM handlers (oom_handler.cpp). Runs the chain of `domain` (no lock held); true, with the
+// report's decider and handler set, if one made room for `units`. Every call is in the report.
+bool run_oom_handlers(Group& domain, int64_t units, OomReport& report);
+// True if an OOM handler runs on this thread for `domain`'s subtree or an ancestor's: that OOM
+// runs no handler and chooses no victim.
+bool in_oom_handler_for(const Group& domain) noexcept;
 
 }  // namespace internal
 }  // namespace memcg

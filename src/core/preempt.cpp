@@ -21,7 +21,17 @@
 namespace memcg {
 
 const char* cancel_reason_name(CancelReason r) noexcept {
-  return r == CancelReason::kPreempt ? "preempt" : "oom_kill";
+  switch (r) {
+    case CancelReason::kOomKill:
+      return "oom_kill";
+    case CancelReason::kPreempt:
+      return "preempt";
+    case CancelReason::kSpill:
+      return "spill";
+    case CancelReason::kCancel:
+      return "cancel";
+  }
+  return "?";
 }
 
 std::string PreemptReport::format() const {
@@ -151,6 +161,10 @@ struct Preemption {
     lock.unlock();
   }
 };
+
+bool finish_request(KillEntry& e, std::unique_lock<std::mutex>& lock) {
+  return Preemption::tell_pending_kill(e, lock);
+}
 
 void preempt_for(Group& domain, Group& group, int cls, int64_t need) noexcept {
   if (cls <= static_cast<int>(WaitPriority::kLow) || need <= 0) return;

@@ -131,6 +131,15 @@ int read_wait(Group& g, std::string* out) {
 
 // memory.wait.priority (an extension): the class of the group's waiting charges that ask for
 // none ("low", "normal" or "high"; charge_wait.hpp).
+// memory.oom.order (an extension): the victim order of OOMs of this group's limit ("auto",
+// "kernel" or "excess"; oom.hpp).
+int write_oom_order(Group& g, std::string_view text, bool) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  for (OomOrder o : {OomOrder::kAuto, OomOrder::kKernel, OomOrder::kExcess})
+    if (text == oom_order_name(o)) return set_oom_order(g, o);
+  return EINVAL;
+}
+
 int write_wait_priority(Group& g, std::string_view text, bool) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
   for (int c = 0; c < kWaitPriorities; ++c)
@@ -188,15 +197,10 @@ const std::vector<FileSpec>& specs() {
       // The library's own files, after the kernel's.
       {"memory.oom.order", kNonRoot,
        [](Group& g, std::string* out) {
-         *out = std::string(oom_order_name(g.oom_order())) + "\n";
+         *out = std::string(oom_order_name(oom_order(g))) + "\n";
          return 0;
        },
-       [](Group& g, std::string_view text, bool) {
-         OomOrder o = OomOrder::kAuto;
-         if (int err = parse_oom_order(text, &o)) return err;
-         g.set_oom_order(o);
-         return 0;
-       }},
+       write_oom_order},
       {"memory.wait", kNonRoot, read_wait, nullptr},
       {"memory.wait.priority", kNonRoot,
        [](Group& g, std::string* out) {

@@ -1,7 +1,9 @@
 // Events: the counters of memory.events and memory.events.local, mirroring the kernel's memcg
-// events (low, high, max, oom, oom_kill, oom_group_kill), plus two extensions of this library:
-// `wait`, a charge that queued on the group's memory.max, and `preempt`, a member of the group
-// asked to give memory back for a waiting charge of a higher class (charge_wait.hpp).
+// events (low, high, max, oom, oom_kill, oom_group_kill), plus extensions of this library:
+// `wait`, a charge that queued on the group's memory.max; `preempt`, a member of the group
+// asked to give memory back for a waiting charge of a higher class (charge_wait.hpp);
+// `oom_handled`, an OOM of the group that an OOM handler ended with no kill; `oom_spill`, an OOM
+// that a member of the group ended by spilling, with no kill (oom.hpp).
 //
 // Each group keeps two arrays. `local` counts what happened to the group itself. The
 // hierarchical array counts what happened to the group or any descendant: raising an event on
@@ -22,11 +24,22 @@ namespace memcg {
 
 // The kernel's events in the kernel's order, then the library's own (appended, so that the
 // kernel's keys keep their positions).
-enum class Event : int { kLow, kHigh, kMax, kOom, kOomKill, kOomGroupKill, kWait, kPreempt };
-inline constexpr int kNumEvents = 8;
+enum class Event : int {
+  kLow,
+  kHigh,
+  kMax,
+  kOom,
+  kOomKill,
+  kOomGroupKill,
+  kWait,
+  kPreempt,
+  kOomHandled,
+  kOomSpill
+};
+inline constexpr int kNumEvents = 10;
 
 // The key used in memory.events ("low", "high", "max", "oom", "oom_kill", "oom_group_kill",
-// "wait", "preempt").
+// "wait", "preempt", "oom_handled", "oom_spill").
 const char* event_name(Event e) noexcept;
 
 class EventCounters {
@@ -38,7 +51,7 @@ class EventCounters {
     counts_[static_cast<int>(e)].fetch_add(1, std::memory_order_relaxed);
   }
   // memory.events format: one "key value" line per event, in the enum's order (the kernel's six,
-  // then "wait" and "preempt").
+  // then the library's own).
   std::string format() const;
 
  private:

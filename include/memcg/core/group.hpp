@@ -46,11 +46,6 @@ struct WaitAccess;  // charge_wait_hooks.hpp
 struct WaitQueue;   // charge_wait.cpp
 }
 
-// How the OOM killer orders a domain's members (oom.hpp, "Victim choice"): the kernel's badness
-// alone, or growth past the admitted size first. kAuto, the default, is the admission-aware order
-// when some candidate was admitted through a Reservation, the kernel's otherwise.
-enum class OomOrder : uint8_t { kAuto, kKernel, kExcess };
-
 // "max" in the typed, byte-denominated API.
 inline constexpr uint64_t kUnlimited = UINT64_MAX;
 
@@ -80,8 +75,6 @@ class Group final : public StockOwner {
   uint64_t high() const noexcept { return to_bytes(memory_.high()); }
   uint64_t max() const noexcept { return to_bytes(memory_.max()); }
   bool oom_group() const noexcept { return oom_group_.load(std::memory_order_relaxed); }
-  // memory.oom.order (an extension): the victim order when this group's limit is hit.
-  OomOrder oom_order() const noexcept { return oom_order_.load(std::memory_order_relaxed); }
 
   // Plain stores with the kernel's propagation of protected usage. The enforcement that a
   // cgroup-v2 write of memory.high/max adds (drain, reclaim, OOM) is layered on top, in the
@@ -93,7 +86,6 @@ class Group final : public StockOwner {
   // The kernel's page_counter_set_max: EBUSY if usage is above the new limit.
   [[nodiscard]] int set_max_checked(uint64_t bytes) noexcept;
   void set_oom_group(bool on) noexcept { oom_group_.store(on, std::memory_order_relaxed); }
-  void set_oom_order(OomOrder o) noexcept { oom_order_.store(o, std::memory_order_relaxed); }
 
   // ---- reads ----------------------------------------------------------------------------------
   // memory.current: bytes charged to this group and its descendants, including units that sit
@@ -218,7 +210,7 @@ class Group final : public StockOwner {
   std::atomic<uint64_t> stalled_ladder_until_{0};  // see stalled_ladder_until()
   std::atomic<bool> online_{true};
   std::atomic<bool> oom_group_{false};
-  std::atomic<OomOrder> oom_order_{OomOrder::kAuto};
+  std::atomic<uint8_t> oom_order_{0};  // memory.oom.order (oom.hpp, OomOrder); 0 = auto
   EventCounters events_;
   EventCounters events_local_;
   RstatNode stat_node_;

@@ -15,22 +15,33 @@
 // therefore never killed for its growth unless it charges in pieces of at most that size
 // (Reservation with OomPolicy::kPieces, reservation.hpp).
 //
-// Victim choice, admission-aware (the default for work admitted through Reservation): a member
-// whose charge is past what its reservations were admitted with (Member::admitted(); a query
-// that grew past its estimate) is chosen before any member within its admitted size, the largest
-// excess first; then the member of the lower wait class (memory.wait.priority); then the kernel's
-// badness below. It applies when the domain's memory.oom.order is "excess", or "auto" (the
-// default) and some candidate has an admitted size; "kernel" keeps the kernel's order alone. So a
-// well-behaved query that stays within its estimate is not killed for a runaway's growth while
-// the runaway lives, and services that admit nothing see the kernel's order unchanged.
+// What runs when a group is out of memory, in order (each step only if the previous made no room
+// for the charge; "room" = the domain's margin covers the request):
+//   1. OOM handlers (OomHandler below), of the domain first, then of each ancestor up to the root,
+//      in registration order within a group. Each may free memory and says how much it freed.
+//   2. The victim choice (below). If the chosen member asked for it (Member::set_spill_grace), it
+//      is first asked to spill (its callback with CancelReason::kSpill) and given its grace time
+//      to make room; a member is asked at most once per OOM.
+//   3. The kill (its callback with CancelReason::kOomKill), memory.oom.group as in the kernel.
+// The OomReport names what decided: a handler (by name), a spill, the excess or the kernel order.
 //
-// Victim choice, the kernel's order (events_oom.md, the kernel's badness since 5.9): among members of the OOM
-// domain's subtree, the highest badness = charged units + adj x (total / 1000), where total is the
-// domain's max (its usage if it has none). Scores below zero are kept, so a protected member is
-// still a candidate, only a later one; immune members are never chosen; on equal badness the
-// member later in walk order (groups in pre-order, members in joining order) is chosen.
+// Victim choice, kernel order (events_oom.md, the kernel's badness since 5.9): among members of
+// the OOM domain's subtree, the highest badness = charged units + adj x (total / 1000), where
+// total is the domain's max (its usage if it has none). Scores below zero are kept, so a protected
+// member is still a candidate, only a later one; immune members are never chosen; on equal badness
+// the member later in walk order (groups in pre-order, members in joining order) is chosen.
 // memory.oom.group: the highest group on the path from the victim's group up to the domain that
 // has oom.group = 1 is killed as a whole (all its non-immune members).
+//
+// Victim choice, excess order (for admitted work that grows): a member's excess is what it holds
+// past the units its reservations were admitted with (charged - admitted; 0 for a member with
+// nothing admitted, which gave no estimate to be past). Members with an excess go first, the
+// largest excess first; then the lower wait priority class (memory.wait.priority of the member's
+// group); then the kernel's badness; then the later member in walk order. Immune members are never
+// chosen in either order. The OOM domain's memory.oom.order picks the order: "kernel", "excess",
+// or "auto" (the default: excess when any candidate has admitted units, else kernel), so a member
+// that holds its work in Reservations gets the excess order with no extra line, and code that never
+// admits anything sees the kernel's choice unchanged.
 //
 // Waiting for a victim: while a killed member of the domain still holds charged memory, the
 // killer chooses no one else. It waits (a memory stall, on the controller's clock) until that
@@ -52,18 +63,34 @@
 // failure is listed in the OomReport and the next candidate is chosen. What a callback allocates
 // is not charged by the global operator new hook (hook.hpp); what it charges explicitly is.
 //
+// OOM handlers (the in-process analogue of per-cgroup BPF OOM handlers): see OomHandler. Rules:
+// - Called with no library lock held, on the thread whose charge ran the OOM path, before any
+//   victim is chosen. A handler that made room ends the OOM: no kill, the charge retries, the
+//   report names the handler, and `oom_handled` is counted on the domain (memory.events).
+// - Bounded: each call has the handler's budget, the whole chain kOomHandlerChainBudgetNs, both on
+//   the controller's clock. A call cannot be interrupted; one that overruns its budget (or throws)
+//   is counted in its stats and skipped by the OOMs of the next kOomHandlerPenaltyNs. Once the
+//   chain's budget is spent the remaining handlers are skipped for this OOM.
+// - No recursion and no charge on the handler's behalf: while a handler runs, an OOM on its thread
+//   in its own group's subtree (or an ancestor's) runs no handler, chooses no victim and fails the
+//   charge at once (kNoMem after reclaim). A handler frees memory; it does not get any from the
+//   group it serves. Charges that fit without the OOM path succeed and are counted as usual.
+// - What a handler says it freed is recorded (stats, report); whether it made room is judged by the
+//   domain's counters only.
+//
 // Thread safety: every call may be made from any thread. A member must not be destroyed while
 // another thread uses it (charges, uncharges); its own kill callback may destroy it, also in the
 // middle of the member's own charge, which then fails and leaves nothing charged.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <memory>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "memcg/core/charge.hpp"
@@ -81,11 +108,38 @@ namespace internal {
 struct Preemption;  // cooperative preemption (preempt.cpp)
 }
 
-// Why a member's callback is called: the OOM killer chose it (it is marked killed), or a waiting
-// charge of a higher class asks it to give memory back (cooperative preemption: a request, not a
-// kill; charge_wait.hpp, set_wait_preempt).
-enum class CancelReason : uint8_t { kOomKill, kPreempt };
-const char* cancel_reason_name(CancelReason r) noexcept;  // "oom_kill", "preempt"
+// Why a member's callback is called, so that one callback can tell a kill from a request:
+// - kOomKill: the OOM killer chose it; it is marked killed and must release its memory.
+// - kPreempt: a waiting charge of a higher class asks it to give memory back (a request, not a
+//   kill; charge_wait.hpp, set_wait_preempt).
+// - kSpill: the OOM killer chose it and it asked to spill first (Member::set_spill_grace): it
+//   should release what it can (spill to disk, drop a cache) within its grace time and carry on;
+//   if that does not make room, a kOomKill call follows.
+// - kCancel: the application cancelled its work (for code that routes its own cancellation
+//   through the same callback; the library itself never passes it).
+// Appended in this order: the values are stable.
+enum class CancelReason : uint8_t { kOomKill, kPreempt, kSpill, kCancel };
+// "oom_kill", "preempt", "spill", "cancel".
+const char* cancel_reason_name(CancelReason r) noexcept;
+
+// Which order the OOM killer chooses victims in, per OOM domain (memory.oom.order; see the file
+// comment). kAuto is the default.
+enum class OomOrder : uint8_t { kAuto, kKernel, kExcess };
+const char* oom_order_name(OomOrder o) noexcept;  // "auto", "kernel", "excess"
+// Sets the order used when `group`'s limit is the one hit. EINVAL for a value out of range,
+// ENOENT for the root (whose limit is never hit).
+int set_oom_order(Group& group, OomOrder order) noexcept;
+OomOrder oom_order(const Group& group) noexcept;
+
+// Bounds of the OOM handler chain (see the file comment), on the controller's clock.
+inline constexpr uint64_t kOomHandlerBudgetNs = 10'000'000;        // default per call (10 ms)
+inline constexpr uint64_t kOomHandlerChainBudgetNs = 100'000'000;  // per OOM, all handlers
+inline constexpr uint64_t kOomHandlerPenaltyNs = 1'000'000'000;    // skip after overrun/throw
+inline constexpr int kMaxOomHandlersPerGroup = 16;  // a bound on what one caller can register
+// A member's spill grace is at most this (the OOM killer's wait for a victim).
+inline constexpr uint64_t kMaxSpillGraceNs = 1'000'000'000;
+// At most this many members are asked to spill in one OOM before one is killed.
+inline constexpr int kMaxSpillsPerOom = 4;
 
 class Member {
  public:
@@ -123,6 +177,20 @@ class Member {
   // Units this member's reservations were admitted with (Reservation keeps it up to date): the
   // size its work was expected to need, so that growth past it can be told from the expected.
   int64_t admitted() const noexcept { return admitted_.load(std::memory_order_relaxed); }
+  // For work whose memory is not held in Reservations (they keep admitted() up to date by
+  // themselves): adds `delta` units (negative to take back) to what it was admitted with, so that
+  // the OOM killer's excess order sees its estimate. The result never goes below 0.
+  void add_admitted(int64_t delta) noexcept;
+
+  // Spill before kill: when the OOM killer chooses this member, it first calls its callback with
+  // CancelReason::kSpill and waits up to `grace` (on the controller's clock) for the domain to
+  // have room; only then (no room) is it killed. Zero turns it off (the default). EINVAL, with
+  // nothing changed, for a negative grace or one above kMaxSpillGraceNs. The callback must not
+  // wait for memory of the domain (it runs on the charging thread).
+  int set_spill_grace(std::chrono::nanoseconds grace) noexcept;
+  std::chrono::nanoseconds spill_grace() const noexcept {
+    return std::chrono::nanoseconds(spill_grace_ns_.load(std::memory_order_relaxed));
+  }
 
   void set_score_adj(int adj) noexcept;  // clamped to [-1000, 1000]
   int score_adj() const noexcept { return adj_.load(std::memory_order_relaxed); }
@@ -156,6 +224,8 @@ class Member {
   std::atomic<int64_t> admitted_{0};  // sum of its reservations' admitted units
   std::atomic<bool> killed_{false};
   std::atomic<bool> preempt_asked_{false};  // set under the OOM lock; cleared when it holds 0
+  std::atomic<uint64_t> spill_grace_ns_{0};
+  uint64_t spilled_in_ = 0;  // the OOM (serial) that last asked it to spill (OOM lock)
   uint64_t preempt_asked_at_ns_ = 0;         // when, on the controller's clock (OOM lock)
   // Guarded by the controller's OOM lock.
   uint64_t killed_at_ns_ = 0;  // when it was killed, on the controller's clock
@@ -175,11 +245,27 @@ struct OomCandidate {
   int64_t charged = 0;
   int score_adj = 0;
   int64_t badness = 0;
-  int64_t admitted = 0;  // Member::admitted() (units)
+  int64_t admitted = 0;  // units its reservations were admitted with
+  int64_t excess = 0;    // charged past admitted (0 when nothing was admitted)
+  WaitPriority priority = WaitPriority::kNormal;  // its group's memory.wait.priority class
 };
-const char* oom_order_name(OomOrder o) noexcept;  // "auto", "kernel", "excess"
-// Parses a memory.oom.order text ("auto", "kernel" or "excess", a trailing newline allowed).
-[[nodiscard]] int parse_oom_order(std::string_view text, OomOrder* out) noexcept;
+// What ended an OOM: the report's `decider`.
+enum class OomDecider : uint8_t {
+  kNone,         // no member could be killed and no handler made room
+  kKernelOrder,  // a victim chosen by the kernel's badness
+  kExcessOrder,  // a victim chosen by excess over admission
+  kHandler,      // an OOM handler made room (OomReport::handler names it)
+  kSpill,        // the chosen member spilled and made room: nobody killed
+  kPreempt,      // the victim's kill was left to a preemption request in progress
+};
+const char* oom_decider_name(OomDecider d) noexcept;  // "none", "kernel", "excess", ...
+// One handler call of an OOM's chain.
+struct OomHandlerCall {
+  std::string handler;
+  std::string group;     // where it is registered
+  int64_t freed = 0;     // units it said it freed
+  std::string outcome;   // "made_room", "passed", "threw: ...", "overran", "skipped"
+};
 // A kill that failed: the member's callback threw (the member was not killed).
 struct OomFailure {
   std::string member;
@@ -188,13 +274,76 @@ struct OomFailure {
 struct OomReport {
   std::string domain;  // the group whose limit was hit
   int64_t request_units = 0;
-  OomOrder order = OomOrder::kKernel;  // the order that chose (kKernel or kExcess)
-  std::vector<OomCandidate> top;    // in the order used, first the victim's (at most 5)
+  std::vector<OomCandidate> top;    // highest badness first, ties later member first (at most 5)
   std::string victim;               // member chosen ("" if none)
   std::string oom_group;            // group killed as a whole ("" if none)
   std::vector<std::string> killed;  // every member killed
   std::vector<OomFailure> failed;   // kills whose callback threw, in order
+  OomOrder order = OomOrder::kKernel;  // the order the victim was chosen in (never kAuto)
+  OomDecider decider = OomDecider::kNone;
+  std::string handler;                 // the handler that made room ("" unless kHandler)
+  std::vector<OomHandlerCall> handlers;  // the chain's calls, in order
+  std::vector<std::string> spilled;    // members asked to spill, in order
+  // The reason the victim's callback was last called with: kSpill when a spill made room,
+  // kOomKill when it was killed.
+  CancelReason reason = CancelReason::kOomKill;
   std::string format() const;       // a short human-readable report
+};
+
+// ---- OOM handlers ----------------------------------------------------------------------------
+// Why: a group's owner often knows memory it can give back faster and cheaper than a kill (spill
+// a query's state, drop an unregistered cache, cancel queued work). A handler gets the first word
+// on each OOM of its group's subtree; the killer runs only when none made room.
+
+// What a handler is told.
+struct OomContext {
+  Group& domain;              // the group whose limit was hit
+  Group& group;               // the group the handler is registered on (domain or an ancestor)
+  int64_t request_units = 0;  // the charge that could not be served
+  int64_t shortage_units = 0;  // request minus the domain's room when the handler is called
+};
+// Returns the units it freed (<= 0: it passed). It may uncharge, release reclaimable memory,
+// signal other threads; it must not wait for memory of `domain`.
+using OomHandlerFn = std::function<int64_t(const OomContext&)>;
+
+struct OomHandlerStats {
+  uint64_t calls = 0;
+  uint64_t made_room = 0;  // OOMs it ended
+  int64_t freed_units = 0;  // what it said it freed, in total
+  uint64_t threw = 0;
+  uint64_t overran = 0;
+  uint64_t skipped = 0;  // OOMs that skipped it (penalty after an overrun or a throw)
+};
+
+namespace internal {
+struct OomHandlerEntry;
+}
+
+// A registered handler; the destructor (or reset()) unregisters it. Unregistering waits for a call
+// of the handler in progress on another thread to return (not for one on its own thread: a
+// handler may unregister itself). REQUIRES: destroyed before its controller.
+class OomHandler {
+ public:
+  OomHandler() noexcept;
+  ~OomHandler();
+  OomHandler(OomHandler&&) noexcept;
+  OomHandler& operator=(OomHandler&&) noexcept;
+  OomHandler(const OomHandler&) = delete;
+  OomHandler& operator=(const OomHandler&) = delete;
+
+  // Registers `fn` on `group` as `name`, replacing what `*out` held. EINVAL for an empty name or
+  // function, a null `out` or a budget <= 0 or above kOomHandlerChainBudgetNs; ENOENT if the group
+  // is offline; ENOSPC past kMaxOomHandlersPerGroup on the group. Nothing changes on error.
+  static int add(Group& group, std::string name, OomHandlerFn fn, OomHandler* out,
+                 std::chrono::nanoseconds budget = std::chrono::nanoseconds(kOomHandlerBudgetNs));
+
+  void reset() noexcept;  // unregisters (see above); nothing if not registered
+  bool registered() const noexcept { return entry_ != nullptr; }
+  const std::string& name() const noexcept;  // "" if not registered
+  OomHandlerStats stats() const noexcept;
+
+ private:
+  std::shared_ptr<internal::OomHandlerEntry> entry_;
 };
 
 // A cooperative preemption: the members a waiting charge asked to give memory back, in the order
@@ -246,6 +395,8 @@ struct OomState {
   uint64_t serial = 0;           // OOM invocations so far
   OomReport last;
   PreemptReport last_preempt;
+  // Registered OOM handlers, in registration order (oom_handler.cpp).
+  std::vector<std::shared_ptr<OomHandlerEntry>> handlers;
 };
 }  // namespace internal
 
