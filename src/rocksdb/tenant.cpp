@@ -50,6 +50,16 @@ void Tenant::add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> 
 
 void Tenant::remove(::rocksdb::DB* db) { write_buffers_.remove(db); }
 
+::rocksdb::Status Tenant::write(::rocksdb::DB* db, const ::rocksdb::WriteOptions& options,
+                                ::rocksdb::WriteBatch* batch) {
+  if (db == nullptr || batch == nullptr)
+    return ::rocksdb::Status::InvalidArgument("memcg::rocksdb::Tenant::write: null db or batch");
+  const uint64_t cost = batch->GetDataSize() + uint64_t{batch->Count()} * kEntryOverhead;
+  ::rocksdb::Status s = write_buffers_.admit(cost);
+  if (!s.ok()) return s;
+  return db->Write(options, batch);
+}
+
 void Tenant::safe_point() noexcept {
   // Memtables first: their mirror is the "other memory" the cache makes room for.
   write_buffers_.update();

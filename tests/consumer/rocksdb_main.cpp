@@ -20,7 +20,9 @@ int main() {
     memcg::GroupRef g;
     if (ctl.create("tenant", &g) != 0) return 2;
     {
-      memcg::rocksdb::Tenant tenant(*g, {.tick = std::chrono::milliseconds(0)});
+      memcg::rocksdb::TenantOptions to;
+      to.tick = std::chrono::milliseconds(0);  // no governor thread: safe_point() below
+      memcg::rocksdb::Tenant tenant(*g, to);
       rocksdb::Options options;
       options.create_if_missing = true;
       tenant.configure(options);

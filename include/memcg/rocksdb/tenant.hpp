@@ -25,7 +25,9 @@
 #ifndef MEMCG_ROCKSDB_TENANT_HPP_
 #define MEMCG_ROCKSDB_TENANT_HPP_
 
+#include <rocksdb/db.h>
 #include <rocksdb/options.h>
+#include <rocksdb/write_batch.h>
 #include <rocksdb/table.h>
 
 #include <atomic>
@@ -68,6 +70,16 @@ class Tenant {
   // A database opened with configure()d options, for the write buffer governor's flushes.
   void add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> families = {});
   void remove(::rocksdb::DB* db);
+
+  // Writes `batch` to `db` (a database of this tenant) once the group has room for its memtable
+  // cost, estimated as the batch's data size plus kEntryOverhead per entry: what
+  // WriteBufferGovernor::admit() says (stall up to a deadline, or fail at once, per
+  // WriteBufferOptions::admission; a batch larger than memory.max fails at once), then
+  // DB::Write. A refusal is a Status (MemoryLimit or TimedOut) and writes nothing. Null
+  // arguments: InvalidArgument.
+  static constexpr uint64_t kEntryOverhead = 32;  // skiplist node and lengths, per entry
+  ::rocksdb::Status write(::rocksdb::DB* db, const ::rocksdb::WriteOptions& options,
+                          ::rocksdb::WriteBatch* batch);
 
   // Runs both governors now (what the thread does each tick): from a thread that holds no
   // RocksDB lock and is not inside a charge.
