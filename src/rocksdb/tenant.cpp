@@ -13,7 +13,8 @@ BlockCacheOptions with_wake(BlockCacheOptions o, std::function<void()> wake) {
 }  // namespace
 
 Tenant::Tenant(Group& group, TenantOptions options)
-    : group_(&group),
+    : at_end_{options.teardown},
+      group_(&group),
       options_(options),
       cache_(group, with_wake(options.cache, [this] { wake(); })),
       write_buffers_(group, options.write_buffer, [this] { wake(); }) {

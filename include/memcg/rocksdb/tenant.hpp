@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -49,14 +50,21 @@ struct TenantOptions {
   // The databases' Env (DBOptions::env), kept alive by the tenant; null leaves options.env as
   // it is. Arena mode (arena.hpp) gives one whose background jobs run bound to the arena.
   std::shared_ptr<::rocksdb::Env> env;
+  // Run by ~Tenant on the destroying thread last, once the governor thread has stopped and the
+  // cache, the write-buffer governor and the env are gone: what the mode must release there. Arena mode
+  // (arena_options) flushes the thread's jemalloc cache, which holds the arena's blocks this
+  // thread freed when it closed the databases; without it they keep the arena's pages charged.
+  std::function<void()> teardown;
 };
 
 class Tenant {
  public:
   // Throws std::invalid_argument for bad options (see BlockCache, WriteBufferGovernor).
   Tenant(Group& group, TenantOptions options = {});
-  // Stops the governor thread, uncharges the memtable mirror, frees the cached blocks.
-  // REQUIRES: every database configured by this tenant is closed.
+  // Stops the governor thread, uncharges the memtable mirror, frees the cached blocks, then runs
+  // TenantOptions::teardown. REQUIRES: every database configured by this tenant is closed; in
+  // arena mode, on the thread that closed them (or that thread has called
+  // memcg::jemalloc::flush_thread_cache(), or has exited).
   ~Tenant();
   Tenant(const Tenant&) = delete;
   Tenant& operator=(const Tenant&) = delete;
@@ -96,6 +104,14 @@ class Tenant {
   void run();
   void wake() noexcept;
 
+  // First: destroyed last, it runs TenantOptions::teardown after everything below is gone (the
+  // cache's destruction frees RocksDB's handles on this thread, too).
+  struct AtEnd {
+    std::function<void()> run;
+    ~AtEnd() {
+      if (run) run();
+    }
+  } at_end_;
   GroupRef group_;
   const TenantOptions options_;
   // Before the governors: their reclaim may call wake() as soon as they are registered.
