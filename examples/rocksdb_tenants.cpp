@@ -109,7 +109,11 @@ std::unique_ptr<rocksdb::DB> open(memcg::rocksdb::Tenant& t, const std::string& 
   o.compression = rocksdb::kNoCompression;
   rocksdb::BlockBasedTableOptions table;
   table.block_size = 4096;
-  t.configure(o, table);
+  rocksdb::Status c = t.configure(o, table);  // refuses a cache of our own, or one too small
+  if (!c.ok()) {
+    std::fprintf(stderr, "Tenant::configure: %s\n", c.ToString().c_str());
+    std::exit(1);
+  }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(o, path, &raw);
   if (!s.ok()) {

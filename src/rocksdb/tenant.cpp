@@ -1,6 +1,7 @@
 #include "memcg/rocksdb/tenant.hpp"
 
 #include <algorithm>
+#include <string>
 
 
 namespace memcg::rocksdb {
@@ -30,7 +31,22 @@ Tenant::~Tenant() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Tenant::configure(::rocksdb::Options& options, ::rocksdb::BlockBasedTableOptions table) const {
+::rocksdb::Status Tenant::configure(::rocksdb::Options& options,
+                                    ::rocksdb::BlockBasedTableOptions table) const {
+  if (table.block_cache != nullptr) {
+    refused_configures_.fetch_add(1, std::memory_order_relaxed);
+    return ::rocksdb::Status::InvalidArgument(
+        "memcg::rocksdb::Tenant::configure: table.block_cache is set and would be replaced by "
+        "the tenant's cache; leave it null (BlockCacheOptions sizes the tenant's)");
+  }
+  if (cache_.below_protection()) {
+    refused_configures_.fetch_add(1, std::memory_order_relaxed);
+    return ::rocksdb::Status::InvalidArgument(
+        "memcg::rocksdb::Tenant::configure: the cache's fixed capacity (" +
+        std::to_string(cache_.fixed_capacity()) + " bytes) is below the group's protection (" +
+        std::to_string(std::max(group_->min(), group_->low())) +
+        " bytes): leave BlockCacheOptions::capacity_bytes at 0 to follow the group");
+  }
   table.block_cache = cache_.cache();
   table.cache_index_and_filter_blocks = true;
   options.table_factory.reset(::rocksdb::NewBlockBasedTableFactory(table));
@@ -43,6 +59,7 @@ void Tenant::configure(::rocksdb::Options& options, ::rocksdb::BlockBasedTableOp
   const uint64_t current = options.arena_block_size != 0 ? options.arena_block_size
                                                          : options.write_buffer_size / 8;
   options.arena_block_size = static_cast<std::size_t>(std::min(current, step));
+  return ::rocksdb::Status::OK();
 }
 
 void Tenant::add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> families) {

@@ -23,9 +23,14 @@
 namespace memcg::rocksdb {
 
 struct BlockCacheOptions {
-  // The cache's configured size: the capacity never goes above it (CacheGovernorOptions'
-  // max_bytes, which is overridden with it).
-  uint64_t capacity_bytes = 64 << 20;
+  // 0 (the default): the cache follows its group, up to the room the tightest memory.high/max
+  // above it leaves (the governor's target), and to kUnlimitedCapacity while no level has a
+  // limit. Otherwise a size the user fixes: the capacity never goes above it
+  // (CacheGovernorOptions' max_bytes, which is overridden with it). A fixed size below the
+  // group's protection (max of memory.min and memory.low) defeats it: Tenant::configure()
+  // refuses it, and update() counts it when the protection is raised later
+  // (capacity_conflicts()).
+  uint64_t capacity_bytes = 0;
   // -1: one shard per 512 KiB (at most 64, RocksDB's rule) of the smaller of capacity_bytes and
   // the tightest memory.high/max above the group at construction, not of capacity_bytes alone.
   int num_shard_bits = -1;
@@ -46,6 +51,9 @@ struct BlockCacheOptions {
 
 class BlockCache final : public GovernedCache {
  public:
+  // The capacity of a cache that follows a group with no limit at any level.
+  static constexpr uint64_t kUnlimitedCapacity = uint64_t{64} << 20;
+
   // Builds the cache on `group` and starts governing it. Throws std::invalid_argument for a
   // capacity of 0, governor bounds that contradict it, or an allocator on another group.
   BlockCache(Group& group, BlockCacheOptions options = {});
@@ -64,6 +72,14 @@ class BlockCache final : public GovernedCache {
   void update() noexcept;
   // Reclaims deferred (defer_reclaim) and applied by update().
   uint64_t deferred() const noexcept { return deferred_.load(std::memory_order_relaxed); }
+  // The fixed capacity_bytes (0: following the group).
+  uint64_t fixed_capacity() const noexcept { return fixed_; }
+  // A fixed capacity below the group's protection: whether it is now, and the updates that found
+  // it so after one that did not (or the first).
+  bool below_protection() const noexcept;
+  uint64_t capacity_conflicts() const noexcept {
+    return conflicts_.load(std::memory_order_relaxed);
+  }
 
   // GovernedCache
   uint64_t usage_bytes() const noexcept override { return allocator_->live_bytes(); }
@@ -80,6 +96,10 @@ class BlockCache final : public GovernedCache {
   std::atomic<uint64_t> pending_{kNone};  // a deferred reclaim's capacity
   std::atomic<uint64_t> applied_{kNone};  // the last capacity applied, in the group's bytes
   std::atomic<uint64_t> deferred_{0};
+  GroupRef group_;
+  const uint64_t fixed_;  // capacity_bytes
+  std::atomic<bool> in_conflict_{false};
+  std::atomic<uint64_t> conflicts_{0};
   std::unique_ptr<CacheGovernor> governor_;
 };
 

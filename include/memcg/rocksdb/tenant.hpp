@@ -71,10 +71,17 @@ class Tenant {
 
   // Sets `options`' table factory (a block-based table on the tenant's cache, index and filter
   // blocks cached there too so that they are charged and evictable), write buffer manager and,
-  // if TenantOptions::env is set, env.
-  // The other table options are kept from `table` (its block_cache is replaced).
-  void configure(::rocksdb::Options& options,
-                 ::rocksdb::BlockBasedTableOptions table = {}) const;
+  // if TenantOptions::env is set, env. The other table options are kept from `table`.
+  // Refused with InvalidArgument, `options` unchanged and counted in refused_configures():
+  //   - `table.block_cache` set: the user's cache would be replaced by the tenant's (a cache
+  //     charged to nobody and sized by nobody otherwise); leave it null;
+  //   - a fixed BlockCacheOptions::capacity_bytes below the group's max(memory.min,
+  //     memory.low): the cache could never hold what the protection keeps for it.
+  ::rocksdb::Status configure(::rocksdb::Options& options,
+                              ::rocksdb::BlockBasedTableOptions table = {}) const;
+  uint64_t refused_configures() const noexcept {
+    return refused_configures_.load(std::memory_order_relaxed);
+  }
   // A database opened with configure()d options, for the write buffer governor's flushes.
   void add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> families = {});
   void remove(::rocksdb::DB* db);
@@ -120,6 +127,7 @@ class Tenant {
   std::atomic<bool> woken_{false};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> ticks_{0};
+  mutable std::atomic<uint64_t> refused_configures_{0};
   BlockCache cache_;
   WriteBufferGovernor write_buffers_;
   std::thread thread_;  // last: started once everything above is ready
