@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "guarded_cache.hpp"
+
 namespace memcg::rocksdb {
 
 namespace {
@@ -57,7 +59,9 @@ BlockCache::BlockCache(Group& group, BlockCacheOptions options)
                                                    : default_shard_bits(group, initial);
   lru.strict_capacity_limit = false;  // an insert never fails: the capacity is a target
   lru.memory_allocator = allocator_;
-  cache_ = ::rocksdb::NewLRUCache(lru);
+  cache_ = std::make_shared<internal::GuardedCache>(::rocksdb::NewLRUCache(lru), allocator_,
+                                                    this, &BlockCache::has_pending,
+                                                    &BlockCache::after_call);
   DirectScope direct;
   governor_ = std::make_unique<CacheGovernor>(group, *this, options.governor);
 }
@@ -68,8 +72,19 @@ BlockCache::~BlockCache() {
   cache_->EraseUnRefEntries();
 }
 
+bool BlockCache::has_pending(const BlockCache* self) noexcept {
+  return !self->defer_reclaim_ && self->pending_.load(std::memory_order_relaxed) != kNone;
+}
+
+void BlockCache::after_call(BlockCache* self) noexcept {
+  const uint64_t pending = self->pending_.exchange(kNone, std::memory_order_acq_rel);
+  if (pending != kNone) self->apply(pending);
+}
+
 void BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
-  if (defer_reclaim_ && !t_direct) {
+  // Inside one of RocksDB's cache calls on this thread (a hooked operator new under a shard's
+  // mutex): SetCapacity would take that mutex again. Deferred to the end of the call.
+  if ((defer_reclaim_ && !t_direct) || internal::in_cache_call()) {
     // Perhaps inside a charge made under a shard's mutex: SetCapacity would take it again. Until
     // the governor thread applies it nothing is freed, so every safe point of the window asks
     // again for the same overage: the shrink is held at the room the group leaves the cache

@@ -7,6 +7,16 @@
 // (measured from the cache's usage and the allocator's live bytes) scales the capacity.
 // Reclaim of the group lowers the capacity; RocksDB evicts unpinned blocks down to it before
 // SetCapacity returns (LRUCacheShard::SetCapacity), and their Deallocate uncharges them.
+//
+// With the global operator-new hook (memcg::hook), a reclaim can start on a thread that holds
+// one of the cache's shard mutexes: RocksDB's LRUHandleTable::Resize allocates the grown handle
+// table with operator new under it, and the hook charges that allocation. SetCapacity takes
+// every shard's mutex, that one included: a self-deadlock (reproduced by
+// tests/rocksdb/rocksdb_hook_cache_test.cpp before this was handled). So cache() is a wrapper
+// (internal::GuardedCache) that marks the thread as inside a cache call. A shrink asked there is
+// deferred, like defer_reclaim's, and applied at the end of the outermost call, with no RocksDB
+// lock held. What RocksDB allocates inside the call is forced (NoFailScope), never thrown, and
+// counted as the group's forced charge.
 #ifndef MEMCG_ROCKSDB_BLOCK_CACHE_HPP_
 #define MEMCG_ROCKSDB_BLOCK_CACHE_HPP_
 
@@ -87,6 +97,10 @@ class BlockCache final : public GovernedCache {
 
  private:
   void apply(uint64_t bytes) noexcept;
+  // GuardedCache's end of the outermost call: a shrink deferred there is applied now (only
+  // without defer_reclaim, whose shrinks the governor thread applies).
+  static bool has_pending(const BlockCache* self) noexcept;
+  static void after_call(BlockCache* self) noexcept;
 
   static constexpr uint64_t kNone = UINT64_MAX;
   std::shared_ptr<BlockAllocator> allocator_;
