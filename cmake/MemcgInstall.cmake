@@ -12,6 +12,13 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/memcg DESTINATION ${CMAKE_INSTAL
         COMPONENT development)
 install(FILES ${PROJECT_BINARY_DIR}/include/memcg/base/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/memcg/base COMPONENT development)
+# The optional components built here, for memcgConfig.cmake's messages about the others.
+set(MEMCG_BUILT_COMPONENTS)
+foreach(component rocksdb rocksdb_arena jemalloc http hook host prometheus_cpp)
+  if(TARGET memcg_${component})
+    list(APPEND MEMCG_BUILT_COMPONENTS ${component})
+  endif()
+endforeach()
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/memcgConfig.cmake.in
   ${PROJECT_BINARY_DIR}/memcgConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/memcg)

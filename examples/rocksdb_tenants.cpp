@@ -6,7 +6,9 @@
 // when they must shrink.
 // Shows: the parent's limit held (peak within memory.max plus the overshoot the component counts),
 // the quiet tenant's cache kept at its protection, no failed read and no OOM kill, then the
-// documented shutdown order leaving every group at 0. Exits non-zero when that did not happen.
+// documented shutdown order leaving every group at 0, in byte mode and (where memcg::rocksdb_arena
+// is built) in arena mode, with nothing called but the documented steps. Exits non-zero when that
+// did not happen.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -23,6 +25,9 @@
 
 #include <memcg/memcg.hpp>
 #include <memcg/rocksdb/tenant.hpp>
+#ifdef MEMCG_EXAMPLE_ARENA_MODE
+#include <memcg/rocksdb/arena.hpp>
+#endif
 
 namespace {
 
@@ -61,6 +66,42 @@ void readme_sample(memcg::GroupRef& tenant, const std::string& path) {
   delete db;
 }
 
+#ifdef MEMCG_EXAMPLE_ARENA_MODE
+// Arena mode's documented shutdown (memcg/rocksdb/arena.hpp): the tenant's RocksDB, background
+// jobs and bound threads in the group's arena; closing the database on this thread, destroying
+// the Tenant and then the arena leaves the group at 0 by itself.
+void arena_sample(memcg::GroupRef& tenant, const std::string& path) {
+  std::unique_ptr<memcg::jemalloc::Arena> arena;
+  if (memcg::jemalloc::Arena::create(*tenant, &arena, memcg::rocksdb::kArenaOptions) != 0) return;
+  {
+    memcg::rocksdb::Tenant db_tenant(*tenant, memcg::rocksdb::arena_options(*arena));
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    db_tenant.configure(options);
+    rocksdb::DB* db = nullptr;
+    if (!rocksdb::DB::Open(options, path, &db).ok()) return;  // from a thread of no arena
+    db_tenant.add(db);
+    {
+      memcg::rocksdb::ScopedTenantThread bound(*arena, *db);  // memtables, reads: the arena's
+      rocksdb::WriteOptions wo;
+      wo.disableWAL = true;
+      for (int i = 0; i < 20'000; ++i) db->Put(wo, key(i), value(i));
+      db->Flush(rocksdb::FlushOptions());
+      for (int i = 0; i < 2'000; ++i) db->Put(wo, key(i), value(i));  // closes with memtables
+      std::string v;
+      for (int i = 0; i < 20'000; i += 3) db->Get(rocksdb::ReadOptions(), key(i), &v);
+    }
+    std::printf("  arena mode, open: group %.1f MiB\n",
+                static_cast<double>(tenant->current()) / (1 << 20));
+    // Shutdown: 1. remove and close every database (unbound, on this thread) ...
+    db_tenant.remove(db);
+    delete db;
+  }  // ... 2. the Tenant (its Env's threads joined, its cache freed, this thread's cache
+     //    flushed), 3. the arena, 4. the group.
+  arena.reset();
+}
+#endif
+
 std::unique_ptr<rocksdb::DB> open(memcg::rocksdb::Tenant& t, const std::string& path) {
   rocksdb::Options o;
   o.create_if_missing = true;
@@ -68,7 +109,11 @@ std::unique_ptr<rocksdb::DB> open(memcg::rocksdb::Tenant& t, const std::string& 
   o.compression = rocksdb::kNoCompression;
   rocksdb::BlockBasedTableOptions table;
   table.block_size = 4096;
-  t.configure(o, table);
+  rocksdb::Status c = t.configure(o, table);  // refuses a cache of our own, or one too small
+  if (!c.ok()) {
+    std::fprintf(stderr, "Tenant::configure: %s\n", c.ToString().c_str());
+    std::exit(1);
+  }
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(o, path, &raw);
   if (!s.ok()) {
@@ -125,6 +170,17 @@ int main() {
   readme_sample(sample, (dir / "sample").string());
   ctl.drain_stocks();
   check(sample->current() == 0, "README sample: its group back to 0");
+#ifdef MEMCG_EXAMPLE_ARENA_MODE
+  {
+    memcg::GroupRef arena_group;
+    if (ctl.create("arena", &arena_group) != 0) return 1;
+    arena_sample(arena_group, (dir / "arena").string());
+    ctl.drain_stocks();
+    check(arena_group->current() == 0, "arena mode: documented shutdown, its group back to 0");
+    arena_group.reset();
+    check(ctl.remove("arena") == 0, "arena mode: its group removed");
+  }
+#endif
 
   parent->set_max(kParentMax);
   quiet->set_min(kQuietMin);

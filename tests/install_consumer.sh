@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the built library (static or shared) into a scratch prefix, then builds and runs a
-# consumer project against it twice: through find_package(memcg) and through pkg-config.
+# consumer project against it twice: through find_package(memcg) and through pkg-config. The
+# find_package consumer requires every optional component installed (COMPONENTS); components.sh
+# checks that the others, and names that are no component, fail find_package with their reason.
 # Usage: install_consumer.sh <build-dir> <source-dir>
 set -euo pipefail
 build=$1
@@ -8,8 +10,12 @@ src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
-cmake -S "$src/tests/consumer" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+components=$("$src/tests/consumer/components.sh" list "$work/prefix")
+echo "install_consumer: installed components: ${components:-none}"
+cmake -S "$src/tests/consumer" -B "$work/build" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" \
+  "-DMEMCG_CONSUMER_COMPONENTS=$components" >/dev/null
 cmake --build "$work/build" >/dev/null
+"$src/tests/consumer/components.sh" check "$work/prefix" "$src" "$work/components"
 "$work/build/consumer"
 # The optional component, when it was built and installed (jemalloc found, no sanitizer).
 if [[ -x "$work/build/consumer_jemalloc" ]]; then
@@ -18,6 +24,10 @@ if [[ -x "$work/build/consumer_jemalloc" ]]; then
 fi
 if [[ -x "$work/build/consumer_http" ]]; then "$work/build/consumer_http"; fi
 if [[ -x "$work/build/consumer_prometheus_cpp" ]]; then "$work/build/consumer_prometheus_cpp"; fi
+if [[ -x "$work/build/consumer_rocksdb" ]]; then
+  "$work/build/consumer_rocksdb"
+  echo "install_consumer: memcg::rocksdb consumer ran"
+fi
 libdir=$(find "$work/prefix" -name memcg.pc -printf '%h\n' | head -n1)
 PKG_CONFIG_PATH="$libdir" g++ -o "$work/consumer_pc" "$src/tests/consumer/main.cpp" \
   $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs memcg)

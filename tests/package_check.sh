@@ -7,7 +7,8 @@
 #      part alone; install_consumer.sh then runs its find_package and pkg-config consumers on it;
 #   3. cpack -G DEB: libmemcg<SOVERSION>, libmemcg-dev, memcg-tools with their Depends;
 #   4. extracts the packages (dpkg-deb -x, nothing goes into the system) and builds and runs the
-#      find_package consumer against the extracted tree, and the extracted memcgctl --version.
+#      find_package consumer against the extracted tree (every packaged component required,
+#      tests/consumer/components.sh), and the extracted memcgctl --version.
 # Usage: package_check.sh <source-dir> [work-dir]   (uses ccache when it is installed)
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -73,9 +74,14 @@ for d in "${debs[@]}"; do
 done
 root=$work/root
 libdir=$(dirname "$(find "$root" -name 'libmemcg.so.*.*.*' | head -n1)")
-cmake -S "$src/tests/consumer" -B "$work/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$root/usr" >/dev/null
+# Every optional component the packages hold, required as a user would (find_package COMPONENTS).
+components=$("$src/tests/consumer/components.sh" list "$root/usr")
+cmake -S "$src/tests/consumer" -B "$work/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$root/usr" \
+  "-DMEMCG_CONSUMER_COMPONENTS=$components" >/dev/null
 cmake --build "$work/consumer" >/dev/null
 LD_LIBRARY_PATH=$libdir "$work/consumer/consumer"
+"$src/tests/consumer/components.sh" check "$root/usr" "$src" "$work/components-deb"
+if [[ -x $work/consumer/consumer_rocksdb ]]; then LD_LIBRARY_PATH=$libdir "$work/consumer/consumer_rocksdb"; fi
 [[ $(LD_LIBRARY_PATH=$libdir "$root/usr/bin/memcgctl" --version) == "memcgctl $version" ]] ||
   fail "memcgctl --version"
 echo "package_check: shared build, components and packages all checked (memcg $version)"

@@ -189,14 +189,18 @@ ScopedTenantThread::ScopedTenantThread(memcg::jemalloc::Arena& arena, ::rocksdb:
 // ---- arena_options ----------------------------------------------------------------------------
 
 TenantOptions arena_options(memcg::jemalloc::Arena& arena, TenantOptions options) {
-  if (options.cache.allocator != nullptr || options.env != nullptr)
-    throw std::invalid_argument("memcg::rocksdb::arena_options: allocator or env already set");
+  if (options.cache.allocator != nullptr || options.env != nullptr || options.teardown)
+    throw std::invalid_argument(
+        "memcg::rocksdb::arena_options: allocator, env or teardown already set");
   static std::once_flag warm;
   std::call_once(warm, warm_up_process_tables);
   options.cache.allocator = std::make_shared<ArenaAllocator>(arena);
   options.cache.defer_reclaim = true;
   options.write_buffer.mirror = false;
   options.env = std::make_shared<ArenaEnv>(arena);
+  // The blocks the closing thread freed (memtables, table readers) sit in its thread cache,
+  // which keeps their pages in the arena; the Tenant's destruction returns them.
+  options.teardown = [] { memcg::jemalloc::flush_thread_cache(); };
   return options;
 }
 

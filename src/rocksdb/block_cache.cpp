@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "guarded_cache.hpp"
+
 namespace memcg::rocksdb {
 
 namespace {
@@ -16,6 +18,13 @@ int default_shard_bits(const Group& group, uint64_t capacity) {
   int bits = 0;
   while (bits < 6 && (capacity >> (bits + 1)) >= (uint64_t{512} << 10)) ++bits;
   return bits;
+}
+
+uint64_t tightest_limit(const Group& group) noexcept {
+  uint64_t limit = kUnlimited;
+  for (const Group* g = &group; g != nullptr && !g->is_root(); g = g->parent())
+    limit = std::min({limit, g->high(), g->max()});
+  return limit;
 }
 
 // Set on a thread that may lower the capacity itself (update(), the constructor).
@@ -32,22 +41,27 @@ BlockCache::BlockCache(Group& group, BlockCacheOptions options)
     : allocator_(options.allocator != nullptr ? options.allocator
                                               : std::make_shared<ByteAllocator>(group)),
       defer_reclaim_(options.defer_reclaim),
-      wake_(std::move(options.wake)) {
+      wake_(std::move(options.wake)),
+      group_(&group),
+      fixed_(options.capacity_bytes) {
   if (&allocator_->group() != &group)
     throw std::invalid_argument("memcg::rocksdb::BlockCache: the allocator is on another group");
-  if (options.capacity_bytes == 0)
-    throw std::invalid_argument("memcg::rocksdb::BlockCache: capacity_bytes is 0");
-  options.governor.max_bytes = options.capacity_bytes;
+  if (fixed_ != 0) options.governor.max_bytes = fixed_;
   if (options.governor.min_bytes > options.governor.max_bytes)
     throw std::invalid_argument("memcg::rocksdb::BlockCache: governor.min_bytes above capacity");
+  // Following the group: RocksDB starts at the group's tightest limit (the governor sets the
+  // capacity right after), the shards follow the same.
+  const uint64_t initial =
+      fixed_ != 0 ? fixed_ : std::min(tightest_limit(group), kUnlimitedCapacity * 1024);
   ::rocksdb::LRUCacheOptions lru;
-  lru.capacity = options.capacity_bytes;
-  lru.num_shard_bits = options.num_shard_bits >= 0
-                           ? options.num_shard_bits
-                           : default_shard_bits(group, options.capacity_bytes);
+  lru.capacity = static_cast<std::size_t>(std::min<uint64_t>(initial, SIZE_MAX));
+  lru.num_shard_bits = options.num_shard_bits >= 0 ? options.num_shard_bits
+                                                   : default_shard_bits(group, initial);
   lru.strict_capacity_limit = false;  // an insert never fails: the capacity is a target
   lru.memory_allocator = allocator_;
-  cache_ = ::rocksdb::NewLRUCache(lru);
+  cache_ = std::make_shared<internal::GuardedCache>(::rocksdb::NewLRUCache(lru), allocator_,
+                                                    this, &BlockCache::has_pending,
+                                                    &BlockCache::after_call);
   DirectScope direct;
   governor_ = std::make_unique<CacheGovernor>(group, *this, options.governor);
 }
@@ -58,8 +72,19 @@ BlockCache::~BlockCache() {
   cache_->EraseUnRefEntries();
 }
 
+bool BlockCache::has_pending(const BlockCache* self) noexcept {
+  return !self->defer_reclaim_ && self->pending_.load(std::memory_order_relaxed) != kNone;
+}
+
+void BlockCache::after_call(BlockCache* self) noexcept {
+  const uint64_t pending = self->pending_.exchange(kNone, std::memory_order_acq_rel);
+  if (pending != kNone) self->apply(pending);
+}
+
 void BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
-  if (defer_reclaim_ && !t_direct) {
+  // Inside one of RocksDB's cache calls on this thread (a hooked operator new under a shard's
+  // mutex): SetCapacity would take that mutex again. Deferred to the end of the call.
+  if ((defer_reclaim_ && !t_direct) || internal::in_cache_call()) {
     // Perhaps inside a charge made under a shard's mutex: SetCapacity would take it again. Until
     // the governor thread applies it nothing is freed, so every safe point of the window asks
     // again for the same overage: the shrink is held at the room the group leaves the cache
@@ -82,9 +107,20 @@ void BlockCache::update() noexcept {
   if (pending != kNone) apply(pending);
   governor_->update();
   if (applied_.load(std::memory_order_relaxed) < before) allocator_->trim();
+  const bool conflict = below_protection();
+  // Counted once per transition into the conflict, whichever thread updates.
+  if (in_conflict_.exchange(conflict, std::memory_order_relaxed) != conflict && conflict)
+    conflicts_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool BlockCache::below_protection() const noexcept {
+  return fixed_ != 0 && fixed_ < std::max(group_->min(), group_->low());
 }
 
 void BlockCache::apply(uint64_t bytes) noexcept {
+  // Following a group with no limit anywhere: bounded all the same.
+  if (fixed_ == 0 && tightest_limit(*group_) == kUnlimited)
+    bytes = std::min(bytes, kUnlimitedCapacity);
   applied_.store(bytes, std::memory_order_relaxed);
   // RocksDB's charge per byte the group counts (> 1: handles and Block objects; < 1 never
   // seen). Measured only once there is enough in the cache to measure.

@@ -1,6 +1,7 @@
 #include "memcg/rocksdb/tenant.hpp"
 
 #include <algorithm>
+#include <string>
 
 
 namespace memcg::rocksdb {
@@ -13,7 +14,8 @@ BlockCacheOptions with_wake(BlockCacheOptions o, std::function<void()> wake) {
 }  // namespace
 
 Tenant::Tenant(Group& group, TenantOptions options)
-    : group_(&group),
+    : at_end_{options.teardown},
+      group_(&group),
       options_(options),
       cache_(group, with_wake(options.cache, [this] { wake(); })),
       write_buffers_(group, options.write_buffer, [this] { wake(); }) {
@@ -29,7 +31,22 @@ Tenant::~Tenant() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Tenant::configure(::rocksdb::Options& options, ::rocksdb::BlockBasedTableOptions table) const {
+::rocksdb::Status Tenant::configure(::rocksdb::Options& options,
+                                    ::rocksdb::BlockBasedTableOptions table) const {
+  if (table.block_cache != nullptr) {
+    refused_configures_.fetch_add(1, std::memory_order_relaxed);
+    return ::rocksdb::Status::InvalidArgument(
+        "memcg::rocksdb::Tenant::configure: table.block_cache is set and would be replaced by "
+        "the tenant's cache; leave it null (BlockCacheOptions sizes the tenant's)");
+  }
+  if (cache_.below_protection()) {
+    refused_configures_.fetch_add(1, std::memory_order_relaxed);
+    return ::rocksdb::Status::InvalidArgument(
+        "memcg::rocksdb::Tenant::configure: the cache's fixed capacity (" +
+        std::to_string(cache_.fixed_capacity()) + " bytes) is below the group's protection (" +
+        std::to_string(std::max(group_->min(), group_->low())) +
+        " bytes): leave BlockCacheOptions::capacity_bytes at 0 to follow the group");
+  }
   table.block_cache = cache_.cache();
   table.cache_index_and_filter_blocks = true;
   options.table_factory.reset(::rocksdb::NewBlockBasedTableFactory(table));
@@ -42,6 +59,7 @@ void Tenant::configure(::rocksdb::Options& options, ::rocksdb::BlockBasedTableOp
   const uint64_t current = options.arena_block_size != 0 ? options.arena_block_size
                                                          : options.write_buffer_size / 8;
   options.arena_block_size = static_cast<std::size_t>(std::min(current, step));
+  return ::rocksdb::Status::OK();
 }
 
 void Tenant::add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> families) {
@@ -49,6 +67,16 @@ void Tenant::add(::rocksdb::DB* db, std::vector<::rocksdb::ColumnFamilyHandle*> 
 }
 
 void Tenant::remove(::rocksdb::DB* db) { write_buffers_.remove(db); }
+
+::rocksdb::Status Tenant::write(::rocksdb::DB* db, const ::rocksdb::WriteOptions& options,
+                                ::rocksdb::WriteBatch* batch) {
+  if (db == nullptr || batch == nullptr)
+    return ::rocksdb::Status::InvalidArgument("memcg::rocksdb::Tenant::write: null db or batch");
+  const uint64_t cost = batch->GetDataSize() + uint64_t{batch->Count()} * kEntryOverhead;
+  ::rocksdb::Status s = write_buffers_.admit(cost);
+  if (!s.ok()) return s;
+  return db->Write(options, batch);
+}
 
 void Tenant::safe_point() noexcept {
   // Memtables first: their mirror is the "other memory" the cache makes room for.

@@ -312,9 +312,9 @@ TEST(RocksdbArena, TeardownLeavesTheGroupAtZeroAndNoArena) {
     tenant.remove(db.get());
     ASSERT_TRUE(db->Close().ok());
     db.reset();
-  }  // 2. the tenant: its Env's threads joined, its cache's blocks freed
-  // 3. the arena (after this thread's cache went back to it), 4. the group
-  memcg::jemalloc::flush_thread_cache();
+  }  // 2. the tenant: its Env's threads joined, its cache's blocks freed, this thread's cache
+     //    flushed (the memtable blocks it freed at close)
+  // 3. the arena, 4. the group: nothing else to call
   arena.reset();
   EXPECT_EQ(held_arenas(500), 0u);
   drain(ctl);

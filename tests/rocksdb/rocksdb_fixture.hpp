@@ -67,7 +67,8 @@ inline ::rocksdb::Options small_options(const Tenant& tenant, uint64_t write_buf
   o.compression = ::rocksdb::kNoCompression;
   ::rocksdb::BlockBasedTableOptions t;
   t.block_size = 4096;
-  tenant.configure(o, t);
+  const ::rocksdb::Status s = tenant.configure(o, t);
+  if (!s.ok()) throw std::runtime_error("Tenant::configure: " + s.ToString());
   return o;
 }
 

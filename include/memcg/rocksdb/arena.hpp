@@ -9,8 +9,9 @@
 //     ... tenant.configure(options), open, tenant.add(db) (from a thread of no arena) ...
 //     memcg::rocksdb::ScopedTenantThread bound(*arena, *db);  // each thread that calls RocksDB
 //     ... use; then, unbound: tenant.remove(db), close ...
-//   }                                  // the Tenant: its Env's threads joined, cache freed
-//   arena.reset();                     // then the arena, then the group
+//   }                                  // the Tenant: its Env's threads joined, cache freed,
+//                                      // this thread's jemalloc cache flushed
+//   arena.reset();                     // then the arena, then the group: back to 0
 //
 // What the group is charged for: the pages of the arena (jemalloc's committed memory, rounding
 // and freed-but-not-returned pages included), which hold
@@ -151,9 +152,10 @@ class ScopedTenantThread {
 };
 
 // `options` in arena mode: the cache's blocks from an ArenaAllocator with deferred reclaim, an
-// ArenaEnv for the databases (TenantOptions::env, set on the options by Tenant::configure), and
-// the memtable mirror off. Throws std::invalid_argument if `options` already has an allocator or
-// an env. The deferred reclaim is applied by the tenant's governor thread: with
+// ArenaEnv for the databases (TenantOptions::env, set on the options by Tenant::configure), the
+// memtable mirror off, and a teardown that flushes the destroying thread's jemalloc cache (close
+// the databases on the thread that destroys the Tenant). Throws std::invalid_argument if
+// `options` already has an allocator, an env or a teardown. The deferred reclaim is applied by the tenant's governor thread: with
 // TenantOptions::tick at 0 (no thread), the application must call Tenant::safe_point() itself.
 // The first call in the process runs a small scratch database (4 000 keys) on a thread of no
 // arena, once: RocksDB's process-wide tables (docs/rocksdb.md, "Arena mode").

@@ -7,6 +7,16 @@
 // (measured from the cache's usage and the allocator's live bytes) scales the capacity.
 // Reclaim of the group lowers the capacity; RocksDB evicts unpinned blocks down to it before
 // SetCapacity returns (LRUCacheShard::SetCapacity), and their Deallocate uncharges them.
+//
+// With the global operator-new hook (memcg::hook), a reclaim can start on a thread that holds
+// one of the cache's shard mutexes: RocksDB's LRUHandleTable::Resize allocates the grown handle
+// table with operator new under it, and the hook charges that allocation. SetCapacity takes
+// every shard's mutex, that one included: a self-deadlock (reproduced by
+// tests/rocksdb/rocksdb_hook_cache_test.cpp before this was handled). So cache() is a wrapper
+// (internal::GuardedCache) that marks the thread as inside a cache call. A shrink asked there is
+// deferred, like defer_reclaim's, and applied at the end of the outermost call, with no RocksDB
+// lock held. What RocksDB allocates inside the call is forced (NoFailScope), never thrown, and
+// counted as the group's forced charge.
 #ifndef MEMCG_ROCKSDB_BLOCK_CACHE_HPP_
 #define MEMCG_ROCKSDB_BLOCK_CACHE_HPP_
 
@@ -23,9 +33,14 @@
 namespace memcg::rocksdb {
 
 struct BlockCacheOptions {
-  // The cache's configured size: the capacity never goes above it (CacheGovernorOptions'
-  // max_bytes, which is overridden with it).
-  uint64_t capacity_bytes = 64 << 20;
+  // 0 (the default): the cache follows its group, up to the room the tightest memory.high/max
+  // above it leaves (the governor's target), and to kUnlimitedCapacity while no level has a
+  // limit. Otherwise a size the user fixes: the capacity never goes above it
+  // (CacheGovernorOptions' max_bytes, which is overridden with it). A fixed size below the
+  // group's protection (max of memory.min and memory.low) defeats it: Tenant::configure()
+  // refuses it, and update() counts it when the protection is raised later
+  // (capacity_conflicts()).
+  uint64_t capacity_bytes = 0;
   // -1: one shard per 512 KiB (at most 64, RocksDB's rule) of the smaller of capacity_bytes and
   // the tightest memory.high/max above the group at construction, not of capacity_bytes alone.
   int num_shard_bits = -1;
@@ -46,6 +61,9 @@ struct BlockCacheOptions {
 
 class BlockCache final : public GovernedCache {
  public:
+  // The capacity of a cache that follows a group with no limit at any level.
+  static constexpr uint64_t kUnlimitedCapacity = uint64_t{64} << 20;
+
   // Builds the cache on `group` and starts governing it. Throws std::invalid_argument for a
   // capacity of 0, governor bounds that contradict it, or an allocator on another group.
   BlockCache(Group& group, BlockCacheOptions options = {});
@@ -64,6 +82,14 @@ class BlockCache final : public GovernedCache {
   void update() noexcept;
   // Reclaims deferred (defer_reclaim) and applied by update().
   uint64_t deferred() const noexcept { return deferred_.load(std::memory_order_relaxed); }
+  // The fixed capacity_bytes (0: following the group).
+  uint64_t fixed_capacity() const noexcept { return fixed_; }
+  // A fixed capacity below the group's protection: whether it is now, and the updates that found
+  // it so after one that did not (or the first).
+  bool below_protection() const noexcept;
+  uint64_t capacity_conflicts() const noexcept {
+    return conflicts_.load(std::memory_order_relaxed);
+  }
 
   // GovernedCache
   uint64_t usage_bytes() const noexcept override { return allocator_->live_bytes(); }
@@ -71,6 +97,10 @@ class BlockCache final : public GovernedCache {
 
  private:
   void apply(uint64_t bytes) noexcept;
+  // GuardedCache's end of the outermost call: a shrink deferred there is applied now (only
+  // without defer_reclaim, whose shrinks the governor thread applies).
+  static bool has_pending(const BlockCache* self) noexcept;
+  static void after_call(BlockCache* self) noexcept;
 
   static constexpr uint64_t kNone = UINT64_MAX;
   std::shared_ptr<BlockAllocator> allocator_;
@@ -80,6 +110,10 @@ class BlockCache final : public GovernedCache {
   std::atomic<uint64_t> pending_{kNone};  // a deferred reclaim's capacity
   std::atomic<uint64_t> applied_{kNone};  // the last capacity applied, in the group's bytes
   std::atomic<uint64_t> deferred_{0};
+  GroupRef group_;
+  const uint64_t fixed_;  // capacity_bytes
+  std::atomic<bool> in_conflict_{false};
+  std::atomic<uint64_t> conflicts_{0};
   std::unique_ptr<CacheGovernor> governor_;
 };
 
