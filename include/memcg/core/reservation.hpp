@@ -62,6 +62,7 @@
 #include <cstdint>
 #include <stop_token>
 
+#include "memcg/core/admission.hpp"
 #include "memcg/core/charge.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/group.hpp"
@@ -174,6 +175,12 @@ class Reservation {
   ReserveStatus grow_to(uint64_t total, bool wait, uint64_t deadline_ns, bool admit) noexcept;
   // Sets the admitted units (what a reserve call stated), keeping the member's sum in step.
   void set_admitted(int64_t units) noexcept;
+  ReserveStatus admit_units(int64_t need, uint64_t deadline_ns) noexcept;
+  ReserveStatus grow_past(int64_t need) noexcept;
+  // Keeps the promise on the path (admission.hpp) at max(0, expected_ - max(units_, peak_)).
+  void update_promise() noexcept;
+  // Ends a waiting admission: teaches the group its peak ratio, gives the promise back.
+  void end_admission() noexcept;
 
   GroupRef group_;
   Member* member_ = nullptr;
@@ -183,6 +190,10 @@ class Reservation {
   int64_t units_ = 0;
   const Group* limiting_ = nullptr;  // of the last request refused as kNeverFits
   int64_t admitted_ = 0;             // see admitted_units()
+  int64_t expected_ = 0;    // expected peak of the waiting admission in force (0: none)
+  int64_t promised_ = 0;    // what this reservation adds to its path's promised units now
+  int64_t learn_base_ = 0;  // the units a waiting admission admitted (0: nothing to teach)
+  int64_t peak_ = 0;        // the most units held since that admission
 };
 
 }  // namespace memcg
