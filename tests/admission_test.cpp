@@ -228,7 +228,8 @@ struct SlowQuery {
 
 TEST(GrowthPastAdmission, WaitsForAKilledMembersMemoryAndTakesIt) {
   testing::Watchdog dog("WaitsForAKilledMembersMemoryAndTakesIt");
-  Controller ctl(testing_wait::with_batch(1));
+  ManualClock clock(1'000'000);  // the bound is virtual time: no real-time race with the unwind
+  Controller ctl(on_clock(&clock));
   GroupRef g;
   ASSERT_EQ(ctl.create("pool", &g), 0);
   g->set_max(100 * kUnit);
@@ -240,8 +241,9 @@ TEST(GrowthPastAdmission, WaitsForAKilledMembersMemoryAndTakesIt) {
   ASSERT_TRUE(victim.killed.load());
   ASSERT_EQ(victim.member.charged(), 60);
   std::jthread unwind([&] {
-    std::this_thread::sleep_for(5ms);
-    victim.mem.release();  // the victim's next step: it unwinds
+    ASSERT_TRUE(eventually([&] { return wait_stats(*g).waiters == 1; }));
+    clock.advance(3'000'000);  // 3 ms of unwinding, within the bound
+    victim.mem.release();      // the victim's next step: it unwinds
   });
   // Past admission, no free memory: the growth waits for the victim's memory, not the killer.
   EXPECT_EQ(q.mem.grow(20 * kUnit), ReserveStatus::kOk);
@@ -249,8 +251,8 @@ TEST(GrowthPastAdmission, WaitsForAKilledMembersMemoryAndTakesIt) {
   const AdmitStats s = admit_stats(*g);
   EXPECT_EQ(s.growth_waits, 1u);
   EXPECT_EQ(s.growth_granted, 1u);
-  EXPECT_GE(s.growth_bound_ns, kGrowthWaitMinNs);
-  EXPECT_LE(s.growth_bound_ns, kGrowthWaitMaxNs);
+  // The bound learns from it: 2 x (10 ms - 10/8 + 3/8 ms) = 18.25 ms.
+  EXPECT_EQ(s.growth_bound_ns, 2 * (kGrowthWaitPriorNs - kGrowthWaitPriorNs / 8 + 3'000'000 / 8));
 }
 
 TEST(GrowthPastAdmission, NothingComingGoesToTheKillerAtOnce) {
