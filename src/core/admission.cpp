@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "memcg/base/clock.hpp"
