@@ -36,6 +36,7 @@ std::string valid_text(const std::string& name) {
   if (name == "memory.wait.priority") return "normal";
   if (name == "memory.reclaim") return "0";
   if (name == "memory.oom.order") return "auto";
+  if (name == "memory.admit.growth") return "auto";
   return "max";
 }
 

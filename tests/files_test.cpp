@@ -119,8 +119,8 @@ TEST_F(Files, EventsPrintTenLinesInOrderAndLocalDiffers) {
             "oom_handled 0\noom_spill 0\n");
 }
 
-// memory.wait: eight keyed lines, then the wait times and seven lines per class, all 0 where no
-// charge ever waited (values while one waits: charge_wait_*_test).
+// memory.wait: eight keyed lines, then the wait times and seven lines per class, never_fits,
+// then admission and growth (admission.hpp), all 0 (or the defaults) where no charge ever waited (values while one waits: charge_wait_*_test).
 TEST_F(Files, WaitFileWithoutWaiters) {
   std::string per_class;
   for (const char* c : {"high", "normal", "low"})
@@ -130,7 +130,9 @@ TEST_F(Files, WaitFileWithoutWaiters) {
   EXPECT_EQ(read(*b, "memory.wait"),
             "waiters 0\nqueued_bytes 0\nreserved_bytes 0\nwaits 0\ngranted 0\ntimed_out 0\n"
             "cancelled 0\nremoved 0\nlast_wait_usec 0\nmax_wait_usec 0\n" + per_class +
-                "never_fits 0\n");
+                "never_fits 0\n"
+                "admit_growth_permille 1000\nadmit_samples 0\nadmit_promised_bytes 0\nadmit_waits 0\n"
+                "growth_waits 0\ngrowth_granted 0\ngrowth_bound_usec 20000\n");
   std::unique_ptr<File> f;
   ASSERT_EQ(open_file(*a, "memory.wait", &f), 0);
   EXPECT_TRUE(f->readable());

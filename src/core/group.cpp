@@ -6,6 +6,7 @@
 #include <shared_mutex>
 
 #include "memcg/core/controller.hpp"
+#include "memcg/core/internal/admission_state.hpp"
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 #include "pressure_state.hpp"
 
@@ -26,7 +27,10 @@ Group::Group(Controller& controller, Group* parent, std::string name, uint64_t i
 }
 
 // Its waiting-charge queue (empty by now: every waiter holds a reference) goes with it.
-Group::~Group() { internal::charge_wait_group_freed(*this); }
+Group::~Group() {
+  internal::charge_wait_group_freed(*this);
+  internal::admit_group_freed(*this);
+}
 
 std::string Group::path() const {
   if (is_root()) return "/";

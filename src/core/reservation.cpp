@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "memcg/core/controller.hpp"
+#include "memcg/core/internal/admission_state.hpp"
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 #include "memcg/core/oom.hpp"
 
@@ -40,7 +41,11 @@ Reservation::Reservation(Reservation&& o) noexcept
       bytes_(std::exchange(o.bytes_, 0)),
       units_(std::exchange(o.units_, 0)),
       limiting_(std::exchange(o.limiting_, nullptr)),
-      admitted_(std::exchange(o.admitted_, 0)) {}
+      admitted_(std::exchange(o.admitted_, 0)),
+      expected_(std::exchange(o.expected_, 0)),
+      promised_(std::exchange(o.promised_, 0)),
+      learn_base_(std::exchange(o.learn_base_, 0)),
+      peak_(std::exchange(o.peak_, 0)) {}
 
 Reservation& Reservation::operator=(Reservation&& o) noexcept {
   if (this != &o) {
@@ -53,6 +58,10 @@ Reservation& Reservation::operator=(Reservation&& o) noexcept {
     units_ = std::exchange(o.units_, 0);
     limiting_ = std::exchange(o.limiting_, nullptr);
     admitted_ = std::exchange(o.admitted_, 0);
+    expected_ = std::exchange(o.expected_, 0);
+    promised_ = std::exchange(o.promised_, 0);
+    learn_base_ = std::exchange(o.learn_base_, 0);
+    peak_ = std::exchange(o.peak_, 0);
   }
   return *this;
 }
@@ -160,6 +169,77 @@ void Reservation::set_admitted(int64_t units) noexcept {
   admitted_ = units;
 }
 
+void Reservation::update_promise() noexcept {
+  if (!group_) return;
+  const int64_t reached = std::max(units_, peak_);
+  const int64_t p = expected_ > reached ? expected_ - reached : 0;
+  if (p != promised_) internal::admit_promise_add(*group_, p - promised_);
+  promised_ = p;
+}
+
+void Reservation::end_admission() noexcept {
+  if (learn_base_ > 0 && group_) internal::admit_learn(*group_, learn_base_, peak_);
+  learn_base_ = 0;
+  peak_ = 0;
+  expected_ = 0;
+  update_promise();
+}
+
+// A waiting admission: first by expected peak (admission.hpp), then the waiting charge.
+ReserveStatus Reservation::admit_units(int64_t need, uint64_t deadline_ns) noexcept {
+  const int64_t total = units_ + need;
+  const int64_t expected = internal::admit_expected(*group_, total);
+  const int64_t extra = expected - total;
+  // With nothing to promise and no promise on the path, the expected-peak check is the plain
+  // fit that the waiting charge makes: go straight to its queue (and its class order).
+  bool promises = false;
+  for (const Group* a = group_.get(); a != nullptr && !a->is_root(); a = a->parent())
+    if (admit_stats(*a).promised_units > 0) promises = true;
+  if (extra > 0 || promises) {
+    switch (internal::admit_wait(*group_, need + extra, deadline_ns, stop_)) {
+      case internal::AdmitWait::kOk: break;
+      case internal::AdmitWait::kTimedOut:
+        return member_ != nullptr && member_->killed() ? ReserveStatus::kKilled
+                                                       : ReserveStatus::kTimedOut;
+      case internal::AdmitWait::kCancelled: return ReserveStatus::kCancelled;
+    }
+    promised_ += need + extra;  // admit_wait promised it on the path
+  }
+  expected_ = expected;
+  const ReserveStatus r = wait_units(need, deadline_ns);
+  if (!held(r)) expected_ = 0;
+  update_promise();
+  return r;
+}
+
+// Growth past admission without waiting (see grow() in reservation.hpp).
+ReserveStatus Reservation::grow_past(int64_t need) noexcept {
+  // 1. What is free: the ladder (reclaim, stock drains, retries) without the OOM killer.
+  const ChargeStatus s = member_ != nullptr
+                             ? member_->charge(need, kDefaultCharge | kRetryMayFail)
+                             : try_charge(*group_, need, kDefaultCharge | kRetryMayFail);
+  if (charged(s)) {
+    units_ += need;
+    return s == ChargeStatus::kForced ? ReserveStatus::kForced : ReserveStatus::kOk;
+  }
+  if (member_ != nullptr && member_->killed()) return ReserveStatus::kKilled;
+  // 2. Memory measurably on its way back: wait for it, bounded.
+  if (Group* limit = internal::full_level(*group_, need)) {
+    const int64_t shortage = limit->memory().usage() + need - limit->memory().max();
+    if (shortage > 0 && internal::unwinding_units(*limit) >= shortage) {
+      Clock& clock = group_->controller().clock();
+      const uint64_t start = clock.now_ns();
+      const ReserveStatus r =
+          wait_units(need, Clock::after(start, internal::growth_bound_ns(*limit)));
+      const uint64_t end = clock.now_ns();
+      internal::growth_observe(*limit, held(r), end > start ? end - start : 0);
+      if (r != ReserveStatus::kTimedOut) return r;  // held, or cancelled/killed/removed
+    }
+  }
+  // 3. The OOM killer, per the policy.
+  return charge_units(need);
+}
+
 ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_ns,
                                    bool admit) noexcept {
   int64_t need = 0;
@@ -174,16 +254,34 @@ ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_
       return ReserveStatus::kNeverFits;
     }
   }
+  // A waiting admission states a new expected size: the previous one ends (and teaches).
+  if (wait && admit) end_admission();
   if (need < 0) {
     uncharge_units(-need);
     units_ += need;
   }
   ReserveStatus r = ReserveStatus::kOk;
-  if (need > 0) r = wait ? wait_units(need, deadline_ns) : charge_units(need);
+  if (need > 0) {
+    if (wait && admit)
+      r = admit_units(need, deadline_ns);
+    else if (wait)
+      r = wait_units(need, deadline_ns);
+    else if (!admit && options_.oom != OomPolicy::kNever && admitted_ > 0 &&
+             units_ + need > admitted_)
+      r = grow_past(need);
+    else
+      r = charge_units(need);
+  }
   if (held(r)) {
     bytes_ = total;
     set_admitted(admit ? units_ : std::min(admitted_, units_));
+    if (wait && admit) {
+      learn_base_ = units_;
+      peak_ = units_;
+    }
   }
+  if (learn_base_ > 0) peak_ = std::max(peak_, units_);
+  update_promise();
   return r;
 }
 
@@ -225,6 +323,7 @@ void Reservation::release() noexcept {
   units_ = 0;
   bytes_ = 0;
   set_admitted(0);
+  end_admission();  // after the uncharge: a waiting admission sees the memory and the promise go
 }
 
 }  // namespace memcg

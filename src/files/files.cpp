@@ -1,10 +1,12 @@
 #include "memcg/files/files.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <functional>
 #include <optional>
 
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/admission.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/internal/file_node.hpp"
@@ -124,9 +126,57 @@ int read_wait(Group& g, std::string* out) {
     line(p + "_cancelled", k.cancelled);
     line(p + "_removed", k.removed);
   }
-  line("never_fits", w.never_fits);  // appended last, as the lines above were
+  line("never_fits", w.never_fits);  // appended after the lines above, as they were
+  // Admission by learned peak and growth past admission (admission.hpp), appended last.
+  const AdmitStats a = admit_stats(g);
+  line("admit_growth_permille", a.growth_permille);
+  line("admit_samples", a.samples);
+  line("admit_promised_bytes",
+       static_cast<uint64_t>(std::max<int64_t>(a.promised_units, 0)) << g.controller().unit_shift());
+  line("admit_waits", a.admit_waits);
+  line("growth_waits", a.growth_waits);
+  line("growth_granted", a.growth_granted);
+  line("growth_bound_usec", a.growth_bound_ns / 1000);
   *out = std::move(s);
   return 0;
+}
+
+// memory.admit.growth (an extension, admission.hpp): "auto" followed by the learned factor, or
+// the fixed factor. Written: "auto", or a factor from 1 to 4 with up to three decimals.
+std::string permille_text(uint32_t p) {
+  std::string frac = std::to_string(p % 1000);
+  return std::to_string(p / 1000) + "." + std::string(3 - frac.size(), '0') + frac;
+}
+int read_admit_growth(Group& g, std::string* out) {
+  const uint32_t fixed = admit_growth_setting(g);
+  *out = fixed != 0 ? permille_text(fixed) + "\n" : "auto " + permille_text(admit_growth(g)) + "\n";
+  return 0;
+}
+int write_admit_growth(Group& g, std::string_view text, bool) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  if (text == "auto") return set_admit_growth(g, 0);
+  // digits [ "." up to three digits ]
+  uint64_t whole = 0, frac = 0;
+  size_t i = 0, nd = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9' && nd < 4) {
+    whole = whole * 10 + static_cast<uint64_t>(text[i++] - '0');
+    ++nd;
+  }
+  if (nd == 0) return EINVAL;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    size_t fd = 0;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9' && fd < 3) {
+      frac = frac * 10 + static_cast<uint64_t>(text[i++] - '0');
+      ++fd;
+    }
+    if (fd == 0) return EINVAL;
+    for (; fd < 3; ++fd) frac *= 10;
+  }
+  if (i != text.size()) return EINVAL;
+  const uint64_t p = whole * 1000 + frac;
+  if (p < 1000 || p > kAdmitMaxGrowthPermille) return EINVAL;
+  return set_admit_growth(g, static_cast<uint32_t>(p));
 }
 
 // memory.wait.priority (an extension): the class of the group's waiting charges that ask for
@@ -202,6 +252,7 @@ const std::vector<FileSpec>& specs() {
        },
        write_oom_order},
       {"memory.wait", kNonRoot, read_wait, nullptr},
+      {"memory.admit.growth", kNonRoot, read_admit_growth, write_admit_growth},
       {"memory.wait.priority", kNonRoot,
        [](Group& g, std::string* out) {
          *out = std::string(wait_priority_name(wait_priority(g))) + "\n";

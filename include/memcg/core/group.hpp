@@ -44,6 +44,8 @@ struct FileAccess;
 struct NotifyAccess;
 struct WaitAccess;  // charge_wait_hooks.hpp
 struct WaitQueue;   // charge_wait.cpp
+struct AdmitAccess; // admission.cpp
+struct AdmitState;  // admission.cpp
 }
 
 // "max" in the typed, byte-denominated API.
@@ -168,6 +170,7 @@ class Group final : public StockOwner {
   friend struct internal::NotifyAccess;
   friend struct internal::WaitAccess;
   friend struct internal::FileAccess;
+  friend struct internal::AdmitAccess;
   Group(Controller& controller, Group* parent, std::string name, uint64_t id);
   ~Group();
 
@@ -204,6 +207,8 @@ class Group final : public StockOwner {
   // Requests refused at once for this group's memory.max (charge_wait.hpp, never_fits); off the
   // waiters' line above: written only on such a refusal.
   std::atomic<uint64_t> never_fits_{0};
+  // Admission by learned peak (admission.hpp): created on first use, freed with the group.
+  std::atomic<internal::AdmitState*> admit_{nullptr};
   std::atomic<int64_t> refs_{1};  // the tree's reference
   std::atomic<int> attached_{0};  // attached threads (removal is refused while any)
   std::atomic<int64_t> thread_record_refs_{0};  // see thread_record_refs()

@@ -42,6 +42,31 @@
 // is hit the OOM killer's default order chooses members past their admitted size first, largest
 // excess first (oom.hpp): a query that grew past its estimate goes before well-behaved ones.
 //
+// Admission by learned peak (admission.hpp): a waiting admission (reserve_for, reserve_until)
+// is let in only when its expected peak (its total times the group's growth factor, learned as
+// the p90 of the peak/admitted ratios of the group's finished waiting admissions, 1 with no
+// history; memory.admit.growth) fits beside the expected peaks of the running admitted
+// reservations on every limited level of the path. While it runs it promises the headroom up to
+// that peak (memory.wait admit_promised_bytes); its end (release, destruction, a new waiting
+// admission) gives the promise back and teaches the group its peak/admitted ratio. A plain
+// reserve() states an admitted size for the OOM order but is not admitted by expectation and
+// teaches nothing: it is a try, not a queue, and its caller has its own answer to kNoMem.
+//
+// Growth past admission (grow() on a reservation with an admitted size, when the total passes
+// it; OomPolicy kKernel or kPieces), in three steps:
+//   1. what is free: the ladder (reclaim, stock drains, retries) without the OOM killer;
+//   2. memory on its way: if the fullest limit of the path is short by S units and members under
+//      it that were OOM-killed or asked to give memory back (preemption) still hold at least S
+//      units, wait for them (a waiting charge in the reservation's class) for at most the
+//      growth bound of that limit: twice the decayed mean of the earlier such waits that got
+//      their memory, clamped to [kGrowthWaitMinNs, kGrowthWaitMaxNs] (2..100 ms; 20 ms before
+//      any); memory.wait growth_waits, growth_granted, growth_bound_usec. Nothing else counts
+//      as on its way (a query that may finish soon cannot be told from one that will not);
+//   3. the OOM killer, per the policy (whose admission-aware order chooses the members past
+//      their admitted size first, oom.hpp).
+// Growth within the admitted size, and grow() on a reservation never admitted, charge at once
+// per the policy, as before. kNever skips step 2 (and has no step 3).
+//
 // Cancellation: a reservation made for a Member charges through it (its badness counts the
 // reservation) and refuses to grow once the member was OOM-killed (kKilled). The stop token
 // given at construction (typically the one the member's kill callback or a preemption triggers)
@@ -62,6 +87,7 @@
 #include <cstdint>
 #include <stop_token>
 
+#include "memcg/core/admission.hpp"
 #include "memcg/core/charge.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/group.hpp"
@@ -133,14 +159,23 @@ class Reservation {
   // kOk). On any status but kOk/kForced nothing changed.
   ReserveStatus reserve(uint64_t total) noexcept;
   // The same, waiting up to `timeout` on the controller's clock when the limit holds (never
-  // OOM-kills). A timeout of 0 tries once without waiting.
+  // OOM-kills), and first until its expected peak fits (admission by learned peak, above). A
+  // timeout of 0 tries once without waiting.
   ReserveStatus reserve_for(uint64_t total, std::chrono::nanoseconds timeout) noexcept;
   // The same with a deadline on the controller's clock (Controller::clock().now_ns() time), for a
   // query whose every request shares one admission deadline.
   ReserveStatus reserve_until(uint64_t total, uint64_t deadline_ns) noexcept;
-  // Adds `bytes` to what is held (policy as configured). On failure nothing changed.
+  // Adds `bytes` to what is held (policy as configured). On failure nothing changed. Past the
+  // admitted size: what is free, then a bounded wait only for memory measurably coming back
+  // (killed or preempted members unwinding), then the OOM killer (see the file comment); the
+  // wait is at most the limit's growth bound (2..100 ms), so a runaway is still killed soon.
   ReserveStatus grow(uint64_t bytes) noexcept;
-  // Adds `bytes`, waiting up to `timeout` on the controller's clock.
+  // Adds `bytes`, waiting up to `timeout` on the controller's clock for any memory (never the
+  // OOM killer). The trade-off: a long timeout (200 ms, say) turns most kills into waits, but
+  // every growth that finds the limit full then waits, whether or not anything is coming back,
+  // and a runaway that never stops is never killed, only made to wait; a service measured
+  // fewer kills and a much lower throughput that way. grow() waits only while memory is on its
+  // way and then lets the killer act; grow_for() is for work that would rather wait than die.
   ReserveStatus grow_for(uint64_t bytes, std::chrono::nanoseconds timeout) noexcept;
   // Gives back `bytes` (at most what is held).
   void shrink(uint64_t bytes) noexcept;
@@ -174,6 +209,12 @@ class Reservation {
   ReserveStatus grow_to(uint64_t total, bool wait, uint64_t deadline_ns, bool admit) noexcept;
   // Sets the admitted units (what a reserve call stated), keeping the member's sum in step.
   void set_admitted(int64_t units) noexcept;
+  ReserveStatus admit_units(int64_t need, uint64_t deadline_ns) noexcept;
+  ReserveStatus grow_past(int64_t need) noexcept;
+  // Keeps the promise on the path (admission.hpp) at max(0, expected_ - max(units_, peak_)).
+  void update_promise() noexcept;
+  // Ends a waiting admission: teaches the group its peak ratio, gives the promise back.
+  void end_admission() noexcept;
 
   GroupRef group_;
   Member* member_ = nullptr;
@@ -183,6 +224,10 @@ class Reservation {
   int64_t units_ = 0;
   const Group* limiting_ = nullptr;  // of the last request refused as kNeverFits
   int64_t admitted_ = 0;             // see admitted_units()
+  int64_t expected_ = 0;    // expected peak of the waiting admission in force (0: none)
+  int64_t promised_ = 0;    // what this reservation adds to its path's promised units now
+  int64_t learn_base_ = 0;  // the units a waiting admission admitted (0: nothing to teach)
+  int64_t peak_ = 0;        // the most units held since that admission
 };
 
 }  // namespace memcg

@@ -1,0 +1,85 @@
+// Admission by learned peak: a group learns how far the reservations admitted into it grow past
+// the size they were admitted with, and a waiting admission (Reservation::reserve_for,
+// reserve_until) is let in only when its expected peak fits beside the expected peaks of the
+// reservations already running. Why: work admitted at its estimate that then grows past it
+// overflows the limit, and the only answers left then are to kill or to make growth wait.
+//
+// Learning rule (per group; a reservation teaches the group it was made on):
+//   - A reservation admitted by a waiting reserve_for/reserve_until teaches when that admission
+//     ends (release(), destruction, or a later waiting admission of the same reservation): the
+//     ratio r = peak units held since admission / admitted units.
+//   - Ratios go into kAdmitBuckets fixed buckets (upper bounds kAdmitBucketPermille, in
+//     thousandths), exponentially decayed: each new ratio first multiplies every bucket's weight
+//     by kAdmitDecay (31/32: the weight of a ratio halves after about 22 later ones), then adds 1
+//     to its bucket. O(kAdmitBuckets) per update, fixed memory per group.
+//   - The learned growth factor is the upper bound of the bucket holding the 90th percentile of
+//     the weights (p90), clamped to [1.0, kAdmitMaxGrowthPermille / 1000].
+//   - No history (total weight below kAdmitMinWeight, i.e. fewer than about 3 ratios): factor 1.0
+//     (the prior: a request is expected to stay at its admitted size, as before this rule).
+// A non-waiting reserve() states an admitted size too (Member::admitted(), the OOM killer's
+// excess order) but neither teaches nor is admitted by expectation: it is a try, not a queue.
+//
+// Admission rule (waiting admissions only; on by default, memory.admit.growth "auto"):
+//   expected peak E = min(ceil(total units x factor), the smallest memory.max on the path)
+//   admitted when, on every level L of the path with a memory.max:
+//       usage(L) + promised(L) + (E - units already held) <= max(L)
+//   where promised(L) is the sum over running admitted reservations under L of what they were
+//   promised and have not charged yet (max(0, E_i - units_i)). Once admitted, the reservation
+//   promises E - units held until it ends; growth within it lowers the promise. The check and the
+//   promise are taken under one process-wide admission mutex (a slow path, a leaf lock); the
+//   charge itself then goes through the waiting charge (charge_wait.hpp). A request that does not
+//   fit by expectation waits (counted in memory.wait admit_waits) until it does, its deadline
+//   passes (timed-out) or its stop token fires (cancelled), re-checking whenever a promise is
+//   given back and every kAdmitPollNs of the controller's clock (uncharges are seen by the poll).
+//   A factor of 1 is exactly the plain waiting charge.
+#pragma once
+
+#include <cstdint>
+
+namespace memcg {
+
+class Group;
+
+inline constexpr int kAdmitBuckets = 12;
+// Upper bounds of the ratio buckets, thousandths; the last is the clamp.
+inline constexpr uint32_t kAdmitBucketPermille[kAdmitBuckets] = {
+    1000, 1050, 1100, 1200, 1300, 1400, 1500, 1750, 2000, 2500, 3000, 4000};
+inline constexpr uint32_t kAdmitMaxGrowthPermille = 4000;  // the clamp of every factor
+inline constexpr double kAdmitDecay = 31.0 / 32.0;
+inline constexpr double kAdmitMinWeight = 2.5;
+inline constexpr double kAdmitPercentile = 0.9;
+inline constexpr uint64_t kAdmitPollNs = 1'000'000;  // 1 ms of the controller's clock
+
+// Growth past admission waits for memory on its way for at most twice the decayed mean (weight
+// 1/8 per sample) of the waits that got it on that limit, clamped to these (reservation.hpp);
+// the prior, before any such wait, is the mean kGrowthWaitPriorNs.
+inline constexpr uint64_t kGrowthWaitMinNs = 2'000'000;    // 2 ms
+inline constexpr uint64_t kGrowthWaitMaxNs = 100'000'000;  // 100 ms
+inline constexpr uint64_t kGrowthWaitPriorNs = 10'000'000; // 10 ms
+
+// The growth factor of `group`'s waiting admissions, in thousandths (1000 = 1.0): 0 = "auto" (the
+// learned one, the default), or a fixed factor in 1000..kAdmitMaxGrowthPermille. EINVAL outside
+// (nothing changes), ENOENT for the root (it admits everything). A fixed factor keeps learning
+// so that "auto" resumes with the history. Shown and written as memory.admit.growth ("auto", or
+// a factor such as "1.5"; reading "auto" shows the learned factor after it: "auto 1.500").
+[[nodiscard]] int set_admit_growth(Group& group, uint32_t permille) noexcept;
+uint32_t admit_growth_setting(const Group& group) noexcept;  // 0 for auto
+// The factor in force now (the fixed one, or the learned one), thousandths.
+uint32_t admit_growth(const Group& group) noexcept;
+
+// What admission and growth know about one group (memory.wait's admit_* and growth_* lines).
+struct AdmitStats {
+  uint32_t growth_permille = 1000;  // the factor in force
+  bool fixed = false;               // set by set_admit_growth, not learned
+  uint64_t samples = 0;             // ratios learned (ever)
+  double weight = 0;                // their decayed weight (kAdmitMinWeight to be used)
+  int64_t promised_units = 0;       // promised, not charged, by admitted reservations under it
+  uint64_t admit_waits = 0;         // waiting admissions that waited for an expected peak here
+  // Growth past admission (Reservation::grow) whose free memory ran out on this group's limit:
+  uint64_t growth_waits = 0;        // waited for memory on its way (reservation.hpp)
+  uint64_t growth_granted = 0;      // ...and got it without the killer
+  uint64_t growth_bound_ns = 0;     // the bound such a wait has now (derived, see reservation.hpp)
+};
+AdmitStats admit_stats(const Group& group) noexcept;
+
+}  // namespace memcg

@@ -1,0 +1,46 @@
+// Internal: the per-group state behind admission by learned peak and growth past admission
+// (admission.hpp, reservation.hpp). Used by Reservation only.
+#pragma once
+
+#include <cstdint>
+#include <stop_token>
+
+namespace memcg {
+class Group;
+namespace internal {
+
+struct AdmitState;
+
+// Group::~Group: frees the group's admission state.
+void admit_group_freed(Group& group) noexcept;
+
+// Learns one finished admission of `group`: `peak` units held at most since it was admitted with
+// `admitted` units (admitted > 0).
+void admit_learn(Group& group, int64_t admitted, int64_t peak) noexcept;
+
+// The expected peak, in units, of a request for `total` units on `group` (clamped to the
+// smallest memory.max of its path, never below `total`).
+int64_t admit_expected(const Group& group, int64_t total) noexcept;
+
+// Adds `delta` to the promised units of `group` and each ancestor but the root. A negative delta
+// re-checks the waiting admissions.
+void admit_promise_add(Group& group, int64_t delta) noexcept;
+
+enum class AdmitWait : uint8_t { kOk, kTimedOut, kCancelled };
+// Waits until `need` units fit by expectation on every level of `group`'s path with a
+// memory.max, then promises `need` units (admit_promise_add) under the admission mutex.
+AdmitWait admit_wait(Group& group, int64_t need, uint64_t deadline_ns,
+                     const std::stop_token& stop) noexcept;
+
+// Growth past admission (Reservation::grow): the level of `group`'s path (root excluded) that has
+// no room for `units` more, the lowest limit first; null when all have room.
+Group* full_level(Group& group, int64_t units) noexcept;
+// Units charged by members under `limit` that were killed or asked to give memory back and have
+// not released them yet: memory on its way back.
+int64_t unwinding_units(Group& limit) noexcept;
+// How long growth may wait for that memory now (derived from the observed waits, clamped).
+uint64_t growth_bound_ns(const Group& limit) noexcept;
+void growth_observe(Group& limit, bool granted, uint64_t waited_ns) noexcept;
+
+}  // namespace internal
+}  // namespace memcg

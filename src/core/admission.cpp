@@ -1,0 +1,290 @@
+// Admission by learned peak (admission.hpp) and the measurements behind growth past admission
+// (reservation.hpp): per-group decayed ratio histograms, promised headroom, admission waits.
+#include "memcg/core/admission.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "memcg/base/clock.hpp"
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/group.hpp"
+#include "memcg/core/internal/admission_state.hpp"
+#include "memcg/core/oom.hpp"
+
+namespace memcg {
+namespace internal {
+
+struct AdmitState {
+  // Guarded by mu (a leaf): the decayed histogram.
+  std::mutex mu;
+  double weight[kAdmitBuckets] = {};
+  double total = 0;
+  uint64_t samples = 0;
+  // Relaxed atomics: single values read by the files and the admission check, each meaningful
+  // alone; the admission check itself runs under the admission mutex (below).
+  std::atomic<uint32_t> fixed_permille{0};
+  std::atomic<uint32_t> learned_permille{1000};
+  std::atomic<int64_t> promised{0};
+  std::atomic<uint64_t> admit_waits{0};
+  std::atomic<uint64_t> growth_waits{0};
+  std::atomic<uint64_t> growth_granted{0};
+  std::atomic<uint64_t> growth_mean_ns{kGrowthWaitPriorNs};
+};
+
+struct AdmitAccess {
+  static std::atomic<AdmitState*>& slot(Group& g) noexcept { return g.admit_; }
+  static AdmitState* peek(const Group& g) noexcept {
+    return g.admit_.load(std::memory_order_acquire);  // pairs with the release of the creator
+  }
+  static std::mutex& policy_mutex(Group& g) noexcept { return g.policy_mutex_; }
+  static const std::vector<Member*>& members(Group& g) noexcept { return g.members_; }
+};
+
+namespace {
+
+// The state of `g`, created on first use. The root has none (it admits everything).
+AdmitState* state(Group& g) noexcept {
+  std::atomic<AdmitState*>& slot = AdmitAccess::slot(g);
+  AdmitState* s = slot.load(std::memory_order_acquire);
+  if (s != nullptr) return s;
+  HookBypass bypass;  // library bookkeeping is never charged
+  auto* fresh = new (std::nothrow) AdmitState;
+  if (fresh == nullptr) return nullptr;
+  // acq_rel: publishes the new state; acquire on failure sees the winner's.
+  if (slot.compare_exchange_strong(s, fresh, std::memory_order_acq_rel,
+                                   std::memory_order_acquire))
+    return fresh;
+  delete fresh;
+  return s;
+}
+
+// One process-wide admission mutex: the expected-fit check and the promise it grants are one
+// step, across the levels of a path. Leaf; never held while charging or calling out.
+struct Waiters {
+  std::mutex mu;
+  std::vector<std::pair<ClockWaiter*, Clock*>> list;
+};
+Waiters& waiters() noexcept {
+  static Waiters w;
+  return w;
+}
+
+uint32_t percentile_permille(const AdmitState& s) noexcept {
+  if (s.total < kAdmitMinWeight) return 1000;  // no history: the prior
+  const double want = s.total * kAdmitPercentile;
+  double cum = 0;
+  for (int i = 0; i < kAdmitBuckets; ++i) {
+    cum += s.weight[i];
+    if (cum >= want) return kAdmitBucketPermille[i];
+  }
+  return kAdmitMaxGrowthPermille;
+}
+
+uint32_t factor(const Group& g) noexcept {
+  const AdmitState* s = AdmitAccess::peek(g);
+  if (s == nullptr) return 1000;
+  const uint32_t fixed = s->fixed_permille.load(std::memory_order_relaxed);
+  return fixed != 0 ? fixed : s->learned_permille.load(std::memory_order_relaxed);
+}
+
+// True when `need` more units fit by expectation on every limited level of the path.
+bool fits_expected(const Group& g, int64_t need) noexcept {
+  for (const Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
+    const int64_t max = a->memory().max();
+    if (max >= g.controller().max_units()) continue;  // no memory.max here
+    const AdmitState* s = AdmitAccess::peek(*a);
+    const int64_t promised = s ? s->promised.load(std::memory_order_relaxed) : 0;
+    if (a->memory().usage() + std::max<int64_t>(promised, 0) + need > max) return false;
+  }
+  return true;
+}
+
+void count_admit_wait(Group& g, int64_t need) noexcept {
+  for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
+    const int64_t max = a->memory().max();
+    if (max >= g.controller().max_units()) continue;
+    const AdmitState* p = AdmitAccess::peek(*a);
+    const int64_t promised = p ? p->promised.load(std::memory_order_relaxed) : 0;
+    if (a->memory().usage() + std::max<int64_t>(promised, 0) + need > max) {
+      if (AdmitState* s = state(*a)) s->admit_waits.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+void wake_admissions() noexcept {
+  Waiters& w = waiters();
+  std::lock_guard<std::mutex> lock(w.mu);
+  for (auto& [waiter, clock] : w.list) clock->wake(*waiter);
+}
+
+}  // namespace
+
+void admit_group_freed(Group& g) noexcept {
+  HookBypass bypass;
+  delete AdmitAccess::slot(g).exchange(nullptr, std::memory_order_acq_rel);
+}
+
+void admit_learn(Group& g, int64_t admitted, int64_t peak) noexcept {
+  if (admitted <= 0 || g.is_root()) return;
+  AdmitState* s = state(g);
+  if (s == nullptr) return;
+  const double r = static_cast<double>(std::max(peak, admitted)) / static_cast<double>(admitted);
+  int b = kAdmitBuckets - 1;
+  for (int i = 0; i < kAdmitBuckets; ++i)
+    if (r * 1000.0 <= kAdmitBucketPermille[i] + 1e-9) {
+      b = i;
+      break;
+    }
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->total = 0;
+  for (double& w : s->weight) {
+    w *= kAdmitDecay;
+    s->total += w;
+  }
+  s->weight[b] += 1.0;
+  s->total += 1.0;
+  ++s->samples;
+  s->learned_permille.store(percentile_permille(*s), std::memory_order_relaxed);
+}
+
+int64_t admit_expected(const Group& g, int64_t total) noexcept {
+  const uint32_t f = factor(g);
+  int64_t e = total;
+  if (f > 1000 && total > 0) {
+    // ceil(total * f / 1000), saturating (the path's limits clamp it below).
+    e = total > (INT64_MAX - 999) / static_cast<int64_t>(f)
+            ? INT64_MAX
+            : (total * static_cast<int64_t>(f) + 999) / 1000;
+  }
+  for (const Group* a = &g; a != nullptr && !a->is_root(); a = a->parent())
+    e = std::min(e, a->memory().max());
+  return std::max(e, total);
+}
+
+void admit_promise_add(Group& g, int64_t delta) noexcept {
+  if (delta == 0) return;
+  for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent())
+    if (AdmitState* s = state(*a)) s->promised.fetch_add(delta, std::memory_order_relaxed);
+  if (delta < 0) wake_admissions();
+}
+
+AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
+                     const std::stop_token& stop) noexcept {
+  Clock& clock = g.controller().clock();
+  Waiters& w = waiters();
+  ClockWaiter me;
+  HookBypass bypass;  // the waiter list is library bookkeeping
+  std::unique_lock<std::mutex> lock(w.mu);
+  bool listed = false;
+  AdmitWait result = AdmitWait::kOk;
+  for (bool first = true;; first = false) {
+    if (fits_expected(g, need)) {
+      for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent())
+        if (AdmitState* s = state(*a)) s->promised.fetch_add(need, std::memory_order_relaxed);
+      break;
+    }
+    if (first) count_admit_wait(g, need);
+    if (stop.stop_requested()) {
+      result = AdmitWait::kCancelled;
+      break;
+    }
+    const uint64_t now = clock.now_ns();
+    if (now >= deadline_ns) {
+      result = AdmitWait::kTimedOut;
+      break;
+    }
+    if (!listed) {
+      w.list.emplace_back(&me, &clock);
+      listed = true;
+    }
+    clock.wait_until(me, lock, std::min(deadline_ns, Clock::after(now, kAdmitPollNs)), stop);
+  }
+  if (listed) {
+    auto& l = w.list;
+    l.erase(std::remove_if(l.begin(), l.end(), [&](const auto& e) { return e.first == &me; }),
+            l.end());
+  }
+  return result;
+}
+
+Group* full_level(Group& g, int64_t units) noexcept {
+  Group* lowest = nullptr;
+  for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
+    const int64_t max = a->memory().max();
+    if (a->memory().usage() + units > max && (lowest == nullptr || max < lowest->memory().max()))
+      lowest = a;
+  }
+  return lowest;
+}
+
+int64_t unwinding_units(Group& limit) noexcept {
+  int64_t sum = 0;
+  limit.controller().walk(limit, [&](Group& g) {
+    std::lock_guard<std::mutex> lock(AdmitAccess::policy_mutex(g));
+    for (const Member* m : AdmitAccess::members(g))
+      if (m->killed() || m->preempt_requested()) sum += m->charged();
+  });
+  return sum;
+}
+
+uint64_t growth_bound_ns(const Group& limit) noexcept {
+  const AdmitState* s = AdmitAccess::peek(limit);
+  const uint64_t mean = s ? s->growth_mean_ns.load(std::memory_order_relaxed) : kGrowthWaitPriorNs;
+  return std::clamp<uint64_t>(2 * mean, kGrowthWaitMinNs, kGrowthWaitMaxNs);
+}
+
+void growth_observe(Group& limit, bool granted, uint64_t waited_ns) noexcept {
+  AdmitState* s = state(limit);
+  if (s == nullptr) return;
+  s->growth_waits.fetch_add(1, std::memory_order_relaxed);
+  if (!granted) return;  // a wait that got nothing says nothing about how long unwinding takes
+  s->growth_granted.fetch_add(1, std::memory_order_relaxed);
+  // A decayed mean; racing updates may lose one sample, which a mean can afford.
+  const uint64_t old = s->growth_mean_ns.load(std::memory_order_relaxed);
+  const uint64_t w = std::min<uint64_t>(waited_ns, kGrowthWaitMaxNs);
+  s->growth_mean_ns.store(old - old / 8 + w / 8, std::memory_order_relaxed);
+}
+
+}  // namespace internal
+
+int set_admit_growth(Group& group, uint32_t permille) noexcept {
+  if (group.is_root()) return ENOENT;
+  if (permille != 0 && (permille < 1000 || permille > kAdmitMaxGrowthPermille)) return EINVAL;
+  internal::AdmitState* s = internal::state(group);
+  if (s == nullptr) return ENOMEM;
+  s->fixed_permille.store(permille, std::memory_order_relaxed);
+  internal::wake_admissions();  // a lower factor may let waiting admissions in
+  return 0;
+}
+
+uint32_t admit_growth_setting(const Group& group) noexcept {
+  const internal::AdmitState* s = internal::AdmitAccess::peek(group);
+  return s ? s->fixed_permille.load(std::memory_order_relaxed) : 0;
+}
+
+uint32_t admit_growth(const Group& group) noexcept { return internal::factor(group); }
+
+AdmitStats admit_stats(const Group& group) noexcept {
+  AdmitStats st;
+  st.growth_permille = internal::factor(group);
+  st.growth_bound_ns = internal::growth_bound_ns(group);
+  internal::AdmitState* s = internal::AdmitAccess::peek(group);
+  if (s == nullptr) return st;
+  st.fixed = s->fixed_permille.load(std::memory_order_relaxed) != 0;
+  st.promised_units = s->promised.load(std::memory_order_relaxed);
+  st.admit_waits = s->admit_waits.load(std::memory_order_relaxed);
+  st.growth_waits = s->growth_waits.load(std::memory_order_relaxed);
+  st.growth_granted = s->growth_granted.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(s->mu);
+  st.samples = s->samples;
+  st.weight = s->total;
+  return st;
+}
+
+}  // namespace memcg

@@ -1,0 +1,351 @@
+// Admission by learned peak (admission.hpp) and growth past admission (reservation.hpp): the
+// learning rule (history, decay, bounds, no history), admission by expected peak, the growth
+// wait (ends when memory arrives, bounded when none is coming), never-fits at every entry point.
+#include "memcg/core/admission.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "charge_wait_support.hpp"
+#include "memcg/base/clock.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/controller.hpp"
+#include "memcg/core/oom.hpp"
+#include "memcg/core/reservation.hpp"
+#include "memcg/files/files.hpp"
+#include "watchdog.hpp"
+
+namespace memcg {
+namespace {
+
+using namespace std::chrono_literals;
+using testing_wait::eventually;
+using testing_wait::file;
+using testing_wait::kUnit;
+using testing_wait::on_clock;
+
+// One waiting admission of `admitted` units on `g` that then peaks at `peak` units.
+void run_one(Group& g, int64_t admitted, int64_t peak) {
+  Reservation r(g);
+  ASSERT_EQ(r.reserve_for(admitted * kUnit, 1s), ReserveStatus::kOk);
+  if (peak > admitted) {
+    ASSERT_EQ(r.grow((peak - admitted) * kUnit), ReserveStatus::kOk);
+  }
+  r.shrink(r.bytes() / 2);  // shrinking before the end does not lower the peak learned
+}
+
+struct AdmitTest : ::testing::Test {
+  ManualClock clock{1'000'000};
+  Controller ctl{on_clock(&clock)};
+  GroupRef g;
+  void SetUp() override {
+    ASSERT_EQ(ctl.create("pool", &g), 0);
+    g->set_max(1000 * kUnit);
+  }
+  std::string wait_line(const char* key) {
+    const std::string f = file(*g, "memory.wait");
+    const std::string k = std::string(key) + " ";
+    const size_t at = f.find("\n" + k);
+    if (at == std::string::npos) return "";
+    const size_t end = f.find('\n', at + 1);
+    return f.substr(at + 1 + k.size(), end - at - 1 - k.size());
+  }
+};
+
+TEST_F(AdmitTest, NoHistoryIsFactorOneAndPlainAdmission) {
+  EXPECT_EQ(admit_growth(*g), 1000u);
+  EXPECT_EQ(file(*g, "memory.admit.growth"), "auto 1.000\n");
+  EXPECT_EQ(wait_line("admit_growth_permille"), "1000");
+  // Two ratios are not yet a history (kAdmitMinWeight): still the prior.
+  run_one(*g, 10, 20);
+  run_one(*g, 10, 20);
+  EXPECT_EQ(admit_stats(*g).samples, 2u);
+  EXPECT_EQ(admit_growth(*g), 1000u);
+  // A non-waiting reserve() teaches nothing.
+  {
+    Reservation r(*g);
+    ASSERT_EQ(r.reserve(10 * kUnit), ReserveStatus::kOk);
+    ASSERT_EQ(r.grow(30 * kUnit), ReserveStatus::kOk);
+  }
+  EXPECT_EQ(admit_stats(*g).samples, 2u);
+  EXPECT_EQ(g->memory().usage(), 0);
+  EXPECT_EQ(admit_stats(*g).promised_units, 0);
+}
+
+TEST_F(AdmitTest, LearnsTheNinetiethPercentileOfPeakOverAdmitted) {
+  for (int i = 0; i < 18; ++i) run_one(*g, 10, 12);  // 1.2
+  for (int i = 0; i < 2; ++i) run_one(*g, 10, 30);   // 3.0: 10 % outliers (the decay ages the
+                                                     // older ones: they weigh a little less)
+  EXPECT_EQ(admit_stats(*g).samples, 20u);
+  // The two newest weigh more than 10 % of the decayed total: p90 lands in their bucket.
+  EXPECT_EQ(admit_growth(*g), 3000u);
+  for (int i = 0; i < 10; ++i) run_one(*g, 10, 12);
+  EXPECT_EQ(admit_growth(*g), 1200u);  // the outliers now weigh under 10 %
+  EXPECT_EQ(file(*g, "memory.admit.growth"), "auto 1.200\n");
+  EXPECT_EQ(wait_line("admit_samples"), "30");
+}
+
+TEST_F(AdmitTest, DecayForgetsOldGrowth) {
+  for (int i = 0; i < 20; ++i) run_one(*g, 10, 15);
+  EXPECT_EQ(admit_growth(*g), 1500u);
+  for (int i = 0; i < 40; ++i) run_one(*g, 10, 10);
+  EXPECT_EQ(admit_growth(*g), 1500u);  // 20 ratios at 1.5 still weigh over 10 % after 40
+  for (int i = 0; i < 40; ++i) run_one(*g, 10, 10);
+  EXPECT_EQ(admit_growth(*g), 1000u);  // ... and under it after 80
+  const AdmitStats s = admit_stats(*g);
+  EXPECT_EQ(s.samples, 100u);
+  EXPECT_LT(s.weight, 32.0);  // bounded by 1 / (1 - kAdmitDecay)
+}
+
+TEST_F(AdmitTest, FactorIsClampedAndSettable) {
+  for (int i = 0; i < 10; ++i) run_one(*g, 10, 200);  // 20x: clamped
+  EXPECT_EQ(admit_growth(*g), kAdmitMaxGrowthPermille);
+  EXPECT_EQ(set_admit_growth(*g, 999), EINVAL);
+  EXPECT_EQ(set_admit_growth(*g, kAdmitMaxGrowthPermille + 1), EINVAL);
+  EXPECT_EQ(set_admit_growth(ctl.root(), 1500), ENOENT);
+  EXPECT_EQ(admit_growth_setting(*g), 0u);  // the refusals changed nothing
+  EXPECT_EQ(write_file(*g, "memory.admit.growth", "1.25\n"), 0);
+  EXPECT_EQ(file(*g, "memory.admit.growth"), "1.250\n");
+  EXPECT_EQ(admit_growth(*g), 1250u);
+  EXPECT_TRUE(admit_stats(*g).fixed);
+  for (const char* bad : {"0.5", "4.001", "abc", "1.", "", "1.2345", "-1"})
+    EXPECT_EQ(write_file(*g, "memory.admit.growth", bad), EINVAL) << bad;
+  EXPECT_EQ(admit_growth(*g), 1250u);
+  EXPECT_EQ(write_file(*g, "memory.admit.growth", "auto"), 0);
+  EXPECT_EQ(file(*g, "memory.admit.growth"), "auto 4.000\n");  // the history was kept
+  EXPECT_EQ(write_file(*g, "memory.admit.growth", "2"), 0);
+  EXPECT_EQ(admit_growth(*g), 2000u);
+}
+
+// A waiting admission on its own thread.
+struct AsyncReserve {
+  std::atomic<int> result{-1};
+  Reservation r;
+  std::jthread th;
+  AsyncReserve(Group& g, int64_t units, std::chrono::nanoseconds timeout) : r(g) {
+    th = std::jthread([this, units, timeout] {
+      result.store(static_cast<int>(r.reserve_for(units * kUnit, timeout)));
+    });
+  }
+  bool done() const { return result.load() >= 0; }
+  ReserveStatus status() {
+    th.join();
+    return static_cast<ReserveStatus>(result.load());
+  }
+};
+
+TEST_F(AdmitTest, AdmitsByExpectedPeakAndPromisesTheHeadroom) {
+  testing::Watchdog dog("AdmitsByExpectedPeakAndPromisesTheHeadroom");
+  g->set_max(100 * kUnit);
+  ASSERT_EQ(set_admit_growth(*g, 2000), 0);
+  Reservation a(*g);
+  ASSERT_EQ(a.reserve_for(30 * kUnit, 1s), ReserveStatus::kOk);
+  EXPECT_EQ(admit_stats(*g).promised_units, 30);  // expected 60, 30 held
+  EXPECT_EQ(wait_line("admit_promised_bytes"), std::to_string(30 * kUnit));
+  // 30 used + 30 promised + 60 expected > 100: waits although 30 units would fit now.
+  AsyncReserve b(*g, 30, 10s);
+  ASSERT_TRUE(eventually([&] { return admit_stats(*g).admit_waits == 1; }));
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(b.done());
+  ASSERT_EQ(a.grow(20 * kUnit), ReserveStatus::kOk);  // within its promise: no wait, no kill
+  EXPECT_EQ(admit_stats(*g).promised_units, 10);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(b.done());  // 50 used + 10 promised + 60 > 100
+  a.release();             // the promise and the memory come back: b is admitted
+  EXPECT_EQ(b.status(), ReserveStatus::kOk);
+  EXPECT_EQ(b.r.admitted_units(), 30);
+  EXPECT_EQ(admit_stats(*g).promised_units, 30);
+  EXPECT_EQ(admit_stats(*g).samples, 1u);  // a taught its 50 / 30
+  b.r.release();
+  EXPECT_EQ(admit_stats(*g).promised_units, 0);
+  EXPECT_EQ(g->memory().usage(), 0);
+}
+
+TEST_F(AdmitTest, ExpectedPeakWaitTimesOutOnTheControllersClockAndIsCancellable) {
+  testing::Watchdog dog("ExpectedPeakWaitTimesOutOnTheControllersClockAndIsCancellable");
+  g->set_max(100 * kUnit);
+  ASSERT_EQ(set_admit_growth(*g, 3000), 0);
+  Reservation a(*g);
+  ASSERT_EQ(a.reserve_for(30 * kUnit, 1s), ReserveStatus::kOk);  // expects 90
+  {
+    AsyncReserve b(*g, 5, 1s);
+    ASSERT_TRUE(eventually([&] { return admit_stats(*g).admit_waits == 1; }));
+    std::this_thread::sleep_for(20ms);
+    EXPECT_FALSE(b.done());  // real time does not end it
+    clock.advance(1'000'000'000);
+    EXPECT_EQ(b.status(), ReserveStatus::kTimedOut);
+    EXPECT_EQ(b.r.units(), 0);
+  }
+  {
+    std::stop_source stop;
+    Reservation c(*g, {}, stop.get_token());
+    std::atomic<int> res{-1};
+    std::jthread th([&] { res = static_cast<int>(c.reserve_for(5 * kUnit, 10s)); });
+    ASSERT_TRUE(eventually([&] { return admit_stats(*g).admit_waits == 2; }));
+    stop.request_stop();
+    th.join();
+    EXPECT_EQ(static_cast<ReserveStatus>(res.load()), ReserveStatus::kCancelled);
+  }
+  EXPECT_EQ(admit_stats(*g).promised_units, 60);  // only a's
+  EXPECT_EQ(g->memory().usage(), 30);
+}
+
+TEST_F(AdmitTest, ExpectedPeakIsCheckedOnEveryLimitedLevel) {
+  testing::Watchdog dog("ExpectedPeakIsCheckedOnEveryLimitedLevel");
+  g->set_max(100 * kUnit);
+  GroupRef x, y;
+  ASSERT_EQ(ctl.create("pool/x", &x), 0);
+  ASSERT_EQ(ctl.create("pool/y", &y), 0);
+  ASSERT_EQ(set_admit_growth(*x, 2000), 0);
+  Reservation a(*x);
+  ASSERT_EQ(a.reserve_for(40 * kUnit, 1s), ReserveStatus::kOk);  // promises 40 on x and pool
+  EXPECT_EQ(admit_stats(*g).promised_units, 40);
+  // y has no history (factor 1), but the parent's promise still counts: 40 + 40 + 30 > 100.
+  AsyncReserve b(*y, 30, 10s);
+  ASSERT_TRUE(eventually([&] { return admit_stats(*g).admit_waits == 1; }));
+  EXPECT_FALSE(b.done());
+  // A request that fits beside the promise goes in at once.
+  Reservation c(*y);
+  ASSERT_EQ(c.reserve_for(10 * kUnit, 0s), ReserveStatus::kOk);
+  a.release();
+  EXPECT_EQ(b.status(), ReserveStatus::kOk);
+}
+
+// A query whose member's kill callback only records the kill: the memory stays charged until
+// the test unwinds it, as a real query's does until its next step.
+struct SlowQuery {
+  std::atomic<bool> killed{false};
+  Member member;
+  Reservation mem;
+  SlowQuery(Group& g, const char* name, OomPolicy oom)
+      : member(g, name, [this](Member&) { killed = true; }), mem(member, {.oom = oom}) {}
+};
+
+TEST(GrowthPastAdmission, WaitsForAKilledMembersMemoryAndTakesIt) {
+  testing::Watchdog dog("WaitsForAKilledMembersMemoryAndTakesIt");
+  ManualClock clock(1'000'000);  // the bound is virtual time: no real-time race with the unwind
+  Controller ctl(on_clock(&clock));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("pool", &g), 0);
+  g->set_max(100 * kUnit);
+  SlowQuery victim(*g, "victim", OomPolicy::kPieces);
+  SlowQuery q(*g, "q", OomPolicy::kPieces);
+  ASSERT_EQ(victim.mem.reserve(60 * kUnit), ReserveStatus::kOk);
+  ASSERT_EQ(q.mem.reserve_for(30 * kUnit, 1s), ReserveStatus::kOk);
+  ASSERT_TRUE(OomKiller::kill(*g, 20));  // the victim is killed but has not unwound
+  ASSERT_TRUE(victim.killed.load());
+  ASSERT_EQ(victim.member.charged(), 60);
+  std::jthread unwind([&] {
+    ASSERT_TRUE(eventually([&] { return wait_stats(*g).waiters == 1; }));
+    clock.advance(3'000'000);  // 3 ms of unwinding, within the bound
+    victim.mem.release();      // the victim's next step: it unwinds
+  });
+  // Past admission, no free memory: the growth waits for the victim's memory, not the killer.
+  EXPECT_EQ(q.mem.grow(20 * kUnit), ReserveStatus::kOk);
+  EXPECT_FALSE(q.member.killed());
+  const AdmitStats s = admit_stats(*g);
+  EXPECT_EQ(s.growth_waits, 1u);
+  EXPECT_EQ(s.growth_granted, 1u);
+  // The bound learns from it: 2 x (10 ms - 10/8 + 3/8 ms) = 18.25 ms.
+  EXPECT_EQ(s.growth_bound_ns, 2 * (kGrowthWaitPriorNs - kGrowthWaitPriorNs / 8 + 3'000'000 / 8));
+}
+
+TEST(GrowthPastAdmission, NothingComingGoesToTheKillerAtOnce) {
+  testing::Watchdog dog("NothingComingGoesToTheKillerAtOnce");
+  Controller ctl(testing_wait::with_batch(1));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("pool", &g), 0);
+  g->set_max(100 * kUnit);
+  SlowQuery big(*g, "big", OomPolicy::kPieces);
+  SlowQuery q(*g, "q", OomPolicy::kPieces);
+  ASSERT_EQ(big.mem.reserve_for(60 * kUnit, 1s), ReserveStatus::kOk);
+  ASSERT_EQ(q.mem.reserve_for(30 * kUnit, 1s), ReserveStatus::kOk);
+  // q grows past its admission; nobody is unwinding: no wait, the killer chooses q itself (the
+  // one past its admitted size), which then holds what it had.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(q.mem.grow(20 * kUnit), ReserveStatus::kKilled);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_TRUE(q.killed.load());
+  EXPECT_FALSE(big.killed.load());
+  EXPECT_EQ(admit_stats(*g).growth_waits, 0u);
+}
+
+TEST(GrowthPastAdmission, WaitIsBoundedWhenTheMemoryDoesNotCome) {
+  testing::Watchdog dog("WaitIsBoundedWhenTheMemoryDoesNotCome");
+  ManualClock clock(1'000'000);
+  Controller ctl(on_clock(&clock));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("pool", &g), 0);
+  g->set_max(100 * kUnit);
+  SlowQuery victim(*g, "victim", OomPolicy::kPieces);
+  SlowQuery q(*g, "q", OomPolicy::kNever);
+  ASSERT_EQ(victim.mem.reserve(60 * kUnit), ReserveStatus::kOk);
+  ASSERT_EQ(q.mem.reserve_for(30 * kUnit, 1s), ReserveStatus::kOk);
+  ASSERT_TRUE(OomKiller::kill(*g, 20));
+  ASSERT_TRUE(victim.killed.load());
+  // kNever has no killer and no growth wait: it fails at once.
+  EXPECT_EQ(q.mem.grow(20 * kUnit), ReserveStatus::kNoMem);
+  EXPECT_EQ(admit_stats(*g).growth_waits, 0u);
+  // kPieces waits for the unwinding victim, up to the derived bound of the controller's clock.
+  SlowQuery p(*g, "p", OomPolicy::kPieces);
+  ASSERT_EQ(q.mem.reserve_for(5 * kUnit, 1s), ReserveStatus::kOk);  // make room for p
+  ASSERT_EQ(p.mem.reserve_for(20 * kUnit, 1s), ReserveStatus::kOk);
+  std::atomic<int> res{-1};
+  std::jthread th([&] { res = static_cast<int>(p.mem.grow(20 * kUnit)); });
+  ASSERT_TRUE(eventually([&] { return wait_stats(*g).waiters == 1; }));
+  const uint64_t bound = admit_stats(*g).growth_bound_ns;
+  EXPECT_EQ(bound, 2 * kGrowthWaitPriorNs);  // the prior, before any wait got memory
+  clock.advance(bound - 1);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(res.load(), -1);  // still within the bound
+  clock.advance(1);
+  // Then the killer: the victim still holds its memory, so the outcome is the killer's
+  // (a kill of p past its admission, or no room); it is no longer the wait.
+  th.join();
+  EXPECT_FALSE(held(static_cast<ReserveStatus>(res.load())));
+  EXPECT_EQ(admit_stats(*g).growth_waits, 1u);
+  EXPECT_EQ(admit_stats(*g).growth_granted, 0u);
+  victim.mem.release();
+}
+
+TEST(NeverFits, EveryEntryPointRefusesAtOnceAndNamesTheGroup) {
+  Controller ctl(testing_wait::with_batch(1));
+  GroupRef t, q;
+  ASSERT_EQ(ctl.create("t", &t), 0);
+  ASSERT_EQ(ctl.create("t/q", &q), 0);
+  t->set_max(80 * kUnit);
+  q->set_max(200 * kUnit);
+  Member m(*q, "m", nullptr);
+  const auto check = [&](Reservation& r, ReserveStatus s, uint64_t n) {
+    EXPECT_EQ(s, ReserveStatus::kNeverFits);
+    EXPECT_EQ(r.limiting_group(), t.get());
+    EXPECT_EQ(r.units(), 0);
+    EXPECT_EQ(wait_stats(*t).never_fits, n);
+  };
+  Reservation r(m);
+  check(r, r.reserve(100 * kUnit), 1);
+  check(r, r.reserve_for(100 * kUnit, 10s), 2);
+  check(r, r.reserve_until(100 * kUnit, Clock::kMaxNs), 3);
+  check(r, r.grow(100 * kUnit), 4);
+  check(r, r.grow_for(100 * kUnit, 10s), 5);
+  EXPECT_EQ(try_charge_wait_for(*q, 100, 10s), WaitStatus::kNeverFits);
+  EXPECT_EQ(m.charge_wait(100, 10s), WaitStatus::kNeverFits);
+  EXPECT_EQ(wait_stats(*t).never_fits, 7u);
+  EXPECT_EQ(never_fits(*q, 100), t.get());
+  EXPECT_STREQ(reserve_status_name(ReserveStatus::kNeverFits), "never-fits");
+  EXPECT_STREQ(wait_status_name(WaitStatus::kNeverFits), "never-fits");
+  // A learned factor never turns a request that fits into a never-fits one: the expected peak
+  // is clamped to the smallest limit.
+  ASSERT_EQ(set_admit_growth(*q, 4000), 0);
+  EXPECT_EQ(r.reserve_for(80 * kUnit, 1s), ReserveStatus::kOk);
+  EXPECT_EQ(wait_stats(*t).never_fits, 7u);
+  EXPECT_EQ(q->memory().usage(), 80);
+}
+
+}  // namespace
+}  // namespace memcg
