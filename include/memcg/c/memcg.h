@@ -15,8 +15,8 @@
  *    "memory.stat", ...) with the kernel's formats.
  *  - No C++ exception crosses this interface.
  *  - Callbacks are a function pointer plus a `void*` given back unchanged. They run with no lock
- *    of the library held, may call into the library, and may destroy their own handle (which then
- *    must not be used again).
+ *    of the library held, may call into the library, and (kill and notification callbacks) may
+ *    destroy their own handle, which then must not be used again.
  *  - Thread safety: like the C++ objects they wrap. Controllers, groups, members and listeners may
  *    be used from any thread; a reservation from one thread at a time.
  *
@@ -302,7 +302,8 @@ int memcg_reclaimer_register(memcg_group* group, memcg_reclaimable_fn reclaimabl
  * callback frees (memcg_uncharge would keep it in this CPU's stock, where reclaim does not see
  * it as freed). */
 void memcg_uncharge_direct(memcg_group* group, uint64_t bytes);
-/* Unregisters (waits for a call in flight, except from inside reclaim) and frees. */
+/* Unregisters (waits for a call in flight, except from inside reclaim) and frees.
+ * REQUIRES: not called from the reclaimer's own `reclaim` callback (it is the object running). */
 void memcg_reclaimer_destroy(memcg_reclaimer* reclaimer);
 #endif /* MEMCG_C_EXPERIMENTAL */
 
