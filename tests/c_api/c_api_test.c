@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <threads.h>
 #include <time.h>
 
 static int failures = 0;
@@ -333,6 +334,41 @@ static void test_reservations(void) {
   CHECK_ERR(memcg_controller_destroy(c), 0);
 }
 
+/* A wait in progress on another thread ends when the reservation is cancelled. */
+struct waiter {
+  memcg_reservation* r;
+  memcg_reserve_status status;
+};
+
+static int wait_thread(void* arg) {
+  struct waiter* w = arg;
+  w->status = memcg_reserve_for(w->r, MIB(2), 30ull * 1000000000ull); /* 30 s */
+  return 0;
+}
+
+static void test_cancel_from_another_thread(void) {
+  memcg_controller* c = NULL;
+  CHECK_ERR(memcg_controller_create(NULL, &c), 0);
+  memcg_group* g = NULL;
+  CHECK_ERR(memcg_group_create(c, "w", &g), 0);
+  CHECK_ERR(memcg_group_write(g, "memory.max", "1M", 2, 0), 0);
+  struct waiter w = {NULL, MEMCG_RESERVE_OK};
+  CHECK_ERR(memcg_reservation_create(g, NULL, MEMCG_OOM_NEVER, MEMCG_PRIORITY_LOW, &w.r), 0);
+  uint64_t start = memcg_controller_now_ns(c);
+  thrd_t t;
+  CHECK(thrd_create(&t, wait_thread, &w) == thrd_success);
+  sleep_ms(50);
+  memcg_reservation_cancel(w.r);
+  CHECK(thrd_join(t, NULL) == thrd_success);
+  CHECK(w.status == MEMCG_RESERVE_CANCELLED);
+  CHECK(memcg_controller_now_ns(c) - start < 20ull * 1000000000ull);
+  CHECK(memcg_reservation_bytes(w.r) == 0);
+  CHECK(read_number(g, "memory.current") == 0);
+  memcg_reservation_destroy(w.r);
+  memcg_group_release(g);
+  CHECK_ERR(memcg_controller_destroy(c), 0);
+}
+
 /* ---- listeners ---- */
 
 struct notify_state {
@@ -461,6 +497,7 @@ int main(void) {
   test_files_and_charges();
   test_members();
   test_reservations();
+  test_cancel_from_another_thread();
   test_listeners();
   test_reclaimer();
   if (failures != 0) {
