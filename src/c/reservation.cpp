@@ -17,6 +17,7 @@ memcg_reserve_status memcg::capi::to_c(ReserveStatus status) noexcept {
     case ReserveStatus::kKilled: return MEMCG_RESERVE_KILLED;
     case ReserveStatus::kRemoved: return MEMCG_RESERVE_REMOVED;
     case ReserveStatus::kInvalid: return MEMCG_RESERVE_INVALID;
+    case ReserveStatus::kNeverFits: return MEMCG_RESERVE_NEVER_FITS;
     default: return MEMCG_RESERVE_REFUSED;
   }
 }
@@ -46,6 +47,7 @@ const char* memcg_reserve_status_name(int status) {
     case MEMCG_RESERVE_KILLED: return "killed";
     case MEMCG_RESERVE_REMOVED: return "removed";
     case MEMCG_RESERVE_INVALID: return "invalid";
+    case MEMCG_RESERVE_NEVER_FITS: return "never-fits";
     case MEMCG_RESERVE_REFUSED: return "refused";
     default: return "unknown";
   }

@@ -72,6 +72,7 @@ static void test_version_and_names(void) {
   CHECK(strcmp(memcg_charge_status_name(99), "unknown") == 0);
   CHECK(strcmp(memcg_reserve_status_name(MEMCG_RESERVE_NOMEM_COSTLY), "nomem-costly") == 0);
   CHECK(strcmp(memcg_reserve_status_name(MEMCG_RESERVE_TIMED_OUT), "timed-out") == 0);
+  CHECK(strcmp(memcg_reserve_status_name(MEMCG_RESERVE_NEVER_FITS), "never-fits") == 0);
   CHECK(strcmp(memcg_reserve_status_name(MEMCG_RESERVE_REFUSED), "refused") == 0);
   CHECK(strcmp(memcg_reserve_status_name(-1), "unknown") == 0);
 }
@@ -296,18 +297,23 @@ static void test_reservations(void) {
   memcg_reservation_cancel(NULL);
   CHECK(memcg_reservation_bytes(NULL) == 0);
 
+  /* Another 300K charged to the group: requests that fit memory.max but not what is free. */
+  CHECK(memcg_charge(g, KIB(300), MEMCG_CHARGE_DEFAULT) == MEMCG_CHARGE_OK);
   CHECK(memcg_reserve(r, KIB(600)) == MEMCG_RESERVE_OK);
   CHECK(memcg_reservation_bytes(r) == KIB(600));
-  CHECK(memcg_reservation_grow(r, KIB(600)) == MEMCG_RESERVE_NOMEM_COSTLY);
+  CHECK(memcg_reservation_grow(r, KIB(200)) == MEMCG_RESERVE_NOMEM_COSTLY);
   CHECK(memcg_reservation_bytes(r) == KIB(600)); /* nothing changed */
+  CHECK(memcg_reserve(r, MIB(2)) == MEMCG_RESERVE_NEVER_FITS);
+  CHECK(memcg_reserve_for(r, MIB(2), 1000000000) == MEMCG_RESERVE_NEVER_FITS); /* at once */
   CHECK(memcg_reserve(r, UINT64_MAX) == MEMCG_RESERVE_INVALID);
   /* Waiting with a deadline: nothing frees memory, so the wait times out. */
-  CHECK(memcg_reserve_for(r, MIB(2), 20000000) == MEMCG_RESERVE_TIMED_OUT);
-  CHECK(memcg_reservation_grow_for(r, MIB(2), 0) == MEMCG_RESERVE_TIMED_OUT);
+  CHECK(memcg_reserve_for(r, KIB(800), 20000000) == MEMCG_RESERVE_TIMED_OUT);
+  CHECK(memcg_reservation_grow_for(r, KIB(200), 0) == MEMCG_RESERVE_TIMED_OUT);
   uint64_t deadline = memcg_controller_now_ns(c) + 20000000;
-  CHECK(memcg_reserve_until(r, MIB(2), deadline) == MEMCG_RESERVE_TIMED_OUT);
+  CHECK(memcg_reserve_until(r, KIB(800), deadline) == MEMCG_RESERVE_TIMED_OUT);
   CHECK(memcg_controller_now_ns(c) >= deadline);
   CHECK(memcg_reservation_bytes(r) == KIB(600));
+  memcg_uncharge(g, KIB(300));
   CHECK(memcg_reserve_for(r, KIB(700), 1000000000) == MEMCG_RESERVE_OK);
   memcg_reservation_shrink(r, KIB(200));
   CHECK(memcg_reservation_bytes(r) == KIB(500));
@@ -342,7 +348,7 @@ struct waiter {
 
 static void* wait_thread(void* arg) {
   struct waiter* w = arg;
-  w->status = memcg_reserve_for(w->r, MIB(2), 30ull * 1000000000ull); /* 30 s */
+  w->status = memcg_reserve_for(w->r, KIB(600), 30ull * 1000000000ull); /* 30 s */
   return NULL;
 }
 
@@ -352,6 +358,7 @@ static void test_cancel_from_another_thread(void) {
   memcg_group* g = NULL;
   CHECK_ERR(memcg_group_create(c, "w", &g), 0);
   CHECK_ERR(memcg_group_write(g, "memory.max", "1M", 2, 0), 0);
+  CHECK(memcg_charge(g, KIB(600), MEMCG_CHARGE_DEFAULT) == MEMCG_CHARGE_OK); /* 600K + 600K > 1M */
   struct waiter w = {NULL, MEMCG_RESERVE_OK};
   CHECK_ERR(memcg_reservation_create(g, NULL, MEMCG_OOM_NEVER, MEMCG_PRIORITY_LOW, &w.r), 0);
   uint64_t start = memcg_controller_now_ns(c);
@@ -364,6 +371,7 @@ static void test_cancel_from_another_thread(void) {
   CHECK(w.status == MEMCG_RESERVE_CANCELLED);
   CHECK(memcg_controller_now_ns(c) - start < 20ull * 1000000000ull);
   CHECK(memcg_reservation_bytes(w.r) == 0);
+  memcg_uncharge_direct(g, KIB(600));
   CHECK(read_number(g, "memory.current") == 0);
   memcg_reservation_destroy(w.r);
   memcg_group_release(g);

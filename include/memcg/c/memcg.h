@@ -187,7 +187,8 @@ uint64_t memcg_member_charged(const memcg_member* member);
 
 /* ---- reservations ------------------------------------------------------------------------- */
 
-/* What happened to a request (the C++ ReserveStatus, same order). */
+/* What happened to a request: the C++ ReserveStatus, same values, and REFUSED for one that this
+ * header does not know. */
 typedef enum memcg_reserve_status {
   MEMCG_RESERVE_OK = 0,           /* held */
   MEMCG_RESERVE_FORCED = 1,       /* held, past memory.max */
@@ -198,12 +199,14 @@ typedef enum memcg_reserve_status {
   MEMCG_RESERVE_KILLED = 6,       /* its member was OOM-killed */
   MEMCG_RESERVE_REMOVED = 7,      /* the group was removed while waiting */
   MEMCG_RESERVE_INVALID = 8,      /* NULL handle, a size no counter holds, a bad option */
-  MEMCG_RESERVE_REFUSED = 9       /* refused for a reason this header does not know yet:
-                                     nothing was charged (memcg_reserve_status_name says which) */
+  MEMCG_RESERVE_NEVER_FITS = 9,   /* refused at once: more than the smallest memory.max on the
+                                     group's path, so neither waiting nor a kill could help */
+  MEMCG_RESERVE_REFUSED = 100     /* refused for a reason a newer library has and this header
+                                     does not name: nothing was charged */
 } memcg_reserve_status;
 
 /* "ok", "forced", "nomem", "nomem-costly", "timed-out", "cancelled", "killed", "removed",
- * "invalid", "refused"; "unknown" for other values. */
+ * "invalid", "never-fits", "refused"; "unknown" for other values. */
 const char* memcg_reserve_status_name(int status);
 
 /* OOM policy for requests that do not fit (the C++ OomPolicy). */

@@ -92,16 +92,17 @@ fn main() {
     let anon = stat(&read(g, c"memory.stat"), "anon");
     println!("rust: charged 102400, memory.stat anon={anon}");
     assert!(anon >= 100 << 10);
-    unsafe { memcg_uncharge(g, 100 << 10) };
 
-    // A reservation that cannot fit waits until its deadline.
+    // A reservation that fits the limit but not what is free waits until its deadline.
     let mut r = null_mut();
     check(unsafe { memcg_reservation_create(g, null_mut(), 0, -1, &mut r) }, "reservation");
     let deadline = unsafe { memcg_controller_now_ns(ctl) } + 20_000_000;
-    let status = unsafe { memcg_reserve_until(r, 1 << 20, deadline) };
-    println!("rust: reserve 1M under a 512K max: {}", name(unsafe { memcg_reserve_status_name(status) }));
+    let status = unsafe { memcg_reserve_until(r, 450 << 10, deadline) };
+    println!("rust: reserve 450K next to 100K under a 512K max: {}",
+             name(unsafe { memcg_reserve_status_name(status) }));
     assert_eq!(status, 4); // MEMCG_RESERVE_TIMED_OUT
     unsafe { memcg_reservation_destroy(r) };
+    unsafe { memcg_uncharge(g, 100 << 10) };
 
     // An OOM kill: the victim's callback destroys it; the other member's charges then fit.
     let mut kills: u32 = 0;
