@@ -22,12 +22,13 @@ static_assert(same_bit(MEMCG_CHARGE_MAY_BLOCK, memcg::kMayBlock) &&
               same_bit(MEMCG_CHARGE_NO_FAIL, memcg::kNoFail) &&
               same_bit(MEMCG_CHARGE_HIGH_PRIO, memcg::kHighPrio));
 
+// The one place C++ cancel reasons become C ones.
 memcg_cancel_reason to_c(memcg::CancelReason reason) noexcept {
   switch (reason) {
     case memcg::CancelReason::kOomKill: return MEMCG_CANCEL_OOM_KILL;
     case memcg::CancelReason::kPreempt: return MEMCG_CANCEL_PREEMPT;
+    default: return MEMCG_CANCEL_OTHER;  // a reason added later: extend here
   }
-  return MEMCG_CANCEL_OTHER;
 }
 
 }  // namespace
