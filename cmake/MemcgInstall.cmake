@@ -1,7 +1,8 @@
 # Install rules in three components, and the Debian packages made of them (cpack -G DEB):
 #
 #   runtime      the shared libraries                       -> libmemcg<SOVERSION> (e.g. libmemcg0.1)
-#   development  headers, archives or .so links, CMake package, pkg-config -> libmemcg-dev
+#   development  headers (the C API's memcg/c/memcg.h too), archives or .so links, CMake
+#                package, pkg-config (memcg.pc, memcg-c.pc)      -> libmemcg-dev
 #   tools        memcgctl                                   -> memcg-tools
 #
 # `cmake --install B --component X` installs one of them alone. Every library install rule is
@@ -31,6 +32,18 @@ install(FILES ${PROJECT_BINARY_DIR}/memcgConfig.cmake ${PROJECT_BINARY_DIR}/memc
 file(RELATIVE_PATH MEMCG_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/memcg.pc.in ${PROJECT_BINARY_DIR}/memcg.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/memcg.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+        COMPONENT development)
+# memcg-c.pc: the C API (include/memcg/c/memcg.h) for C, cgo and Rust -sys crates. A static
+# libmemcg.a needs the C++ runtime on the link line of a C program; the shared one carries it.
+if(MEMCG_SHARED)
+  set(MEMCG_C_PC_LIBS "")
+  set(MEMCG_C_PC_LIBS_PRIVATE "-lstdc++ -lm -pthread")
+else()
+  set(MEMCG_C_PC_LIBS "-lstdc++ -lm -pthread")
+  set(MEMCG_C_PC_LIBS_PRIVATE "")
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/memcg-c.pc.in ${PROJECT_BINARY_DIR}/memcg-c.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/memcg-c.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
         COMPONENT development)
 
 # ---- Debian packages ----

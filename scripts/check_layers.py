@@ -20,6 +20,7 @@ LAYERS = [
     ["core"],      # tree, charge path, object layer, attach, reclaim, OOM, limits, pressure, notify
     ["files"],     # cgroup-v2 files, their grammars, the Prometheus text exposition
     ["alloc"],     # STL allocator, pmr resource, LRU cache
+    ["c"],         # the C API (memcg/c/memcg.h) over the layers below, in the core library
     ["hook", "jemalloc", "prometheus_cpp", "http", "host"],  # optional components (own targets)
     ["rocksdb"],   # optional; its arena mode (memcg::rocksdb_arena) builds on memcg::jemalloc
 ]

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the built library (static or shared) into a scratch prefix, then builds and runs a
-# consumer project against it twice: through find_package(memcg) and through pkg-config. The
-# find_package consumer requires every optional component installed (COMPONENTS); components.sh
-# checks that the others, and names that are no component, fail find_package with their reason.
+# consumer project against it twice: through find_package(memcg) and through pkg-config, and
+# a C program through memcg-c.pc. The find_package consumer requires every optional component
+# installed (COMPONENTS); components.sh checks that the others, and names that are no component,
+# fail find_package with their reason.
 # Usage: install_consumer.sh <build-dir> <source-dir>
 set -euo pipefail
 build=$1
@@ -33,4 +34,8 @@ PKG_CONFIG_PATH="$libdir" g++ -o "$work/consumer_pc" "$src/tests/consumer/main.c
   $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs memcg)
 # A shared build: pkg-config gives no run path, the loader is told where the library is.
 LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/consumer_pc"
-echo "install_consumer: find_package and pkg-config consumers both ran"
+# The C API through its own pkg-config file, from a C11 program (no C++ flags).
+PKG_CONFIG_PATH="$libdir" gcc -std=c11 -Wall -Wextra -Werror -pedantic -o "$work/consumer_c" \
+  "$src/tests/consumer/main.c" $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs memcg-c)
+LD_LIBRARY_PATH="$(dirname "$libdir")" "$work/consumer_c"
+echo "install_consumer: find_package, pkg-config and C (memcg-c.pc) consumers ran"

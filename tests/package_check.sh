@@ -34,12 +34,16 @@ cmake --build "$build" --target memcgctl -j "${JOBS:-2}" >/dev/null
 version=$(sed -n 's/^#define MEMCG_VERSION_STRING "\(.*\)"/\1/p' "$build/include/memcg/base/version.hpp")
 soversion=$(objdump -p "$build/libmemcg.so" | awk '/SONAME/ {print $2}')
 [[ $soversion == libmemcg.so.${version%.*} ]] || fail "SONAME $soversion for version $version"
-# Exported: the memcg namespace (and operator new/delete of memcg::hook), nothing else.
+# Exported: the memcg namespace (and operator new/delete of memcg::hook) and the C API's
+# memcg_* functions, nothing else.
 for lib in $(find "$build" -name 'libmemcg*.so' -not -path '*/CMakeFiles/*'); do
   others=$(nm -D --defined-only "$lib" | c++filt | cut -d' ' -f3- |
-           grep -v -E '(^|for |to )memcg::|^operator (new|delete)' || true)
+           grep -v -E '(^|for |to )memcg::|^operator (new|delete)|^memcg_' || true)
   [[ -z $others ]] || fail "$(basename "$lib") exports symbols outside memcg: $(head -3 <<<"$others")"
 done
+# The C API (memcg/c/memcg.h) is exported by libmemcg.so, with C names.
+nm -D --defined-only "$build/libmemcg.so" | grep -q ' T memcg_charge$' ||
+  fail "libmemcg.so does not export the C API (memcg_charge)"
 
 # ---- components, each alone ----
 for c in runtime development tools; do
@@ -50,6 +54,8 @@ files runtime | grep -q -v -E '\.so\.[0-9.]+$' && fail "runtime holds more than 
 files runtime | grep -q 'libmemcg\.so\.' || fail "runtime has no libmemcg.so.*"
 files development | grep -q 'include/memcg/memcg.hpp' || fail "development has no headers"
 files development | grep -q 'include/memcg/base/version.hpp' || fail "development has no version.hpp"
+files development | grep -q 'include/memcg/c/memcg.h' || fail "development has no C header"
+files development | grep -q 'pkgconfig/memcg-c.pc' || fail "development has no memcg-c.pc"
 files development | grep -q -E 'bin/|\.so\.[0-9]' && fail "development holds runtime files or tools"
 [[ $(files tools) == "./usr/bin/memcgctl" ]] || fail "tools holds $(files tools)"
 "$src/tests/install_consumer.sh" "$build" "$src"

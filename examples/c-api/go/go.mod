@@ -1,0 +1,3 @@
+module memcg.example/capi
+
+go 1.19

@@ -1,0 +1,317 @@
+/* memcg's C API: the library's groups, charges, reservations, OOM members and notifications
+ * behind opaque handles, for programs that cannot use the C++20 interface (Rust, Go, Python,
+ * a plugin loaded across compilers). C11; usable from C++ too.
+ *
+ * Conventions (docs/c-api.md has the details):
+ *  - Handles are opaque pointers made by a *_create / *_lookup function and freed by the matching
+ *    *_destroy / *_release. Destroying NULL does nothing.
+ *  - Set-up calls return an int: 0, or a positive errno value (EINVAL for a NULL handle or a bad
+ *    argument, ENOENT, EEXIST, EBUSY, ... as the C++ calls give them; ENOMEM when the library
+ *    could not allocate; EIO for an unexpected internal failure). On error nothing changed and
+ *    no handle was made. memcg_errno_name() names a code.
+ *  - The memory path returns a status (memcg_charge_status, memcg_reserve_status), as in C++:
+ *    a refusal there is an expected outcome, not an error.
+ *  - Sizes are bytes. Files are read and written by their cgroup-v2 names ("memory.max",
+ *    "memory.stat", ...) with the kernel's formats.
+ *  - No C++ exception crosses this interface.
+ *  - Callbacks are a function pointer plus a `void*` given back unchanged. They run with no lock
+ *    of the library held, may call into the library, and (kill and notification callbacks) may
+ *    destroy their own handle, which then must not be used again.
+ *  - Thread safety: like the C++ objects they wrap. Controllers, groups, members and listeners may
+ *    be used from any thread; a reservation from one thread at a time.
+ *
+ * Parts whose shape may still change are declared only when MEMCG_C_EXPERIMENTAL is defined
+ * before this header is included; their symbols are exported all the same. */
+#ifndef MEMCG_C_MEMCG_H_
+#define MEMCG_C_MEMCG_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- version ------------------------------------------------------------------------------ */
+
+/* The version of this header; memcg_version() is the library's, which may be a later compatible
+ * one when it is a shared library. 0.x releases may change the interface at each minor version. */
+#define MEMCG_C_VERSION_MAJOR 0
+#define MEMCG_C_VERSION_MINOR 1
+#define MEMCG_C_VERSION_PATCH 0
+#define MEMCG_C_VERSION_NUMBER \
+  (MEMCG_C_VERSION_MAJOR * 10000 + MEMCG_C_VERSION_MINOR * 100 + MEMCG_C_VERSION_PATCH)
+
+/* The library's version as MAJOR * 10000 + MINOR * 100 + PATCH, and as "MAJOR.MINOR.PATCH". */
+unsigned memcg_version(void);
+const char* memcg_version_string(void);
+
+/* True (1) when the library running can serve a program compiled with this header: the same
+ * major version, and for 0.x the same minor version too, and not older than the header. */
+#define MEMCG_C_VERSION_COMPATIBLE()                                                          \
+  (memcg_version() / 10000 == MEMCG_C_VERSION_MAJOR &&                                       \
+   (MEMCG_C_VERSION_MAJOR != 0 || memcg_version() / 100 % 100 == MEMCG_C_VERSION_MINOR) &&    \
+   memcg_version() >= MEMCG_C_VERSION_NUMBER)
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+/* "ok" for 0, "EINVAL" etc. for the codes the library returns, "unknown" otherwise. Never NULL;
+ * static storage. */
+const char* memcg_errno_name(int code);
+
+/* ---- handles ------------------------------------------------------------------------------ */
+
+typedef struct memcg_controller memcg_controller;   /* the tree of groups */
+typedef struct memcg_group memcg_group;             /* a reference to one group */
+typedef struct memcg_member memcg_member;           /* something the OOM killer may kill */
+typedef struct memcg_reservation memcg_reservation; /* bytes held for one query or job */
+typedef struct memcg_listener memcg_listener;       /* a notification registration */
+
+/* ---- controller --------------------------------------------------------------------------- */
+
+/* Controller options. Fill with memcg_options_init() first, then change what you need: a later
+ * version may add fields at the end, and `size` tells the library how many this program knows. */
+typedef struct memcg_options {
+  size_t size;               /* sizeof(memcg_options), set by memcg_options_init */
+  unsigned unit_shift;       /* charge unit 2^unit_shift bytes, 6..30 (default 12) */
+  int64_t batch;             /* per-CPU pre-charge batch in units, 1..127 (default 64) */
+  int nr_shards;             /* per-CPU shards, 0 = the machine's CPUs */
+  int recursive_protection;  /* the memory_recursiveprot mount option */
+  int local_events;          /* the memory_localevents mount option */
+} memcg_options;
+
+void memcg_options_init(memcg_options* options);
+
+/* Makes a controller; `options` may be NULL (the defaults). EINVAL for options out of range. */
+int memcg_controller_create(const memcg_options* options, memcg_controller** out);
+
+/* Destroys it. EBUSY (and nothing happens) while a handle made from it (group, member,
+ * reservation, listener) is still alive: destroy those first. 0 for NULL. */
+int memcg_controller_destroy(memcg_controller* controller);
+
+/* Creates the group at `path` ("a/b/c"; the parent must exist). `out` may be NULL; otherwise it
+ * receives a new reference to release with memcg_group_release. EINVAL for a malformed path,
+ * ENOENT without a parent, EEXIST when it exists. */
+int memcg_group_create(memcg_controller* controller, const char* path, memcg_group** out);
+
+/* A new reference to the online group at `path` ("/" or "" is the root). ENOENT if none. */
+int memcg_group_lookup(memcg_controller* controller, const char* path, memcg_group** out);
+
+/* Takes the group at `path` offline (its charges stay counted until uncharged). EINVAL for the
+ * root, ENOENT when absent, EBUSY while it has online children. */
+int memcg_group_remove(memcg_controller* controller, const char* path);
+
+/* Drops a reference from create or lookup. */
+void memcg_group_release(memcg_group* group);
+
+/* The group's path into `buf` (NUL-terminated), as memcg_group_read does for files. */
+int memcg_group_path(const memcg_group* group, char* buf, size_t size, size_t* length);
+
+/* ---- files: the cgroup-v2 interface by name ----------------------------------------------- */
+
+/* Reads file `name` of the group into `buf` and NUL-terminates it. `*length` (if `length` is not
+ * NULL) receives the text's length without the NUL, also when `buf` is too small: then the
+ * result is ERANGE and `buf` is untouched, so a caller may ask once with size 0 for the length.
+ * ENOENT for a file the group does not have; EACCES for a write-only file. */
+int memcg_group_read(memcg_group* group, const char* name, char* buf, size_t size,
+                     size_t* length);
+
+/* Writes `text` (`length` bytes; need not be NUL-terminated) to file `name`. The file's
+ * grammar and errors (EINVAL, ERANGE, EBUSY, EAGAIN, EACCES for a read-only file, ...); a
+ * rejected write changes nothing. `nonblocking` as O_NONBLOCK (memory.high/max only store). */
+int memcg_group_write(memcg_group* group, const char* name, const char* text, size_t length,
+                      int nonblocking);
+
+/* ---- charges ------------------------------------------------------------------------------ */
+
+/* Caller flags (the C++ ChargeFlags). */
+enum {
+  MEMCG_CHARGE_MAY_BLOCK = 1u << 0,      /* reclaim and sleep allowed (the default) */
+  MEMCG_CHARGE_NO_RETRY = 1u << 1,       /* fail after the first reclaim pass */
+  MEMCG_CHARGE_RETRY_MAY_FAIL = 1u << 2, /* never the OOM killer */
+  MEMCG_CHARGE_NO_FAIL = 1u << 3,        /* charge past max rather than fail */
+  MEMCG_CHARGE_HIGH_PRIO = 1u << 4,      /* like NO_FAIL on failure */
+  MEMCG_CHARGE_DEFAULT = MEMCG_CHARGE_MAY_BLOCK
+};
+
+typedef enum memcg_charge_status {
+  MEMCG_CHARGE_OK = 0,      /* charged within the limits */
+  MEMCG_CHARGE_FORCED = 1,  /* charged past max (NO_FAIL, HIGH_PRIO) */
+  MEMCG_CHARGE_NOMEM = 2,   /* not charged: the limit held */
+  MEMCG_CHARGE_INVALID = 3  /* not charged: NULL group, unknown flag bits, or a size too large */
+} memcg_charge_status;
+
+/* "ok", "forced", "nomem", "invalid"; "unknown" for other values. */
+const char* memcg_charge_status_name(int status);
+
+/* Charges `bytes` (rounded up to whole units) to the group. The hot path: no lock, no
+ * allocation, a few nanoseconds when this CPU's stock covers it. */
+memcg_charge_status memcg_charge(memcg_group* group, uint64_t bytes, unsigned flags);
+
+/* Uncharges `bytes` charged to this group by memcg_charge (the same rounding). */
+void memcg_uncharge(memcg_group* group, uint64_t bytes);
+
+/* ---- members: what the OOM killer may kill ------------------------------------------------ */
+
+/* Why a member's callback runs. */
+typedef enum memcg_cancel_reason {
+  MEMCG_CANCEL_OOM_KILL = 0, /* the OOM killer chose it: release its memory */
+  MEMCG_CANCEL_PREEMPT = 1,  /* a waiting charge of a higher class asks it to give memory back */
+  MEMCG_CANCEL_OTHER = 2     /* a reason this header does not know yet */
+} memcg_cancel_reason;
+
+/* Called on the thread that ran the OOM killer (or the waiting charge), no library lock held.
+ * It may destroy `member`; after that it must not use it. */
+typedef void (*memcg_kill_fn)(memcg_member* member, memcg_cancel_reason reason, void* user);
+
+/* Joins `group` (online). `on_kill` may be NULL (a kill then only marks the member).
+ * `score_adj` is the oom_score_adj analogue, -1000 (immune) .. 1000. ENOENT for a removed
+ * group, EINVAL for NULL arguments or a score out of range. */
+int memcg_member_create(memcg_group* group, const char* name, int score_adj,
+                        memcg_kill_fn on_kill, void* user, memcg_member** out);
+
+/* Uncharges what it still holds and leaves its group. */
+void memcg_member_destroy(memcg_member* member);
+
+/* Charges `bytes` for this member (counted in its badness). */
+memcg_charge_status memcg_member_charge(memcg_member* member, uint64_t bytes, unsigned flags);
+
+/* Uncharges up to what it holds; returns the bytes uncharged. */
+uint64_t memcg_member_uncharge(memcg_member* member, uint64_t bytes);
+
+/* 1 once the OOM killer killed it, 0 otherwise (and for NULL). */
+int memcg_member_killed(const memcg_member* member);
+
+/* Bytes it holds now (whole units). */
+uint64_t memcg_member_charged(const memcg_member* member);
+
+/* ---- reservations ------------------------------------------------------------------------- */
+
+/* What happened to a request: the C++ ReserveStatus, same values, and REFUSED for one that this
+ * header does not know. */
+typedef enum memcg_reserve_status {
+  MEMCG_RESERVE_OK = 0,           /* held */
+  MEMCG_RESERVE_FORCED = 1,       /* held, past memory.max */
+  MEMCG_RESERVE_NOMEM = 2,        /* memory.max held after reclaim and the OOM killer */
+  MEMCG_RESERVE_NOMEM_COSTLY = 3, /* memory.max held; large request, OOM killer not asked */
+  MEMCG_RESERVE_TIMED_OUT = 4,    /* a waiting request's deadline passed */
+  MEMCG_RESERVE_CANCELLED = 5,    /* memcg_reservation_cancel was called */
+  MEMCG_RESERVE_KILLED = 6,       /* its member was OOM-killed */
+  MEMCG_RESERVE_REMOVED = 7,      /* the group was removed while waiting */
+  MEMCG_RESERVE_INVALID = 8,      /* NULL handle, a size no counter holds, a bad option */
+  MEMCG_RESERVE_NEVER_FITS = 9,   /* refused at once: more than the smallest memory.max on the
+                                     group's path, so neither waiting nor a kill could help */
+  MEMCG_RESERVE_REFUSED = 100     /* refused for a reason a newer library has and this header
+                                     does not name: nothing was charged */
+} memcg_reserve_status;
+
+/* "ok", "forced", "nomem", "nomem-costly", "timed-out", "cancelled", "killed", "removed",
+ * "invalid", "never-fits", "refused"; "unknown" for other values. */
+const char* memcg_reserve_status_name(int status);
+
+/* OOM policy for requests that do not fit (the C++ OomPolicy). */
+enum {
+  MEMCG_OOM_KERNEL = 0, /* one charge; over 32 KiB never OOM-kills */
+  MEMCG_OOM_PIECES = 1, /* charged in 32 KiB pieces: every request is OOM-eligible */
+  MEMCG_OOM_NEVER = 2   /* reclaim and retries only */
+};
+
+/* Waiting class (the C++ WaitPriority). */
+enum {
+  MEMCG_PRIORITY_DEFAULT = -1, /* the group's memory.wait.priority */
+  MEMCG_PRIORITY_LOW = 0,
+  MEMCG_PRIORITY_NORMAL = 1,
+  MEMCG_PRIORITY_HIGH = 2
+};
+
+/* A reservation bound to `group` or to `member` (exactly one of them non-NULL), holding
+ * nothing yet. EINVAL for a bad policy or priority, or both/neither owner. */
+int memcg_reservation_create(memcg_group* group, memcg_member* member, int oom_policy,
+                             int priority, memcg_reservation** out);
+
+/* Gives back what it holds and frees it. */
+void memcg_reservation_destroy(memcg_reservation* reservation);
+
+/* Makes it hold `total` bytes (grows or shrinks). On any status but OK/FORCED nothing changed. */
+memcg_reserve_status memcg_reserve(memcg_reservation* reservation, uint64_t total);
+/* The same, waiting up to `timeout_ns` when the limit holds (never OOM-kills). */
+memcg_reserve_status memcg_reserve_for(memcg_reservation* reservation, uint64_t total,
+                                       uint64_t timeout_ns);
+/* The same with a deadline on the controller's clock (memcg_controller_now_ns). */
+memcg_reserve_status memcg_reserve_until(memcg_reservation* reservation, uint64_t total,
+                                         uint64_t deadline_ns);
+/* Adds `bytes` to what it holds, at once or waiting up to `timeout_ns`. */
+memcg_reserve_status memcg_reservation_grow(memcg_reservation* reservation, uint64_t bytes);
+memcg_reserve_status memcg_reservation_grow_for(memcg_reservation* reservation, uint64_t bytes,
+                                                uint64_t timeout_ns);
+/* Gives back `bytes` (at most what it holds), or everything; it may grow again. */
+void memcg_reservation_shrink(memcg_reservation* reservation, uint64_t bytes);
+void memcg_reservation_release(memcg_reservation* reservation);
+/* What the owner asked for, in bytes (0 for NULL). */
+uint64_t memcg_reservation_bytes(const memcg_reservation* reservation);
+/* Makes every later request, and one waiting now (from another thread), return CANCELLED.
+ * What it holds stays held. Thread-safe, unlike the other reservation calls. */
+void memcg_reservation_cancel(memcg_reservation* reservation);
+
+/* The controller's clock, in nanoseconds (for memcg_reserve_until). 0 for NULL. */
+uint64_t memcg_controller_now_ns(const memcg_controller* controller);
+
+/* ---- listeners: notifications ------------------------------------------------------------- */
+
+/* A notification. `value`: for memory.events listeners 0 (memory.events) or 1
+ * (memory.events.local); for vmpressure listeners the level (0 low, 1 medium, 2 critical).
+ * `removed` is 1 for the final notification sent when the group is removed. The callback runs
+ * with no library lock held and may destroy its own listener. */
+typedef void (*memcg_notify_fn)(memcg_listener* listener, int value, int removed, void* user);
+
+/* Notifications of changes to memory.events (`local` = 0) or memory.events.local (1) of a
+ * non-root group, at most one per 10 ms. ENOENT for the root or a removed group. */
+int memcg_listener_create_events(memcg_group* group, int local, memcg_notify_fn fn, void* user,
+                                 memcg_listener** out);
+
+/* vmpressure notifications, `args` as memory.pressure_level's registration ("low",
+ * "medium,hierarchy", "critical,local"). EINVAL for bad args. */
+int memcg_listener_create_vmpressure(memcg_group* group, const char* args, memcg_notify_fn fn,
+                                     void* user, memcg_listener** out);
+
+/* Unregisters and frees: when it returns, the callback does not run again (inside a callback
+ * of the library it does not wait for a call running on another thread). */
+void memcg_listener_destroy(memcg_listener* listener);
+
+/* Notifications delivered so far (the final removal notice not counted). */
+uint64_t memcg_listener_delivered(const memcg_listener* listener);
+
+/* 1 once the group was removed. */
+int memcg_listener_removed(const memcg_listener* listener);
+
+#ifdef MEMCG_C_EXPERIMENTAL
+/* ---- experimental: the shape of these may change in a minor version ----------------------- */
+
+/* A PSI trigger: `spec` as a memory.pressure write ("some 150000 1000000"); `value` of the
+ * callback is 0. EINVAL for a bad spec. */
+int memcg_listener_create_psi(memcg_group* group, const char* spec, memcg_notify_fn fn,
+                              void* user, memcg_listener** out);
+
+/* A reclaimer: memory the application can give back when its group is reclaimed (a cache).
+ * `reclaimable` returns the bytes it could free; `reclaim` scans up to `bytes` at `priority`
+ * (12 gentle .. 0 desperate), frees what it can, uncharging it itself (memcg_uncharge), and
+ * returns the bytes freed. Called with no library lock held. */
+typedef struct memcg_reclaimer memcg_reclaimer;
+typedef uint64_t (*memcg_reclaimable_fn)(void* user);
+typedef uint64_t (*memcg_reclaim_fn)(uint64_t bytes, int priority, void* user);
+int memcg_reclaimer_register(memcg_group* group, memcg_reclaimable_fn reclaimable,
+                             memcg_reclaim_fn reclaim, void* user, memcg_reclaimer** out);
+/* Uncharges `bytes` straight from the counters, so that usage drops at once: what a reclaim
+ * callback frees (memcg_uncharge would keep it in this CPU's stock, where reclaim does not see
+ * it as freed). */
+void memcg_uncharge_direct(memcg_group* group, uint64_t bytes);
+/* Unregisters (waits for a call in flight, except from inside reclaim) and frees.
+ * REQUIRES: not called from the reclaimer's own `reclaim` callback (it is the object running). */
+void memcg_reclaimer_destroy(memcg_reclaimer* reclaimer);
+#endif /* MEMCG_C_EXPERIMENTAL */
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MEMCG_C_MEMCG_H_ */

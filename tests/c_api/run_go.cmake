@@ -1,0 +1,22 @@
+# Builds examples/c-api/go with cgo against LIB_FILE and runs it (tests/c_api/CMakeLists.txt).
+# Offline: the example has no module dependency.
+get_filename_component(lib_dir ${LIB_FILE} DIRECTORY)
+get_filename_component(lib_name ${LIB_FILE} NAME_WE)
+string(REGEX REPLACE "^lib" "" lib_name ${lib_name})
+set(ENV{CGO_ENABLED} 1)
+set(ENV{CGO_CFLAGS} "-I${INCLUDE_DIR}")
+set(ENV{CGO_LDFLAGS} "-L${lib_dir} -l${lib_name}")
+set(ENV{GOFLAGS} "-mod=mod")
+set(ENV{GOPROXY} "off")
+set(ENV{GOCACHE} "${BUILD_DIR}/cache")
+set(ENV{GOPATH} "${BUILD_DIR}/path")
+execute_process(COMMAND ${GO} build -o ${BUILD_DIR}/memcg-c-example .
+                WORKING_DIRECTORY ${SOURCE_DIR} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "go build failed: ${rc}")
+endif()
+set(ENV{LD_LIBRARY_PATH} ${lib_dir})
+execute_process(COMMAND ${BUILD_DIR}/memcg-c-example RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the Go example failed: ${rc}")
+endif()

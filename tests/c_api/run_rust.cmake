@@ -1,0 +1,17 @@
+# Builds examples/c-api/rust offline against LIB_FILE and runs it (tests/c_api/CMakeLists.txt).
+get_filename_component(lib_dir ${LIB_FILE} DIRECTORY)
+get_filename_component(lib_name ${LIB_FILE} NAME_WE)
+string(REGEX REPLACE "^lib" "" lib_name ${lib_name})
+set(ENV{MEMCG_LIB_DIR} ${lib_dir})
+set(ENV{MEMCG_LIB_NAME} ${lib_name})
+set(ENV{CARGO_TARGET_DIR} ${TARGET_DIR})
+execute_process(COMMAND ${CARGO} build --offline --quiet --manifest-path ${SOURCE_DIR}/Cargo.toml
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cargo build failed: ${rc}")
+endif()
+set(ENV{LD_LIBRARY_PATH} ${lib_dir})
+execute_process(COMMAND ${TARGET_DIR}/debug/memcg-c-example RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the Rust example failed: ${rc}")
+endif()
