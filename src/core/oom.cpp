@@ -20,6 +20,7 @@
 #include "memcg/base/clock.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/oom_log.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {
@@ -335,6 +336,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       report.oom_group.clear();
       if (candidates.empty()) {
         state.last = report;
+        oom_log(ctl).append(domain, report);
         if (report_out) *report_out = report;
         return false;
       }
@@ -411,6 +413,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
     }
     if (killed > 0 || deferred > 0) {
       state.last = report;
+      oom_log(ctl).append(domain, report);
       if (report_out) *report_out = report;
       return true;
     }
