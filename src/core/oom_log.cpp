@@ -21,9 +21,18 @@ void cap_list(std::vector<T>& v) {
   if (v.size() > OomLog::kMaxListed) v.resize(OomLog::kMaxListed);
 }
 
-// The largest members and groups of `domain`'s subtree now. Runs under the OOM lock (members
-// cannot be destroyed meanwhile: ~Member takes it).
-void largest(Group& domain, OomLogEntry& e) {
+// Whether `path` is `group` or below it ("/" is above everything).
+bool within(const std::string& path, const std::string& group) {
+  if (group == "/") return true;
+  return path.size() >= group.size() && path.compare(0, group.size(), group) == 0 &&
+         (path.size() == group.size() || path[group.size()] == '/');
+}
+
+// The largest members and groups of `domain`'s subtree at the decision. Runs under the OOM lock
+// (members cannot be destroyed meanwhile: ~Member takes it), after the kills: a killed member
+// listed among the report's candidates counts with what it held when chosen (`decided`), and its
+// groups with that much more than they hold now.
+void largest(Group& domain, OomLogEntry& e, const std::vector<OomCandidate>& decided) {
   Controller& ctl = domain.controller();
   const unsigned shift = ctl.unit_shift();
   auto bytes = [shift](int64_t units) {
@@ -31,31 +40,45 @@ void largest(Group& domain, OomLogEntry& e) {
   };
   const std::vector<Member*> members = internal::members_below(domain);
   std::vector<OomConsumer> ms;
+  std::vector<std::pair<std::string, uint64_t>> released;  // group path, bytes since released
   ms.reserve(members.size());
-  for (const Member* m : members)
-    ms.push_back({false, m->name(), m->group().path(), bytes(m->charged()), bytes(m->admitted())});
+  for (const Member* m : members) {
+    int64_t units = m->charged();
+    const std::string group = m->group().path();
+    if (m->killed())
+      for (const OomCandidate& c : decided)
+        if (c.member == m->name() && c.group == group && c.charged > units) {
+          released.emplace_back(group, bytes(c.charged) - bytes(units));
+          units = c.charged;
+          break;
+        }
+    ms.push_back({false, m->name(), group, bytes(units), bytes(m->admitted())});
+  }
   auto by_size = [](const OomConsumer& a, const OomConsumer& b) { return a.bytes > b.bytes; };
   const size_t nm = std::min(ms.size(), OomLog::kTopConsumers);
   std::partial_sort(ms.begin(), ms.begin() + static_cast<ptrdiff_t>(nm), ms.end(), by_size);
   ms.resize(nm);
+
+  // Groups: memory.current (plus what killed members released since), and the admitted sizes
+  // of the members in their subtree.
+  std::vector<OomConsumer> gs;
+  ctl.walk(domain, [&](Group& g) { gs.push_back({true, g.path(), g.path(), g.current(), 0}); },
+           /*include_dying=*/false);
+  for (OomConsumer& g : gs) {
+    for (const auto& [path, b] : released)
+      if (within(path, g.name)) g.bytes += b;
+    for (const Member* m : members)
+      if (within(m->group().path(), g.name)) g.admitted_bytes += bytes(m->admitted());
+  }
+  const size_t ng = std::min(gs.size(), OomLog::kTopConsumers);
+  std::partial_sort(gs.begin(), gs.begin() + static_cast<ptrdiff_t>(ng), gs.end(), by_size);
+  gs.resize(ng);
   for (OomConsumer& c : ms) {
     c.name = capped(c.name);
     c.group = capped(c.group);
   }
-  e.members = std::move(ms);
-
-  // Groups: memory.current, and the admitted sizes of the members in each group itself.
-  std::vector<OomConsumer> gs;
-  ctl.walk(domain, [&](Group& g) {
-    gs.push_back({true, g.path(), g.path(), g.current(), 0});
-  }, /*include_dying=*/false);
-  for (const Member* m : members)
-    for (OomConsumer& g : gs)
-      if (g.name == m->group().path()) g.admitted_bytes += bytes(m->admitted());
-  const size_t ng = std::min(gs.size(), OomLog::kTopConsumers);
-  std::partial_sort(gs.begin(), gs.begin() + static_cast<ptrdiff_t>(ng), gs.end(), by_size);
-  gs.resize(ng);
   for (OomConsumer& c : gs) c.name = c.group = capped(c.name);
+  e.members = std::move(ms);
   e.groups = std::move(gs);
 }
 
@@ -112,7 +135,7 @@ void OomLog::append(Group& domain, const OomReport& r) noexcept {
     for (auto& c : e.oom.top) c.member = capped(c.member), c.group = capped(c.group);
     for (auto& k : e.oom.killed) k = capped(k);
     for (auto& f : e.oom.failed) f.member = capped(f.member), f.error = capped(f.error);
-    largest(domain, e);
+    largest(domain, e, r.top);
     push(std::move(e));
   } catch (...) {
   }
@@ -136,7 +159,7 @@ void OomLog::append(Group& domain, const PreemptReport& r) noexcept {
     cap_list(e.preempt.failed);
     for (auto& a : e.preempt.asked) a.member = capped(a.member), a.group = capped(a.group);
     for (auto& f : e.preempt.failed) f.member = capped(f.member), f.error = capped(f.error);
-    largest(domain, e);
+    largest(domain, e, {});
     push(std::move(e));
   } catch (...) {
   }

@@ -4,8 +4,9 @@
 //
 // Each entry is a copy of the report with a sequence number (1, 2, ... per controller, never
 // reused, so a reader can tell what it missed), the time on the controller's clock, and the five
-// largest consumers of the OOM domain at that moment: members (charged and admitted sizes) and
-// groups (memory.current and the admitted sizes of their members), largest first.
+// largest consumers of the OOM domain at the decision: members (charged and admitted sizes) and
+// groups (memory.current and the admitted sizes of the members in their subtree), largest first.
+// A member killed in that decision counts with what it held when chosen, and its groups with it.
 //
 // Bounds: at most capacity() entries (default 32, 1..1024), oldest dropped first; each entry's
 // strings and lists are capped (kMaxName bytes a name, the report's own lists at most
