@@ -13,6 +13,7 @@ packages=(
   librocksdb-dev
   libcpp-httplib-dev libmicrohttpd-dev prometheus prometheus-cpp-dev
   clang-19 libclang-rt-19-dev
+  chromium
 )
 
 missing=()

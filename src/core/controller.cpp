@@ -11,6 +11,7 @@
 #include "memcg/core/notify.hpp"
 #include "memcg/core/obj_stock.hpp"
 #include "memcg/core/oom.hpp"
+#include "memcg/core/oom_log.hpp"
 #include "memcg/core/reclaim.hpp"
 #include "memcg/core/internal/file_node.hpp"
 #include "memcg/percpu/internal/stock.hpp"
@@ -50,6 +51,7 @@ Controller::Controller(Options options)
                                           ObjStock::Mode::kAuto,
                                           static_cast<int>(registry_.size()));
   oom_ = std::make_unique<internal::OomState>();
+  oom_log_ = std::make_unique<OomLog>();
   serial_ = internal::register_controller();
 }
 
@@ -91,6 +93,7 @@ Controller::~Controller() {
   }
   rstat_.reset();  // while `teardown` holds: buffers it grew may be charged to the groups
   oom_.reset();
+  oom_log_.reset();
 }
 
 bool Controller::valid_name(std::string_view name) noexcept {

@@ -20,6 +20,7 @@
 #include "memcg/base/clock.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/oom_log.hpp"
 #include "charge_wait_internal.hpp"
 #include "oom_batch.hpp"
 
@@ -76,8 +77,10 @@ bool excess_first(const Candidate& a, const Candidate& b) {
 }
 
 // Publishes a finished OOM's report. REQUIRES: the OOM lock.
-void publish(internal::OomState& state, const OomReport& report, OomReport* out) {
+void publish(internal::OomState& state, Group& domain, const OomReport& report,
+             OomReport* out) {
   state.last = report;
+  oom_log(domain.controller()).append(domain, report);  // the ring served as /v1/oom
   if (out) *out = report;
 }
 
@@ -382,7 +385,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
     {
       internal::LockGuard oom(state.mu);
       ++state.serial;
-      publish(state, report, report_out);
+      publish(state, domain, report, report_out);
     }
     domain.raise(Event::kOomHandled);
     return true;
@@ -475,7 +478,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       report.oom_group.clear();
       if (candidates.empty()) {
         report.decider = OomDecider::kNone;
-        publish(state, report, report_out);
+        publish(state, domain, report, report_out);
         return false;
       }
 
@@ -508,7 +511,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
           report.victim = name;
           report.decider = OomDecider::kSpill;
           report.reason = CancelReason::kSpill;
-          publish(state, report, report_out);
+          publish(state, domain, report, report_out);
         }
         // What the request held (callback, group references) is let go without the lock.
         lock.unlock();
@@ -595,7 +598,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
                        : report.order == OomOrder::kExcess ? OomDecider::kExcessOrder
                                                           : OomDecider::kKernelOrder;
       report.reason = CancelReason::kOomKill;
-      publish(state, report, report_out);
+      publish(state, domain, report, report_out);
       return true;
     }
     // Every kill failed: choose again among the others. What this round held is let go without

@@ -16,6 +16,7 @@
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/oom.hpp"
 #include "charge_wait_internal.hpp"
+#include "memcg/core/oom_log.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {
@@ -154,6 +155,7 @@ struct Preemption {
       if (kill) e.group->raise(Event::kOomKill);
       lock.lock();
     }
+    oom_log(ctl).append(domain, report);
     state.last_preempt = std::move(report);
     // What the batch holds (callbacks, group references) is let go after the lock.
     std::vector<KillEntry> spent = std::move(batch.entries);

@@ -116,6 +116,8 @@ struct VmpressureState {
   // Clock time (ns) until which the group is under socket pressure; 0 = never. Relaxed: a reader
   // that sees an old value is off by at most one window, which the next window corrects.
   std::atomic<uint64_t> socket_deadline_ns{0};
+  // Per-group windows completed, by level (low, medium, critical): monitoring only, relaxed.
+  std::atomic<uint64_t> levels[3] = {};
 
   // Listeners registered on this group, in registration order. Copy-on-write: delivery reads a
   // snapshot, so registration and removal never wait for a delivery. Guarded by listeners_mutex.

@@ -162,7 +162,9 @@ void vmpressure_group(Group& group, ReclaimReason reason, int64_t scanned,
     internal::LockGuard lock(s.group_mutex);
     if (!s.own.add(scanned, reclaimed, window, &s_win, &r_win)) return;
   }
-  if (vmpressure_level(s_win, r_win) > PressureLevel::kLow) {
+  const PressureLevel level = vmpressure_level(s_win, r_win);
+  s.levels[static_cast<int>(level)].fetch_add(1, std::memory_order_relaxed);
+  if (level > PressureLevel::kLow) {
     const uint64_t until = group.controller().clock().now_ns() + kSocketPressureHoldNs;
     s.socket_deadline_ns.store(until, std::memory_order_relaxed);
   }
@@ -178,6 +180,11 @@ void vmpressure_prio(Group& root, ReclaimReason reason, int priority) noexcept {
   if (priority > kVmpressureCriticalPriority) return;
   // A whole window with nothing freed: critical, whatever came before in this window.
   vmpressure_tree(root, reason, vmpressure_window(root), 0);
+}
+
+void vmpressure_level_counts(const Group& group, uint64_t out[3]) noexcept {
+  const internal::VmpressureState& s = state_of(group);
+  for (int i = 0; i < 3; ++i) out[i] = s.levels[i].load(std::memory_order_relaxed);
 }
 
 bool under_socket_pressure(const Group& group) noexcept {

@@ -12,6 +12,9 @@
 #include "memcg/base/events.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
+#include "memcg/core/oom_log.hpp"
+#include "memcg/core/psi.hpp"
+#include "memcg/core/vmpressure.hpp"
 
 namespace memcg {
 
@@ -58,6 +61,15 @@ struct Snapshot {
   uint64_t events[kNumEvents], events_local[kNumEvents];
   uint64_t waiters, queued_bytes;  // memory.wait (non-root groups)
   uint64_t wait_buckets[WaitStats::kBuckets], wait_ns_sum;  // how long charges waited there
+  uint64_t psi_total_ns[2];   // memory.pressure some/full totals
+  uint64_t psi_avg[2][3];     // [some/full][10/60/300 s], percent x kPsiOnePercent
+  uint64_t vmp_levels[3];     // vmpressure windows of its own reclaim: low, medium, critical
+};
+
+// Controller-wide counts, written once with the root's label.
+struct ControllerCounts {
+  OomLogTotals oom;
+  uint64_t forced = 0, failed = 0;
 };
 
 // The families, in the order of the document.
@@ -73,6 +85,17 @@ enum Family : int {
   kWaitSeconds,
   kEvents,
   kEventsLocal,
+  kPsiSeconds,
+  kPsiAvg,
+  kVmpressure,
+  kOomReports,
+  kOomKilled,
+  kOomGroupKills,
+  kOomKillFailures,
+  kPreemptions,
+  kPreemptAsked,
+  kChargesForced,
+  kChargesFailed,
   kStatBytes,
   kStatEvents,
   kNumFamilies
@@ -106,6 +129,29 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
      "Events of the group and its descendants (memory.events)."},
     {"memcg_memory_events_local_total", "counter",
      "Events of the group itself (memory.events.local)."},
+    {"memcg_memory_pressure_stall_seconds_total", "counter",
+     "Time some or all of the group's charging threads stalled on memory (memory.pressure total)."},
+    {"memcg_memory_pressure_ratio", "gauge",
+     "Share of time stalled on memory over the last 10, 60 and 300 seconds (memory.pressure "
+     "avg10/avg60/avg300, as a ratio 0..1)."},
+    {"memcg_memory_vmpressure_windows_total", "counter",
+     "Windows of the group's own reclaim completed, by vmpressure level (low, medium, critical)."},
+    {"memcg_oom_reports_total", "counter",
+     "OOM killer decisions reported in the controller, by outcome (kill, no_victim)."},
+    {"memcg_oom_killed_members_total", "counter",
+     "Members killed by the OOM killer in the controller."},
+    {"memcg_oom_group_kills_total", "counter",
+     "OOM kills that killed a whole group (memory.oom.group) in the controller."},
+    {"memcg_oom_kill_failures_total", "counter",
+     "OOM kills whose kill callback threw (the member was not killed) in the controller."},
+    {"memcg_preemptions_total", "counter",
+     "Cooperative preemptions in the controller (a waiting charge asked lower classes to give "
+     "memory back)."},
+    {"memcg_preempt_requests_total", "counter",
+     "Members asked to give memory back by cooperative preemptions in the controller."},
+    {"memcg_charges_forced_total", "counter",
+     "Charges forced past memory.max in the controller (no-fail charges, reclaim recursion)."},
+    {"memcg_charges_failed_total", "counter", "Charges that failed (kNoMem) in the controller."},
     {"memcg_memory_stat_bytes", "gauge",
      "Memory of each kind in the group and its descendants (memory.stat), in bytes."},
     {"memcg_memory_stat_events_total", "counter",
@@ -202,6 +248,18 @@ void put_seconds(Sink& out, uint64_t ns) {
   out.put(std::string_view(frac, sizeof frac));
 }
 
+// A ratio 0..1 from a PSI average (percent x kPsiOnePercent), with six decimals.
+template <typename Sink>
+void put_psi_ratio(Sink& out, uint64_t raw) {
+  const uint64_t micro = raw * 10'000 / kPsiOnePercent;  // millionths of 1
+  out.u64(micro / 1'000'000);
+  char frac[7];
+  uint64_t f = micro % 1'000'000;
+  for (int i = 6; i >= 1; --i, f /= 10) frac[i] = static_cast<char>('0' + f % 10);
+  frac[0] = '.';
+  out.put(std::string_view(frac, sizeof frac));
+}
+
 }  // namespace
 
 // The values read at construction, the text fixed for the whole document (each sample's line
@@ -220,6 +278,11 @@ struct PrometheusExposition::State {
   std::string bucket_prefix, bucket_suffix[WaitStats::kBuckets];  // _bucket{group=" / ",le="..."}
   std::string sum_prefix, count_prefix;
   std::vector<std::string> item_suffix;  // per statistic: ",item="name"}<space>
+  std::string state_suffix[2];                   // ",state="some"}<space>
+  std::string avg_suffix[2][3];                  // ",state="some",window="10s"}<space>
+  std::string level_suffix[3];                   // ",level="low"}<space>
+  std::string outcome_suffix[2];                 // ",outcome="kill"}<space>
+  ControllerCounts counts;
 
   int family = 0;           // the family the next piece starts in
   bool header_written = false;  // its # HELP and # TYPE lines
@@ -260,6 +323,18 @@ void PrometheusExposition::State::prepare_text() {
     }
     bucket_suffix[i] = keyed("le", bound);
   }
+  const char* states[2] = {"some", "full"};
+  const char* windows[3] = {"10s", "60s", "300s"};
+  for (int i = 0; i < 2; ++i) {
+    state_suffix[i] = keyed("state", states[i]);
+    for (int w = 0; w < 3; ++w)
+      avg_suffix[i][w] = std::string("\",state=\"") + states[i] + "\",window=\"" + windows[w] + "\"} ";
+  }
+  level_suffix[0] = keyed("level", "low");
+  level_suffix[1] = keyed("level", "medium");
+  level_suffix[2] = keyed("level", "critical");
+  outcome_suffix[0] = keyed("outcome", "kill");
+  outcome_suffix[1] = keyed("outcome", "no_victim");
   item_suffix.resize(stride);
   for (int i = 0; i < nr_items; ++i) item_suffix[i] = keyed("item", reg->item(i).name);
   item_suffix[nr_items] = keyed("item", "pgscan");
@@ -285,9 +360,49 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
     out.u64(v);
     out.put('\n');
   };
-  if (s.root && f != kCurrent && f != kPeak && f != kStatBytes && f != kStatEvents)
-    return;  // knobs, waits and events exist only for non-root groups, like their files
+  const bool controller_wide = f >= kOomReports && f <= kChargesFailed;
+  if (controller_wide && !s.root) return;  // once, with the root's label
+  if (s.root && !controller_wide && f != kCurrent && f != kPeak && f != kStatBytes &&
+      f != kStatEvents && f != kPsiSeconds && f != kPsiAvg)
+    return;  // knobs, waits, events and vmpressure exist only for non-root groups
   switch (f) {
+    case kPsiSeconds:
+      for (int i = 0; i < 2; ++i) {
+        start(prefix[f], state_suffix[i]);
+        put_seconds(out, s.psi_total_ns[i]);
+        out.put('\n');
+      }
+      return;
+    case kPsiAvg:
+      for (int i = 0; i < 2; ++i)
+        for (int w = 0; w < 3; ++w) {
+          start(prefix[f], avg_suffix[i][w]);
+          put_psi_ratio(out, s.psi_avg[i][w]);
+          out.put('\n');
+        }
+      return;
+    case kVmpressure:
+      for (int i = 0; i < 3; ++i) {
+        start(prefix[f], level_suffix[i]);
+        out.u64(s.vmp_levels[i]);
+        out.put('\n');
+      }
+      return;
+    case kOomReports:
+      start(prefix[f], outcome_suffix[0]);
+      out.u64(counts.oom.reports - counts.oom.no_victim);
+      out.put('\n');
+      start(prefix[f], outcome_suffix[1]);
+      out.u64(counts.oom.no_victim);
+      out.put('\n');
+      return;
+    case kOomKilled: return count(counts.oom.kills);
+    case kOomGroupKills: return count(counts.oom.group_kills);
+    case kOomKillFailures: return count(counts.oom.kill_failures);
+    case kPreemptions: return count(counts.oom.preemptions);
+    case kPreemptAsked: return count(counts.oom.preempt_asked);
+    case kChargesForced: return count(counts.forced);
+    case kChargesFailed: return count(counts.failed);
     case kCurrent: return knob(s.current);
     case kPeak: return knob(s.peak);
     case kMin: return knob(s.min);
@@ -355,6 +470,8 @@ PrometheusExposition::PrometheusExposition(Controller& ctl) {
   const size_t expected = ctl.nr_groups() + 16;
   st.groups.reserve(expected);
   st.stats.reserve(expected * st.stride);
+  std::vector<GroupRef> refs;  // for the PSI averages, read after the walk
+  refs.reserve(expected);
   ctl.walk(
       ctl.root(),
       [&](Group& g) {
@@ -377,6 +494,10 @@ PrometheusExposition::PrometheusExposition(Controller& ctl) {
         s.queued_bytes = w.queued_bytes;
         std::copy(std::begin(w.wait_buckets), std::end(w.wait_buckets), s.wait_buckets);
         s.wait_ns_sum = w.wait_ns_sum;
+        psi_stall_totals(g, s.psi_total_ns);
+        std::fill(&s.psi_avg[0][0], &s.psi_avg[0][0] + 6, uint64_t{0});
+        vmpressure_level_counts(g, s.vmp_levels);
+        refs.push_back(GroupRef(&g));
         const size_t at = st.stats.size();
         st.stats.resize(at + st.stride);
         int64_t* v = &st.stats[at];
@@ -387,6 +508,18 @@ PrometheusExposition::PrometheusExposition(Controller& ctl) {
         st.groups.push_back(std::move(s));
       },
       /*include_dying=*/false);
+  // The averages after the walk, outside the tree lock: bringing them up to now may fire
+  // memory.pressure triggers (delivered as a memory.pressure read delivers them).
+  for (size_t i = 0; i < refs.size() && i < st.groups.size(); ++i) {
+    const PsiStats p = psi_stats(*refs[i]);
+    for (int k = 0; k < 2; ++k)
+      for (int w = 0; w < 3; ++w) st.groups[i].psi_avg[k][w] = p.avg[k][w];
+  }
+  refs.clear();
+  st.counts.oom = ctl.oom_log().totals();
+  const ChargeStats cs = charge_stats(ctl);
+  st.counts.forced = cs.forced;
+  st.counts.failed = cs.failed;
   st.prepare_text();
 }
 

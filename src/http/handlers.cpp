@@ -14,6 +14,8 @@
 #include "memcg/files/files.hpp"
 #include "memcg/files/prometheus.hpp"
 #include "memcg/http/json.hpp"
+#include "memcg/http/oom_json.hpp"
+#include "page.hpp"
 #include "server_impl.hpp"
 #include "target.hpp"
 
@@ -372,6 +374,19 @@ MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
   if (r.path == "/metrics") return metrics(s, c);
   if (r.path == "/v1/groups")
     return document(s, c, "application/json", [&] { return render_groups_json(s.ctl); });
+  if (r.path == "/v1/oom")
+    return document(s, c, "application/json", [&] { return render_oom_json(s.ctl); });
+  if (r.path == "/v1/oom.txt")
+    return document(s, c, kTextType, [&] { return render_oom_text(s.ctl); });
+  if (r.path == "/")
+    return document(s, c, "text/html; charset=utf-8", [&] {
+      // A page asked for soon after start shows a point more than the sampler's.
+      s.history.sample_if_older(
+          s.ctl, static_cast<uint64_t>(s.options.history_interval.count()) * 250'000);
+      return render_page(s.ctl, s.history, page_of_target(r.raw_target),
+                         static_cast<uint64_t>(s.options.history_interval.count()),
+                         2 * s.options.history_groups * s.options.history_samples * 64);
+    });
   if (is_file_target(r.path)) return get_file(s, c, r);
   return reply(c, 404, "not found");
 }

@@ -63,6 +63,14 @@ void check_options(const ServerOptions& o) {
     fail("memcg::http::ServerOptions read_timeout and write_timeout are not in 1 ms..300 s");
   if (o.keep_alive_timeout.count() < 1 || o.keep_alive_timeout.count() > 300)
     fail("memcg::http::ServerOptions::keep_alive_timeout is not in 1..300 s");
+  if (o.history_interval.count() < 100 || o.history_interval.count() > 60'000)
+    fail("memcg::http::ServerOptions::history_interval is not in 100 ms..60 s");
+  if (!within(o.history_groups, 1, 1024))
+    fail("memcg::http::ServerOptions::history_groups is not in 1..1024");
+  if (!within(o.history_samples, 2, 3600))
+    fail("memcg::http::ServerOptions::history_samples is not in 2..3600");
+  if (o.history_groups * o.history_samples > 262'144)
+    fail("memcg::http::ServerOptions history_groups x history_samples is over 262144");
   if (o.allow_writes) {
     if (o.token.empty() || o.token.size() > 4096)
       fail("memcg::http::ServerOptions::token must be 1..4096 bytes when writes are allowed");
@@ -86,6 +94,14 @@ void teardown(detail::Impl& s) {
   }
   if (s.listen_fd >= 0) ::close(s.listen_fd);
   s.listen_fd = -1;
+  if (s.sampler.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(s.sampler_mutex);
+      s.sampler_stop = true;
+    }
+    s.sampler_cv.notify_all();
+    s.sampler.join();
+  }
   if (s.writer) {
     std::lock_guard<std::mutex> lock(s.writer->mutex);
     s.writer->stopping = true;
@@ -117,6 +133,21 @@ void teardown(detail::Impl& s) {
 }
 
 }  // namespace
+
+namespace detail {
+void Impl::sample_loop() {
+  std::unique_lock<std::mutex> lock(sampler_mutex);
+  while (!sampler_stop) {
+    lock.unlock();
+    try {
+      history.sample(ctl);
+    } catch (...) {  // out of memory: this sample is skipped
+    }
+    lock.lock();
+    sampler_cv.wait_for(lock, options.history_interval, [&] { return sampler_stop; });
+  }
+}
+}  // namespace detail
 
 Server::Server(Controller& controller, ServerOptions options) {
   check_options(options);
@@ -175,6 +206,11 @@ int Server::start(std::string* error) {
       const int err = errno != 0 ? errno : EAGAIN;
       return fail(err, std::string("cannot start the HTTP workers: ") + std::strerror(err));
     }
+    {
+      std::lock_guard<std::mutex> lock(s.sampler_mutex);
+      s.sampler_stop = false;
+    }
+    s.sampler = std::thread([&s] { s.sample_loop(); });
     s.acceptor = std::thread([&s] { s.accept_loop(); });
     s.port.store(port);
     s.listening.store(true);

@@ -18,6 +18,7 @@
 
 #include "memcg/core/controller.hpp"
 #include "memcg/http/server.hpp"
+#include "history.hpp"
 
 namespace memcg::http::detail {
 
@@ -82,6 +83,14 @@ struct Impl {
   size_t pending_starts = 0;        // handed over, not registered yet; guarded by conns_mutex
   SteadyClock::time_point last_add{};  // guarded by conns_mutex
   void set_deadline(Conn* c, std::chrono::milliseconds from_now);
+
+  // ---- the page's history and its sampler thread (started and stopped with the server) ----
+  History history{options.history_groups, options.history_samples};
+  std::thread sampler;
+  std::mutex sampler_mutex;
+  std::condition_variable sampler_cv;
+  bool sampler_stop = false;  // guarded by sampler_mutex
+  void sample_loop();
 
   // ---- answers in flight (generated documents) ----
   std::atomic<size_t> answers_in_flight{0};

@@ -41,7 +41,8 @@ std::string unescape(std::string_view s, size_t line_no) {
   return out;
 }
 
-// Counts and bytes are integers; seconds (a histogram's sum and bucket bounds) are decimals,
+// Counts and bytes are integers; seconds (a histogram's sum and bucket bounds, *_seconds_total)
+// and ratios are decimals,
 // accepted only where `decimal` says so.
 double value_of(std::string_view v, size_t line_no, bool decimal = false) {
   if (v == "+Inf") return std::numeric_limits<double>::infinity();
@@ -91,8 +92,14 @@ prometheus::ClientMetric sample_of(std::string_view line, const prometheus::Metr
     ++pos;  // '}'
   }
   if (pos >= line.size() || line[pos] != ' ') bad(line_no, "no value");
-  const double v = value_of(line.substr(pos + 1), line_no,
-                            family.type == prometheus::MetricType::Histogram);
+  // Seconds and ratios are decimals: a histogram's, *_seconds_total and *_ratio families.
+  auto ends_with = [&](std::string_view tail) {
+    return family.name.size() >= tail.size() &&
+           family.name.compare(family.name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const bool decimal = family.type == prometheus::MetricType::Histogram ||
+                       ends_with("_seconds_total") || ends_with("_ratio");
+  const double v = value_of(line.substr(pos + 1), line_no, decimal);
   if (value != nullptr) *value = v;
   if (family.type == prometheus::MetricType::Counter) {
     m.counter.value = v;

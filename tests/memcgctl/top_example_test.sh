@@ -31,9 +31,9 @@ cat "$work/top"
 for path in / tenants tenants/alpha tenants/beta tenants/gamma; do
   line=$(awk -v p="$path" '$1 == p' "$work/top")
   [[ -n "$line" ]] || { echo "no row for $path"; exit 1; }
-  # 8 columns; CURRENT and PEAK are sizes such as 1.5M or 512B.
+  # 14 columns (the live page's); CURRENT and PEAK are sizes such as 1.5M or 512B.
   read -r -a f <<<"$line"
-  [[ ${#f[@]} -eq 8 ]] || { echo "row for $path has ${#f[@]} columns"; exit 1; }
+  [[ ${#f[@]} -eq 14 ]] || { echo "row for $path has ${#f[@]} columns"; exit 1; }
   [[ ${f[1]} =~ ^[0-9.]+[BKMGTPE]$ && ${f[3]} =~ ^[0-9.]+[BKMGTPE]$ ]] ||
     { echo "bad sizes in: $line"; exit 1; }
 done
@@ -43,7 +43,7 @@ read -r -a f <<<"$alpha"
 [[ ${f[2]} =~ ^[0-9]+\.[0-9]$ ]] || { echo "no %MAX for alpha: $alpha"; exit 1; }
 tenants=$(awk '$1 == "tenants"' "$work/top")
 read -r -a f <<<"$tenants"
-[[ ${f[5]} -gt 0 ]] || { echo "no max events on tenants: $tenants"; exit 1; }
+[[ ${f[9]} -gt 0 ]] || { echo "no max events on tenants: $tenants"; exit 1; }
 
 # The same process answers the other endpoints.
 # (Into files first: grep -q closing the pipe early would fail curl under pipefail.)

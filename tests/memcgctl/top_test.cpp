@@ -120,14 +120,17 @@ TEST(TopCommandTest, OncePrintsTheGroupsOfALiveServer) {
   const std::vector<std::string> ls = lines(r.out);
   ASSERT_EQ(ls.size(), 5u) << r.out;  // title, header, three groups
   EXPECT_NE(ls[0].find("3 groups"), std::string::npos) << ls[0];
-  EXPECT_EQ(fields(ls[1]), (std::vector<std::string>{"PATH", "CURRENT", "%MAX", "PEAK", "E.HIGH",
-                                                      "E.MAX", "E.OOM", "SOME10"}));
+  EXPECT_EQ(fields(ls[1]),
+            (std::vector<std::string>{"GROUP", "CURRENT", "%MAX", "PEAK", "MIN", "LOW", "HIGH",
+                                      "MAX", "E.HIGH", "E.MAX", "E.OOM", "E.KILL", "SOME10",
+                                      "FULL10"}));
   // Sorted by current, largest first: the root (4 MiB or a little more with the stock), db, web.
   EXPECT_EQ(fields(ls[2])[0], "/");
-  EXPECT_EQ(fields(ls[3]), (std::vector<std::string>{"db", "3.0M", "-", "3.0M", "0", "2", "1",
+  EXPECT_EQ(fields(ls[3]), (std::vector<std::string>{"db", "3.0M", "-", "3.0M", "0B", "0B", "max",
+                                                      "max", "0", "2", "1", "0", "0.00", "0.00"}));
+  EXPECT_EQ(fields(ls[4]), (std::vector<std::string>{"web", "1.0M", "25.0", "1.0M", "0B", "0B",
+                                                      "max", "4.0M", "0", "0", "0", "0", "0.00",
                                                       "0.00"}));
-  EXPECT_EQ(fields(ls[4]), (std::vector<std::string>{"web", "1.0M", "25.0", "1.0M", "0", "0",
-                                                      "0", "0.00"}));
 
   const Ran by_events = run("top --once --sort events --url " + url);
   ASSERT_EQ(by_events.status, 0) << by_events.out;

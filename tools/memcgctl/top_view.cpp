@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "memcg/http/columns.hpp"
+
 namespace memcgctl {
 
 bool parse_top_sort(const std::string& text, TopSort* out) {
@@ -47,13 +49,21 @@ bool parse_top_rows(const std::string& json, std::vector<TopRow>* rows, std::str
       r.peak = g.at("peak").get<uint64_t>();
       if (g.contains("limits") && !g.at("limits").at("max").is_null())
         r.max = g.at("limits").at("max").get<uint64_t>();
+      if (g.contains("limits") && !g.at("limits").at("high").is_null())
+        r.high = g.at("limits").at("high").get<uint64_t>();
+      if (g.contains("protection")) {
+        r.min = g.at("protection").at("min").get<uint64_t>();
+        r.low = g.at("protection").at("low").get<uint64_t>();
+      }
       if (g.contains("events")) {
         const nlohmann::json& e = g.at("events");
         r.high_events = e.at("high").get<uint64_t>();
         r.max_events = e.at("max").get<uint64_t>();
         r.oom_events = e.at("oom").get<uint64_t>();
+        r.kill_events = e.at("oom_kill").get<uint64_t>();
       }
       r.some_avg10 = g.at("pressure").at("some").at("avg10").get<double>();
+      r.full_avg10 = g.at("pressure").at("full").at("avg10").get<double>();
       rows->push_back(std::move(r));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -82,45 +92,56 @@ void sort_top_rows(std::vector<TopRow>* rows, TopSort sort) {
   });
 }
 
-std::string human_bytes(uint64_t bytes) {
-  if (bytes < 1024) return std::to_string(bytes) + "B";
-  static const char kUnits[] = "KMGTPE";
-  double v = static_cast<double>(bytes) / 1024;
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f%c", v, kUnits[u]);
-  return buf;
-}
+std::string human_bytes(uint64_t bytes) { return memcg::http::human_size(bytes); }
 
 std::string format_top_table(const std::vector<TopRow>& rows) {
-  size_t width = 4;  // "PATH"
-  for (const TopRow& r : rows) width = std::max(width, r.path.size());
-  std::string out;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-*s %9s %6s %9s %7s %7s %7s %7s\n", static_cast<int>(width),
-                "PATH", "CURRENT", "%MAX", "PEAK", "E.HIGH", "E.MAX", "E.OOM", "SOME10");
-  out += line;
+  using memcg::http::kNumTopColumns;
+  std::vector<std::vector<std::string>> cells;
+  cells.reserve(rows.size());
   for (const TopRow& r : rows) {
-    std::string pct = "-";
-    if (r.max) {
-      char p[32];
-      std::snprintf(p, sizeof p, "%.1f",
-                    *r.max == 0 ? 100.0 : 100.0 * static_cast<double>(r.current) /
-                                              static_cast<double>(*r.max));
-      pct = p;
-    }
-    const bool root = r.path == "/";
-    auto count = [root](uint64_t v) { return root ? std::string("-") : std::to_string(v); };
-    std::snprintf(line, sizeof line, "%-*s %9s %6s %9s %7s %7s %7s %7.2f\n",
-                  static_cast<int>(width), r.path.c_str(), human_bytes(r.current).c_str(),
-                  pct.c_str(), human_bytes(r.peak).c_str(), count(r.high_events).c_str(),
-                  count(r.max_events).c_str(), count(r.oom_events).c_str(), r.some_avg10);
-    out += line;
+    memcg::http::TopColumns c;
+    c.path = r.path;
+    c.root = r.path == "/";
+    c.current = r.current;
+    c.peak = r.peak;
+    c.min = r.min;
+    c.low = r.low;
+    c.high = r.high.value_or(memcg::http::kColumnUnlimited);
+    c.max = r.max.value_or(memcg::http::kColumnUnlimited);
+    c.e_high = r.high_events;
+    c.e_max = r.max_events;
+    c.e_oom = r.oom_events;
+    c.e_kill = r.kill_events;
+    c.some10 = r.some_avg10;
+    c.full10 = r.full_avg10;
+    std::vector<std::string> row;
+    for (size_t k = 0; k < kNumTopColumns; ++k) row.push_back(memcg::http::top_column_text(c, k));
+    cells.push_back(std::move(row));
   }
+  size_t width[kNumTopColumns];
+  for (size_t k = 0; k < kNumTopColumns; ++k) {
+    width[k] = std::string(memcg::http::kTopColumnNames[k]).size();
+    for (const auto& row : cells) width[k] = std::max(width[k], row[k].size());
+  }
+  // The group left-aligned, the numbers right-aligned, one space apart.
+  auto line = [&](auto text_of) {
+    std::string out;
+    for (size_t k = 0; k < kNumTopColumns; ++k) {
+      const std::string t = text_of(k);
+      if (k) out += ' ';
+      if (k == 0) {
+        out += t;
+        if (kNumTopColumns > 1) out.append(width[k] - t.size(), ' ');
+      } else {
+        out.append(width[k] - t.size(), ' ');
+        out += t;
+      }
+    }
+    out += '\n';
+    return out;
+  };
+  std::string out = line([](size_t k) { return std::string(memcg::http::kTopColumnNames[k]); });
+  for (const auto& row : cells) out += line([&](size_t k) { return row[k]; });
   return out;
 }
 

@@ -14,8 +14,10 @@ struct TopRow {
   uint64_t current = 0;
   uint64_t peak = 0;
   std::optional<uint64_t> max;  // none: the root, or memory.max is "max"
-  uint64_t high_events = 0, max_events = 0, oom_events = 0;
-  double some_avg10 = 0;  // percent
+  std::optional<uint64_t> high;  // none: the root, or memory.high is "max"
+  uint64_t min = 0, low = 0;
+  uint64_t high_events = 0, max_events = 0, oom_events = 0, kill_events = 0;
+  double some_avg10 = 0, full_avg10 = 0;  // percent
 };
 
 enum class TopSort { kCurrent, kPeak, kPressure, kEvents };
@@ -31,7 +33,8 @@ bool parse_top_rows(const std::string& json, std::vector<TopRow>* rows, std::str
 void sort_top_rows(std::vector<TopRow>* rows, TopSort sort);
 // "1.5M"-style sizes, 1024-based, as systemd-cgtop prints them; "512B" below 1 KiB.
 std::string human_bytes(uint64_t bytes);
-// The table: a header line, then one line per row.
+// The table: a header line, then one line per row; the columns and their names are the live
+// page's (memcg/http/columns.hpp).
 std::string format_top_table(const std::vector<TopRow>& rows);
 
 }  // namespace memcgctl

@@ -25,6 +25,7 @@ namespace memcg {
 
 class Stock;
 class ObjStock;
+class OomLog;  // oom_log.hpp
 namespace internal {
 struct OomState;
 struct WaitAccess;       // charge_wait_hooks.hpp
@@ -129,6 +130,8 @@ class Controller {
   void set_oom_hook(OomFn fn) { oom_hook_ = std::move(fn); }
   int64_t reclaim_for_charge(Group& target, int64_t units);
   internal::OomState& oom_state() noexcept { return *oom_; }
+  // The recent OOM and preemption reports (oom_log.hpp).
+  OomLog& oom_log() noexcept { return *oom_log_; }
   bool out_of_memory(Group& domain, int64_t units);
 
   // ---- statistics (memory.stat) -------------------------------------------------------------
@@ -189,6 +192,7 @@ class Controller {
   std::unique_ptr<ObjStock> obj_stock_;
   ChargeCounters charge_counters_;
   std::unique_ptr<internal::OomState> oom_;
+  std::unique_ptr<OomLog> oom_log_;
   // Waiting charges (charge_wait.cpp): created by the first wait, freed by ~Controller.
   std::atomic<internal::ControllerWaits*> waits_{nullptr};
   ReclaimFn reclaim_hook_;

@@ -175,6 +175,9 @@ struct VmpressureStats {
   uint64_t deliveries;  // listener events fired (callback calls and eventfd writes)
 };
 VmpressureStats vmpressure_stats() noexcept;
+// Windows of the group's own reclaim completed so far (per-group mode, which always runs: the
+// root and proactive reclaim have none), by level: [0] low, [1] medium, [2] critical.
+void vmpressure_level_counts(const Group& group, uint64_t out[3]) noexcept;
 
 namespace internal {
 // Process-wide listener count; tree mode runs only while it is non-zero (or the gate is off).

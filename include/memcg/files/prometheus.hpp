@@ -11,10 +11,21 @@
 //   memcg_memory_events_local_total{event}          counter  memory.events.local
 //   memcg_memory_wait_waiters                       gauge    memory.wait waiters
 //   memcg_memory_wait_queued_bytes                  gauge    memory.wait queued_bytes
+//   memcg_memory_wait_seconds{le}                   histogram time charges waited on memory.max
+//   memcg_memory_pressure_stall_seconds_total{state} counter memory.pressure total, some/full
+//   memcg_memory_pressure_ratio{state,window}        gauge   memory.pressure avg10/60/300 as 0..1
+//   memcg_memory_vmpressure_windows_total{level}     counter windows of the group's own reclaim by
+//                                                            vmpressure level (low/medium/critical)
 //   memcg_memory_stat_bytes{item}                   gauge    memory.stat state items
 //   memcg_memory_stat_events_total{item}            counter  memory.stat event items (pgscan and
 //                                                            pgsteal as their sums, as in the file)
-// Knobs, events and waits exist only for non-root groups, like their files. Online groups only: a
+// Controller-wide counters, once, with group="/" (from OomLog's totals and charge_stats()):
+//   memcg_oom_reports_total{outcome="kill"|"no_victim"}, memcg_oom_killed_members_total,
+//   memcg_oom_group_kills_total, memcg_oom_kill_failures_total, memcg_preemptions_total,
+//   memcg_preempt_requests_total, memcg_charges_forced_total, memcg_charges_failed_total.
+// Knobs, events, waits and vmpressure exist only for non-root groups, like their files; PSI for
+// every group. The PSI averages are brought up to now after the walk (outside the tree lock), so
+// a read may deliver memory.pressure triggers as a memory.pressure read does. Online groups only: a
 // removed (dying) group is left out; whatever it still holds is counted in its ancestors.
 // Statistics are read as memory.stat reads them: each group is folded first if enough is pending
 // for it (and the controller's periodic fold runs if due), so they are as fresh as a memory.stat

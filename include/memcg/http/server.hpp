@@ -6,6 +6,13 @@
 //   GET  /v1/groups                  every online group as JSON (render_groups_json, json.hpp)
 //   GET  /v1/groups/<path>/<file>    the file's text, byte-identical to read_file(); the root's
 //                                    files are /v1/groups/<file>
+//   GET  /                           the live page (HTML with inline SVG, no script, no external
+//                                    asset): the groups, largest first, 100 a page (`/?page=N`),
+//                                    each drawn against min/low/high/max; the history of the
+//                                    largest groups (memory.current, PSI some/full, events and
+//                                    kills marked); the last OOM reports
+//   GET  /v1/oom                     the recent OOM and preemption reports as JSON (oom_json.hpp)
+//   GET  /v1/oom.txt                 the same, one text line a report
 //   GET  /healthz                    "ok"
 //   POST /v1/groups/<path>/<file>    write_file() with the request body; only when writes are
 //                                    enabled, and only with "Authorization: Bearer <token>"
@@ -102,6 +109,14 @@ struct ServerOptions {
   // most 4096 bytes, printable ASCII without spaces) must be given as a bearer token.
   bool allow_writes = false;
   std::string token;
+  // The page's history: every history_interval (100 ms..60 s, on a server thread; the samples
+  // carry the controller's clock) memory.current, PSI some/full and the event counts of the
+  // history_groups largest groups (1..1024) are added to a ring of history_samples samples
+  // (2..3600) per group. Its memory is at most 2 x history_groups x history_samples x 64 bytes
+  // plus the paths; history_groups x history_samples is at most 262144 (32 MiB).
+  std::chrono::milliseconds history_interval{1000};
+  size_t history_groups = 32;
+  size_t history_samples = 300;
 };
 
 // What the server met since start(): monotonic counts, for monitoring and tests.

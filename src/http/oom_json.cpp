@@ -1,0 +1,205 @@
+#include "memcg/http/oom_json.hpp"
+
+#include <charconv>
+#include <cstdio>
+#include <string_view>
+
+#include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/controller.hpp"
+
+namespace memcg::http {
+namespace {
+
+void put_u64(std::string& out, uint64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void put_i64(std::string& out, int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void put_string(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+}
+
+void key(std::string& out, const char* k) {
+  out += '"';
+  out += k;
+  out += "\":";
+}
+
+void put_failed(std::string& out, const std::vector<OomFailure>& v) {
+  key(out, "failed");
+  out += '[';
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += "{\"member\":";
+    put_string(out, v[i].member);
+    out += ",\"error\":";
+    put_string(out, v[i].error);
+    out += '}';
+  }
+  out += ']';
+}
+
+void put_consumers(std::string& out, const char* k, const std::vector<OomConsumer>& v) {
+  key(out, k);
+  out += '[';
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += "{\"name\":";
+    put_string(out, v[i].name);
+    if (!v[i].is_group) {
+      out += ",\"group\":";
+      put_string(out, v[i].group);
+    }
+    out += ",\"bytes\":";
+    put_u64(out, v[i].bytes);
+    out += ",\"admitted_bytes\":";
+    put_u64(out, v[i].admitted_bytes);
+    out += '}';
+  }
+  out += ']';
+}
+
+}  // namespace
+
+void append_oom_entry_json(std::string& out, const OomLogEntry& e) {
+  out += "{\"seq\":";
+  put_u64(out, e.seq);
+  out += ",\"time_ns\":";
+  put_u64(out, e.time_ns);
+  out += ",\"kind\":";
+  put_string(out, oom_log_kind_name(e.kind));
+  out += ',';
+  if (e.kind == OomLogKind::kOomKill) {
+    const OomReport& r = e.oom;
+    key(out, "domain");
+    put_string(out, r.domain);
+    out += ",\"request_units\":";
+    put_i64(out, r.request_units);
+    out += ",\"victim\":";
+    put_string(out, r.victim);
+    out += ",\"oom_group\":";
+    put_string(out, r.oom_group);
+    out += ",\"killed\":[";
+    for (size_t i = 0; i < r.killed.size(); ++i) {
+      if (i) out += ',';
+      put_string(out, r.killed[i]);
+    }
+    out += "],";
+    put_failed(out, r.failed);
+    out += ",\"candidates\":[";
+    for (size_t i = 0; i < r.top.size(); ++i) {
+      const OomCandidate& c = r.top[i];
+      if (i) out += ',';
+      out += "{\"member\":";
+      put_string(out, c.member);
+      out += ",\"group\":";
+      put_string(out, c.group);
+      out += ",\"charged_units\":";
+      put_i64(out, c.charged);
+      out += ",\"score_adj\":";
+      put_i64(out, c.score_adj);
+      out += ",\"badness\":";
+      put_i64(out, c.badness);
+      out += '}';
+    }
+    out += ']';
+  } else {
+    const PreemptReport& r = e.preempt;
+    key(out, "domain");
+    put_string(out, r.domain);
+    out += ",\"waiter_group\":";
+    put_string(out, r.waiter_group);
+    out += ",\"priority\":";
+    put_string(out, wait_priority_name(r.priority));
+    out += ",\"request_units\":";
+    put_i64(out, r.request_units);
+    out += ",\"shortage_units\":";
+    put_i64(out, r.shortage_units);
+    out += ",\"asked\":[";
+    for (size_t i = 0; i < r.asked.size(); ++i) {
+      const PreemptVictim& a = r.asked[i];
+      if (i) out += ',';
+      out += "{\"member\":";
+      put_string(out, a.member);
+      out += ",\"group\":";
+      put_string(out, a.group);
+      out += ",\"priority\":";
+      put_string(out, wait_priority_name(a.priority));
+      out += ",\"charged_units\":";
+      put_i64(out, a.charged);
+      out += '}';
+    }
+    out += "],";
+    put_failed(out, r.failed);
+  }
+  out += ',';
+  put_consumers(out, "top_members", e.members);
+  out += ',';
+  put_consumers(out, "top_groups", e.groups);
+  out += '}';
+}
+
+std::string render_oom_json(Controller& ctl, uint64_t after) {
+  internal::HookBypass bypass;
+  OomLog& log = ctl.oom_log();
+  const OomLogTotals t = log.totals();
+  const std::vector<OomLogEntry> entries = log.snapshot(after);
+  std::string out = "{\"version\":1,\"capacity\":";
+  put_u64(out, log.capacity());
+  out += ",\"last_seq\":";
+  put_u64(out, log.last_seq());
+  out += ",\"totals\":{\"reports\":";
+  put_u64(out, t.reports);
+  out += ",\"kills\":";
+  put_u64(out, t.kills);
+  out += ",\"group_kills\":";
+  put_u64(out, t.group_kills);
+  out += ",\"no_victim\":";
+  put_u64(out, t.no_victim);
+  out += ",\"kill_failures\":";
+  put_u64(out, t.kill_failures);
+  out += ",\"preemptions\":";
+  put_u64(out, t.preemptions);
+  out += ",\"preempt_requests\":";
+  put_u64(out, t.preempt_asked);
+  out += "},\"reports\":[";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i) out += ',';
+    append_oom_entry_json(out, entries[i]);
+  }
+  out += "]}";
+  return out;
+}
+
+std::string render_oom_text(Controller& ctl, uint64_t after) {
+  internal::HookBypass bypass;
+  std::string out;
+  for (const OomLogEntry& e : ctl.oom_log().snapshot(after)) {
+    out += format_oom_log_line(e);
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace memcg::http
