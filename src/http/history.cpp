@@ -117,10 +117,11 @@ std::vector<Series> History::view() const {
       out.push_back(std::move(c));
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const Series& a, const Series& b) {
+  std::sort(out.begin(), out.end(), [](const Series& a, const Series& b) {
     const uint64_t ca = a.ring.empty() ? 0 : a.ring.back().current;
     const uint64_t cb = b.ring.empty() ? 0 : b.ring.back().current;
-    return a.last_seen != b.last_seen ? a.last_seen > b.last_seen : ca > cb;
+    if (a.last_seen != b.last_seen) return a.last_seen > b.last_seen;
+    return ca != cb ? ca > cb : a.path < b.path;
   });
   return out;
 }

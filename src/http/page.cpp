@@ -219,7 +219,7 @@ std::string render_page(Controller& ctl, const History& history, size_t page,
   ctl.walk(
       ctl.root(), [&](Group& g) { rows.push_back({read_top_columns_fast(g), GroupRef(&g)}); },
       /*include_dying=*/false);
-  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {  // paths are unique
     return a.cols.current != b.cols.current ? a.cols.current > b.cols.current
                                             : a.cols.path < b.cols.path;
   });
