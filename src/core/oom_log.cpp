@@ -237,6 +237,13 @@ std::string format_oom_log_line(const OomLogEntry& e) {
     out += " domain=";
     put_name(out, r.domain);
     out += " request=" + std::to_string(r.request_units) + "units";
+    out += std::string(" decider=") + oom_decider_name(r.decider);
+    out += std::string(" order=") + oom_order_name(r.order);
+    if (!r.handler.empty()) {
+      out += " handler=";
+      put_name(out, r.handler);
+    }
+    out += std::string(" reason=") + cancel_reason_name(r.reason);
     out += " victim=";
     put_name(out, r.victim);
     out += " oom_group=";

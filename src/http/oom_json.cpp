@@ -96,6 +96,14 @@ void append_oom_entry_json(std::string& out, const OomLogEntry& e) {
     put_string(out, r.domain);
     out += ",\"request_units\":";
     put_i64(out, r.request_units);
+    out += ",\"order\":";
+    put_string(out, oom_order_name(r.order));
+    out += ",\"decider\":";
+    put_string(out, oom_decider_name(r.decider));
+    out += ",\"handler\":";
+    put_string(out, r.handler);
+    out += ",\"reason\":";
+    put_string(out, cancel_reason_name(r.reason));
     out += ",\"victim\":";
     put_string(out, r.victim);
     out += ",\"oom_group\":";
@@ -104,6 +112,25 @@ void append_oom_entry_json(std::string& out, const OomLogEntry& e) {
     for (size_t i = 0; i < r.killed.size(); ++i) {
       if (i) out += ',';
       put_string(out, r.killed[i]);
+    }
+    out += "],\"spilled\":[";
+    for (size_t i = 0; i < r.spilled.size(); ++i) {
+      if (i) out += ',';
+      put_string(out, r.spilled[i]);
+    }
+    out += "],\"handlers\":[";
+    for (size_t i = 0; i < r.handlers.size(); ++i) {
+      const OomHandlerCall& h = r.handlers[i];
+      if (i) out += ',';
+      out += "{\"handler\":";
+      put_string(out, h.handler);
+      out += ",\"group\":";
+      put_string(out, h.group);
+      out += ",\"freed_units\":";
+      put_i64(out, h.freed);
+      out += ",\"outcome\":";
+      put_string(out, h.outcome);
+      out += '}';
     }
     out += "],";
     put_failed(out, r.failed);
@@ -121,6 +148,10 @@ void append_oom_entry_json(std::string& out, const OomLogEntry& e) {
       put_i64(out, c.score_adj);
       out += ",\"badness\":";
       put_i64(out, c.badness);
+      out += ",\"admitted_units\":";
+      put_i64(out, c.admitted);
+      out += ",\"excess_units\":";
+      put_i64(out, c.excess);
       out += '}';
     }
     out += ']';
