@@ -148,8 +148,9 @@ class Member {
 
   // Joins `group` (it must be online). `on_kill` is called when the OOM killer picks it (once,
   // unless it throws: see above), and when a waiting charge of a higher class asks it to give
-  // memory back (cooperative preemption, charge_wait.hpp): cancel_reason() tells which. It may
-  // be empty (killing then only marks the member; a preemption request does nothing).
+  // memory back (cooperative preemption, charge_wait.hpp), and when the OOM killer chose it and
+  // it asked to spill first (set_spill_grace): cancel_reason() tells which. It may be empty
+  // (killing then only marks the member; a preemption or spill request does nothing).
   Member(Group& group, std::string name, KillFn on_kill, int score_adj = 0);
   // Uncharges what it still holds and leaves its group. Waits while its kill callback runs on
   // another thread.
