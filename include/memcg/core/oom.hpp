@@ -77,6 +77,8 @@
 //   group it serves. Charges that fit without the OOM path succeed and are counted as usual.
 // - What a handler says it freed is recorded (stats, report); whether it made room is judged by the
 //   domain's counters only.
+// - The chain runs on every OOM of the domain, also one that then only waits for an earlier
+//   victim to release (a handler may make room sooner than the victim does).
 //
 // Thread safety: every call may be made from any thread. A member must not be destroyed while
 // another thread uses it (charges, uncharges); its own kill callback may destroy it, also in the
