@@ -75,6 +75,7 @@
 //   in its own group's subtree (or an ancestor's) runs no handler, chooses no victim and fails the
 //   charge at once (kNoMem after reclaim). A handler frees memory; it does not get any from the
 //   group it serves. Charges that fit without the OOM path succeed and are counted as usual.
+//   What a handler allocates is not charged by the global operator new hook, as for callbacks.
 // - What a handler says it freed is recorded (stats, report); whether it made room is judged by the
 //   domain's counters only.
 // - The chain runs on every OOM of the domain, also one that then only waits for an earlier
