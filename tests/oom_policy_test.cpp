@@ -159,6 +159,42 @@ TEST(OomOrder, KernelOrderIgnoresPriority) {
   EXPECT_EQ(r.victim, "h");
 }
 
+TEST(OomOrder, WithinAdmissionAndOneClassTheBadnessDecides) {
+  Sim s;
+  GroupRef d = s.make("d");
+  d->set_max(kDomainBytes);
+  Query a(*d, "a"), b(*d, "b"), c(*d, "c");
+  a.hold(30, 30);
+  b.hold(45, 50);
+  c.hold(25, 30);
+  OomReport r;
+  ASSERT_TRUE(OomKiller::kill(*d, 1, &r));
+  EXPECT_EQ(r.order, OomOrder::kExcess);
+  EXPECT_EQ(r.victim, "b");
+  ASSERT_EQ(r.top.size(), 3u);
+  EXPECT_EQ(r.top[1].member, "a");
+  EXPECT_EQ(r.top[2].member, "c");
+}
+
+TEST(OomOrder, TheExcessVictimsOomGroupIsKilledAsAWhole) {
+  Sim s;
+  GroupRef d = s.make("d"), job = s.make("d/job"), other = s.make("d/other");
+  d->set_max(kDomainBytes);
+  job->set_oom_group(true);
+  Query grower(*job, "grower"), sibling(*job, "sibling"), big(*other, "big");
+  grower.hold(20, 5);
+  sibling.hold(10, 10);
+  big.hold(70, 70);
+  OomReport r;
+  ASSERT_TRUE(OomKiller::kill(*d, 1, &r));
+  EXPECT_EQ(r.victim, "grower");
+  EXPECT_EQ(r.oom_group, "d/job");
+  EXPECT_TRUE(grower.m.killed());
+  EXPECT_TRUE(sibling.m.killed());
+  EXPECT_FALSE(big.m.killed());
+  EXPECT_EQ(job->events().get(Event::kOomGroupKill), 1u);
+}
+
 TEST(OomOrder, FileAndArguments) {
   Sim s;
   GroupRef d = s.make("d");

@@ -367,11 +367,13 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       dying != nullptr && dying->load(std::memory_order_acquire))
     return true;
 
-  // Nothing the killer allocates is charged by the global operator new hook: it holds the OOM
-  // lock, which a nested charge could need. Kill callbacks run inside this too, as they do when
-  // the OOM comes from the hook's own charge (the object layer's slow path sets it).
   // A handler's own OOM (its thread, its group's subtree): no handler, no victim (oom.hpp).
   if (internal::in_oom_handler_for(domain)) return false;
+
+  // Nothing the killer allocates is charged by the global operator new hook: it holds the OOM
+  // lock, which a nested charge could need. Kill callbacks (and OOM handlers) run inside this
+  // too, as they do when the OOM comes from the hook's own charge (the object layer's slow path
+  // sets it).
   internal::HookBypass bypass;
   Controller& ctl = domain.controller();
   internal::OomState& state = ctl.oom_state();

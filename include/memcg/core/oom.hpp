@@ -75,8 +75,11 @@
 //   in its own group's subtree (or an ancestor's) runs no handler, chooses no victim and fails the
 //   charge at once (kNoMem after reclaim). A handler frees memory; it does not get any from the
 //   group it serves. Charges that fit without the OOM path succeed and are counted as usual.
+//   What a handler allocates is not charged by the global operator new hook, as for callbacks.
 // - What a handler says it freed is recorded (stats, report); whether it made room is judged by the
 //   domain's counters only.
+// - The chain runs on every OOM of the domain, also one that then only waits for an earlier
+//   victim to release (a handler may make room sooner than the victim does).
 //
 // Thread safety: every call may be made from any thread. A member must not be destroyed while
 // another thread uses it (charges, uncharges); its own kill callback may destroy it, also in the
@@ -148,8 +151,9 @@ class Member {
 
   // Joins `group` (it must be online). `on_kill` is called when the OOM killer picks it (once,
   // unless it throws: see above), and when a waiting charge of a higher class asks it to give
-  // memory back (cooperative preemption, charge_wait.hpp): cancel_reason() tells which. It may
-  // be empty (killing then only marks the member; a preemption request does nothing).
+  // memory back (cooperative preemption, charge_wait.hpp), and when the OOM killer chose it and
+  // it asked to spill first (set_spill_grace): cancel_reason() tells which. It may be empty
+  // (killing then only marks the member; a preemption or spill request does nothing).
   Member(Group& group, std::string name, KillFn on_kill, int score_adj = 0);
   // Uncharges what it still holds and leaves its group. Waits while its kill callback runs on
   // another thread.
