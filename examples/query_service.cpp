@@ -54,7 +54,8 @@ const char* policy_name(Policy p) {
 
 struct Counters {
   std::atomic<uint64_t> done{0}, runaways{0}, killed_runaway{0}, killed_good{0}, spills{0},
-      never_fits{0}, timed_out{0}, failed{0}, runaway_unstopped{0}, longest_wait_ns{0};
+      never_fits{0}, timed_out{0}, failed{0}, runaway_unstopped{0}, longest_wait_ns{0}, forced{0},
+      preempted_runaway{0}, preempted_good{0};
   void wait(uint64_t ns) {
     for (uint64_t w = longest_wait_ns.load(); ns > w && !longest_wait_ns.compare_exchange_weak(w, ns);) {
     }
@@ -74,10 +75,12 @@ uint64_t now_ns() {
 // One query on `g`: admitted at `estimate`, growing to `final_bytes` (0: a runaway).
 void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy policy,
                Counters& c) {
-  std::atomic<bool> stop{false};
-  // The kill callback runs on the killer's thread: it only asks the query to stop; the query
-  // gives its memory back when it unwinds (the Reservation's destructor).
-  memcg::Member member(g, "query", [&stop](memcg::Member&) {
+  std::atomic<bool> stop{false}, preempted{false};
+  // The callback runs on the killer's (or the preempting waiter's) thread: it only asks the
+  // query to stop; the query gives its memory back when it unwinds (res.release()).
+  memcg::Member member(g, "query", [&stop, &preempted](memcg::Member&) {
+    if (memcg::Member::cancel_reason() == memcg::CancelReason::kPreempt)
+      preempted.store(true, std::memory_order_relaxed);
     stop.store(true, std::memory_order_release);
   });
   memcg::Reservation res(member, memcg::ReserveOptions{memcg::OomPolicy::kPieces});
@@ -96,6 +99,7 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
   if (runaway) ++c.runaways;
   const uint64_t target = runaway ? kRunawayCap : final_bytes;
   const uint64_t step = runaway ? kChunk : std::max<uint64_t>(kMiB, (target - estimate) / kSteps);
+  int nomem_retries = 0;
   for (int i = 0; !stop.load(std::memory_order_acquire); ++i) {
     std::this_thread::sleep_for(kStepTime);  // the query's work
     if (res.bytes() >= target) break;
@@ -109,14 +113,22 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
     } else {
       gs = res.grow(add);
     }
+    if (gs == memcg::ReserveStatus::kForced) ++c.forced;
     if (!memcg::held(gs)) {
-      if (gs != memcg::ReserveStatus::kKilled && !member.killed()) ++c.failed;
+      if (gs == memcg::ReserveStatus::kKilled || member.killed()) break;
+      // kNoMem: the killer chose no one this time (it was still waiting for an earlier victim
+      // to unwind). A runaway keeps asking at its next step, as it would; a well-behaved query
+      // fails.
+      if (runaway && ++nomem_retries < 1000) continue;
+      ++c.failed;
       break;
     }
     if (!runaway && i >= kSteps * 4) break;  // bounded even if growth stalls
   }
   if (member.killed()) {
     ++(runaway ? c.killed_runaway : c.killed_good);
+  } else if (preempted.load(std::memory_order_relaxed)) {
+    ++(runaway ? c.preempted_runaway : c.preempted_good);  // cancelled to make room
   } else if (runaway) {
     ++c.runaway_unstopped;
   } else {
@@ -128,9 +140,9 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
 struct Result {
   double qps = 0;
   uint64_t killed_runaway = 0, killed_good = 0, runaways = 0, runaway_unstopped = 0, spills = 0,
-           never_fits = 0, timed_out = 0, failed = 0, done = 0;
+           never_fits = 0, timed_out = 0, failed = 0, done = 0, preempted_runaway = 0, preempted_good = 0;
   double longest_wait_ms = 0;
-  uint64_t peak = 0, end_usage = 0;
+  uint64_t peak = 0, sampled = 0, end_usage = 0;
   bool ok = false;
 };
 
@@ -209,24 +221,42 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
   r.done = c.done;
   r.qps = static_cast<double>(c.done + c.killed_good + c.killed_runaway) / elapsed;
   r.longest_wait_ms = static_cast<double>(c.longest_wait_ns.load()) / 1e6;
-  r.peak = std::max(peak.load(), t.svc->peak());
+  // The budget: memory.peak, the highest usage a charge was granted. A read of memory.current
+  // may see more for an instant: a charge adds before it checks the limit and takes it back
+  // when it does not fit (the kernel's page_counter_try_charge does the same), so the sampler's
+  // maximum is only reported.
+  r.peak = t.svc->peak();
+  r.sampled = peak.load();
   const bool cache_kept = cache.size() == cached;
   cache.drop();
   ctl.drain_stocks();
   r.end_usage = t.svc->current() + t.etl->current() + t.dash->current() + t.adhoc->current();
-  r.ok = r.runaway_unstopped == 0 && r.killed_runaway == r.runaways && r.peak <= kBudget &&
+  r.preempted_runaway = c.preempted_runaway;
+  r.preempted_good = c.preempted_good;
+  // Every runaway stopped by the library: killed, or cancelled by a preemption request.
+  r.ok = r.runaway_unstopped == 0 &&
+         r.killed_runaway + r.preempted_runaway == r.runaways && r.peak <= kBudget &&
          r.end_usage == 0;
+  if (c.forced) std::printf("  (%llu growth steps forced past memory.max)\n",
+                            static_cast<unsigned long long>(c.forced.load()));
+  if (r.sampled > kBudget)
+    std::printf("  (memory.current read %llu bytes past the budget for an instant; memory.peak "
+                "%llu)\n",
+                static_cast<unsigned long long>(r.sampled - kBudget),
+                static_cast<unsigned long long>(r.peak));
   if (!cache_kept) std::printf("  (dash's cache was reclaimed below its 84M)\n");
   return r;
 }
 
 void print(Policy p, const Result& r) {
   std::printf("%-8s %8.1f q/s  kills: %4llu runaway / %4llu well-behaved  runaways %4llu  "
-              "spills %3llu  never-fits %3llu  timed-out %3llu  longest wait %7.1f ms  "
+              "preempted %llu/%llu  spills %3llu  never-fits %3llu  timed-out %3llu  longest wait %7.1f ms  "
               "peak %5.1fM  end %llu  %s\n",
               policy_name(p), r.qps, static_cast<unsigned long long>(r.killed_runaway),
               static_cast<unsigned long long>(r.killed_good),
               static_cast<unsigned long long>(r.runaways),
+              static_cast<unsigned long long>(r.preempted_runaway),
+              static_cast<unsigned long long>(r.preempted_good),
               static_cast<unsigned long long>(r.spills),
               static_cast<unsigned long long>(r.never_fits),
               static_cast<unsigned long long>(r.timed_out), r.longest_wait_ms,
