@@ -382,6 +382,12 @@ bool Loader::load_parallel(const YAML::Node& v, Step* step) {
       ok = false;
     }
     YAML::Node steps = body;
+    if (body.IsMap() && !body["steps"]) {
+      error(body, "parallel lane " + lane.member +
+                      ": expected a list of steps, or { repeat, new_member, steps }");
+      ok = false;
+      continue;
+    }
     if (body.IsMap()) {
       // The long form: { repeat: N, new_member: BOOL, steps: [ ... ] }.
       Entries e;
