@@ -64,6 +64,12 @@ inline constexpr uint64_t kMaxWaitNs = uint64_t{3600} * 1'000'000'000;
 inline constexpr uint64_t kMaxReclaimCostNs = 1'000'000;
 // Lanes of one `parallel` block: a thread each.
 inline constexpr size_t kMaxLanes = 64;
+// A lane's `repeat`, and the steps a lane may run in all (repeat × its steps): each step run is
+// kept for the report.
+inline constexpr uint64_t kMaxLaneRepeat = 100000;
+inline constexpr uint64_t kMaxLaneStepRuns = uint64_t{1} << 18;
+// A member's or the config's `unwind` delay.
+inline constexpr uint64_t kMaxUnwindNs = uint64_t{3600} * 1'000'000'000;
 // Group files all `print` steps together may print: each is kept for the report (memory.stat
 // alone is a dozen lines).
 inline constexpr uint64_t kMaxPrintedFiles = 65536;

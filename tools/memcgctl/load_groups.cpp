@@ -107,7 +107,8 @@ void Loader::load_groups(const YAML::Node& node, Scenario* out) {
 void Loader::load_config(const YAML::Node& node, Config* c) {
   Entries e;
   if (!entries(node, "config",
-               {"unit", "cpus", "batch", "recursive_protection", "local_events", "reclaim_cost"},
+               {"unit", "cpus", "batch", "recursive_protection", "local_events", "reclaim_cost",
+                "unwind"},
                &e))
     return;
   for (const auto& [k, v] : e) {
@@ -150,6 +151,14 @@ void Loader::load_config(const YAML::Node& node, Config* c) {
         continue;
       }
       c->reclaim_cost_ns = n;
+    } else if (key == "unwind") {
+      if (!scalar(v, "config unwind", &s)) continue;
+      const int err = memcg::parse_duration(s, &n);
+      if (err || n > kMaxUnwindNs) {
+        error(v, "config unwind: expected a duration up to 1h, not `" + s + "`");
+        continue;
+      }
+      c->unwind_ns = n;
     }
   }
 }

@@ -134,7 +134,8 @@ bool Loader::load_cache(const YAML::Node& v, Step* step) {
 
 bool Loader::load_member(const YAML::Node& v, Step* step) {
   Entries e;
-  if (!entries_required_map(v, "member", {"name", "group", "immune", "on_preempt"}, &e))
+  if (!entries_required_map(v, "member", {"name", "group", "immune", "on_preempt", "unwind"},
+                            &e))
     return false;
   MemberStep m;
   bool ok = required(v, e, "member", "name", &m.name);
@@ -151,6 +152,24 @@ bool Loader::load_member(const YAML::Node& v, Step* step) {
       error(*p, "member on_preempt: expected release or ignore, not `" + s + "`");
       ok = false;
     }
+  }
+  if (const YAML::Node* u = find(e, "unwind")) {
+    std::string s;
+    uint64_t n = 0;
+    if (!scalar(*u, "member unwind", &s)) {
+      ok = false;
+    } else if (memcg::parse_duration(s, &n) != 0 || n > kMaxUnwindNs) {
+      error(*u, "member unwind: expected a duration up to 1h, not `" + s + "`");
+      ok = false;
+    } else {
+      m.has_unwind = true;
+      m.unwind_ns = n;
+    }
+  }
+  if (ok && m.name.find('#') != std::string::npos) {
+    error(*find(e, "name"), "member `" + m.name + "`: `#` is kept for the members of a lane's "
+                            "iterations (MEMBER#N)");
+    ok = false;
   }
   if (ok && members_.count(m.name)) {
     error(*find(e, "name"), "member `" + m.name + "` exists already");
@@ -362,12 +381,77 @@ bool Loader::load_parallel(const YAML::Node& v, Step* step) {
                    ": each lane is named after the member it runs as");
       ok = false;
     }
-    if (!body.IsSequence()) {
-      error(body, "parallel lane " + lane.member + ": expected a list of steps");
+    YAML::Node steps = body;
+    if (body.IsMap() && !body["steps"]) {
+      error(body, "parallel lane " + lane.member +
+                      ": expected a list of steps, or { repeat, new_member, steps }");
       ok = false;
       continue;
     }
-    ok = load_step_list(body, lane.member, &lane.steps) && ok;
+    if (body.IsMap()) {
+      // The long form: { repeat: N, new_member: BOOL, steps: [ ... ] }.
+      Entries e;
+      if (!entries(body, "parallel lane " + lane.member, {"steps", "repeat", "new_member"}, &e)) {
+        ok = false;
+        continue;
+      }
+      const YAML::Node* st = find(e, "steps");
+      if (!st) {
+        error(body, "parallel lane " + lane.member + ": `steps` is required");
+        ok = false;
+        continue;
+      }
+      steps = *st;
+      if (const YAML::Node* r = find(e, "repeat")) {
+        std::string s;
+        uint64_t n = 0;
+        if (!scalar(*r, "parallel lane repeat", &s) || !parse_uint(s, &n) || n < 1 ||
+            n > kMaxLaneRepeat) {
+          error(*r, "parallel lane " + lane.member + " repeat: expected a whole number from 1 to " +
+                        std::to_string(kMaxLaneRepeat));
+          ok = false;
+        } else {
+          lane.repeat = n;
+        }
+      }
+      if (const YAML::Node* nm = find(e, "new_member"))
+        ok = boolean(*nm, "parallel lane new_member", &lane.new_member) && ok;
+    }
+    if (!steps.IsSequence()) {
+      error(steps, "parallel lane " + lane.member +
+                       ": expected a list of steps, or { repeat, new_member, steps }");
+      ok = false;
+      continue;
+    }
+    const uint64_t work_before = work_units_;
+    const uint64_t ns_before = virtual_ns_;
+    ok = load_step_list(steps, lane.member, &lane.steps) && ok;
+    if (lane.repeat * std::max<uint64_t>(lane.steps.size(), 1) > kMaxLaneStepRuns) {
+      error(steps, "parallel lane " + lane.member + ": " + std::to_string(lane.repeat) +
+                       " iterations of " + std::to_string(lane.steps.size()) +
+                       " steps are more than " + std::to_string(kMaxLaneStepRuns) +
+                       " step runs, the most a lane may make");
+      ok = false;
+    } else if (ok && lane.repeat > 1) {
+      // Every iteration charges and ticks again: the budgets count them all.
+      const uint64_t work = work_units_ - work_before;
+      const uint64_t ns = virtual_ns_ - ns_before;
+      ok = add_work(steps, "parallel lane " + lane.member + " repeat",
+                    work > (kMaxWorkUnits + 1) / (lane.repeat - 1)
+                        ? kMaxWorkUnits + 1
+                        : work * (lane.repeat - 1));
+      if (ok && ns != 0 &&
+          (ns > kMaxVirtualNs / (lane.repeat - 1) ||
+           ns * (lane.repeat - 1) > kMaxVirtualNs - virtual_ns_)) {
+        error(steps, "parallel lane " + lane.member + " repeat: the ticks and waits of every "
+                     "iteration add up to more than " +
+                         std::to_string(kMaxVirtualNs / 1'000'000'000) +
+                         " s of virtual time, the most a scenario may take");
+        ok = false;
+      } else if (ok) {
+        virtual_ns_ += ns * (lane.repeat - 1);
+      }
+    }
     p.lanes.push_back(std::move(lane));
   }
   in_lane_ = false;

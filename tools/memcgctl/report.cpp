@@ -38,6 +38,7 @@ Json step_args(const Step& st) {
           a["group"] = b.group;
           if (b.immune) a["immune"] = true;
           if (!b.release_on_preempt) a["on_preempt"] = "ignore";
+          if (b.has_unwind) a["unwind_ns"] = b.unwind_ns;
         } else if constexpr (std::is_same_v<T, ChargeStep>) {
           a["member"] = b.member;
           a["size"] = b.bytes;
@@ -98,7 +99,11 @@ Json step_args(const Step& st) {
           a["file"] = b.local ? "memory.events.local" : "memory.events";
         } else if constexpr (std::is_same_v<T, ParallelStep>) {
           // Each lane's steps are reported on their own, after the block.
-          for (const ParallelStep::Lane& l : b.lanes) a["lanes"][l.member] = l.steps.size();
+          for (const ParallelStep::Lane& l : b.lanes) {
+            a["lanes"][l.member] = l.steps.size();
+            if (l.repeat > 1) a["repeat"][l.member] = l.repeat;
+            if (l.new_member) a["new_member"][l.member] = true;
+          }
         } else if constexpr (std::is_same_v<T, PrintStep>) {
           a["group"] = b.group;
           if (!b.file.empty()) a["file"] = b.file;

@@ -19,6 +19,8 @@ namespace detail {
 
 thread_local constinit int tl_in_handler = 0;
 thread_local constinit uint64_t tl_owed_ns = 0;
+thread_local constinit const std::string* tl_lane_name = nullptr;
+thread_local constinit MemberState* tl_lane_state = nullptr;
 
 std::string error_text(int err) {
   std::string s = memcg::errno_name(err);

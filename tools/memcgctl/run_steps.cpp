@@ -108,26 +108,59 @@ bool Runner::perform_body(const Step&, const CacheStep& c, StepResult* res) {
   return true;
 }
 
+std::unique_ptr<MemberState> Runner::make_member(memcg::Group& g, const std::string& name,
+                                                 bool immune, bool release_on_preempt,
+                                                 uint64_t unwind_ns) {
+  auto state = std::make_unique<MemberState>();
+  MemberState* sp = state.get();
+  sp->immune = immune;
+  sp->release_on_preempt = release_on_preempt;
+  sp->unwind_ns = unwind_ns;
+  // Killing a member releases its pinned memory, like the exit of a killed process. A
+  // preemption request is not a kill: the member releases what it holds (a cancelled query) or,
+  // with `on_preempt: ignore`, keeps it. With an unwind delay, a member a lane runs as releases
+  // later, on that lane (unwind()); the callback only notes when.
+  auto on_kill = [this, sp](memcg::Member& victim) {
+    if (victim.cancel_reason() == memcg::CancelReason::kPreempt) {
+      ++sp->preempted;
+      if (!sp->release_on_preempt) return;
+    } else {
+      sp->killed = true;
+    }
+    if (sp->unwind_ns == 0 || !sp->lane_running) {
+      victim.uncharge(victim.charged());
+      return;
+    }
+    if (!sp->release_pending) {
+      sp->release_pending = true;
+      sp->release_due_ns = memcg::Clock::after(clock_.now_ns(), sp->unwind_ns);
+    }
+  };
+  state->member =
+      std::make_unique<memcg::Member>(g, name, on_kill, immune ? memcg::Member::kImmune : 0);
+  return state;
+}
+
+MemberState& Runner::member_state(const std::string& name) {
+  if (tl_lane_state != nullptr && *tl_lane_name == name) return *tl_lane_state;
+  return *members_.at(name);
+}
+
+bool Runner::unwind(MemberState& st) {
+  if (!st.release_pending) return false;
+  const uint64_t now = clock_.now_ns();
+  // The lane is busy unwinding (running, not stalled) until the delay is over.
+  if (st.release_due_ns > now) clock_.yield_for(st.release_due_ns - now);
+  st.release_pending = false;
+  st.member->uncharge(st.member->charged());
+  return true;
+}
+
 bool Runner::perform_body(const Step&, const MemberStep& m, StepResult* res) {
   memcg::GroupRef g = group(m.group, res);
   if (!g) return true;
-  auto state = std::make_unique<MemberState>();
-  MemberState* sp = state.get();
-  // Killing a member releases its pinned memory, like the exit of a killed process. A
-  // preemption request is not a kill: the member releases what it holds (a cancelled query) or,
-  // with `on_preempt: ignore`, keeps it.
-  auto on_kill = [sp, release = m.release_on_preempt](memcg::Member& victim) {
-    if (victim.cancel_reason() == memcg::CancelReason::kPreempt) {
-      ++sp->preempted;
-      if (release) victim.uncharge(victim.charged());
-      return;
-    }
-    sp->killed = true;
-    victim.uncharge(victim.charged());
-  };
-  state->member =
-      std::make_unique<memcg::Member>(*g, m.name, on_kill, m.immune ? memcg::Member::kImmune : 0);
-  members_[m.name] = std::move(state);
+  members_[m.name] = make_member(*g, m.name, m.immune, m.release_on_preempt,
+                                 m.has_unwind ? m.unwind_ns : s_.config.unwind_ns);
   return true;
 }
 
@@ -159,7 +192,7 @@ void Runner::report_kills(StepResult* res) {
 }
 
 bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {
-  MemberState& st = *members_.at(c.member);
+  MemberState& st = member_state(c.member);
   const int64_t units = units_of(c.bytes);
   int64_t done = 0;
   ChargeStep::Outcome outcome = ChargeStep::Outcome::kOk;
@@ -199,8 +232,9 @@ bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {
   }
   if (st.killed) {
     outcome = ChargeStep::Outcome::kKilled;
-    // A charge retried after the kill may have landed: a killed member holds nothing.
-    st.member->uncharge(st.member->charged());
+    // A charge retried after the kill may have landed: a killed member holds nothing (once it
+    // has unwound, when its release is pending).
+    if (!st.release_pending) st.member->uncharge(st.member->charged());
   }
   res->detail["charged"] = done * unit_;
   res->detail["outcome"] = outcome_name(outcome);
@@ -217,7 +251,7 @@ bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {
 }
 
 bool Runner::perform_body(const Step&, const ReleaseStep& r, StepResult* res) {
-  memcg::Member& m = *members_.at(r.member)->member;
+  memcg::Member& m = *member_state(r.member).member;
   const int64_t units = r.all ? m.charged() : units_of(r.bytes);
   res->detail["released"] = m.uncharge(units) * unit_;
   return true;

@@ -53,12 +53,30 @@ memcg::Options controller_options(const Config& c, memcg::Clock* clock);
 extern thread_local constinit int tl_in_handler;
 extern thread_local constinit uint64_t tl_owed_ns;
 
+// On a lane's thread whose iterations run as new members: the lane's member name and the
+// iteration's member (Runner::member_state).
+struct MemberState;
+extern thread_local constinit const std::string* tl_lane_name;
+extern thread_local constinit MemberState* tl_lane_state;
+
 // A member of the scenario: the library's Member plus what the kill callback did to it.
+// Its flags are touched only by lanes (one runs at a time: the clock's scheduler orders them)
+// and by the top-level thread between blocks.
 struct MemberState {
   std::unique_ptr<memcg::Member> member;
   bool killed = false;
   uint64_t preempted = 0;  // requests to give memory back (cooperative preemption)
   uint64_t reported_preempts = 0;
+  // What an iteration's new member copies (ParallelStep::Lane::new_member).
+  bool immune = false;
+  bool release_on_preempt = true;
+  uint64_t unwind_ns = 0;  // the unwind delay (Config::unwind_ns)
+  // A lane runs as this member now: a kill or a preemption that releases leaves the release to
+  // that lane's next step boundary, no earlier than release_due_ns (docs/scenarios.md,
+  // "Unwinding"). Otherwise the callback releases at once.
+  bool lane_running = false;
+  bool release_pending = false;
+  uint64_t release_due_ns = 0;
 };
 
 // The handles of `listen`, `trigger`, `peak` and `watch` steps, with what they counted.
@@ -158,6 +176,15 @@ class Runner {
   bool perform_body(const Step&, const WriteStep& w, StepResult* res);
   bool perform_body(const Step&, const CacheStep& c, StepResult* res);
   bool perform_body(const Step&, const MemberStep& m, StepResult* res);
+  // A member of `g` with its kill callback (also for a lane iteration's new member).
+  std::unique_ptr<MemberState> make_member(memcg::Group& g, const std::string& name, bool immune,
+                                           bool release_on_preempt, uint64_t unwind_ns);
+  // The member a step names: inside a lane whose iterations run as new members, the lane's
+  // member name means the iteration's member.
+  MemberState& member_state(const std::string& name);
+  // On the member's own lane: a release left pending by a kill or a preemption happens now,
+  // after the lane has waited (running) until its unwind delay is over. True if it released.
+  bool unwind(MemberState& st);
   void report_kills(StepResult* res);
   bool perform_body(const Step&, const ChargeStep& c, StepResult* res);
   bool perform_body(const Step&, const ReleaseStep& r, StepResult* res);

@@ -32,6 +32,12 @@ struct Config {
   // thread that frees it: reclaim in a charge then stalls that thread (PSI) while other lanes
   // run. 0 (the default): freeing takes no time.
   uint64_t reclaim_cost_ns = 0;
+  // Virtual time a killed, preempted (and releasing) member takes to give its memory back, as a
+  // query unwinds its stack before its buffers are freed: counted from the kill, and the release
+  // happens no earlier than the next step boundary of the lane the member runs (docs/scenarios.md,
+  // "Unwinding"). 0 (the default): at the instant of the kill, as before. A member's `unwind`
+  // overrides it.
+  uint64_t unwind_ns = 0;
 };
 
 // One interface-file write of a `groups` entry or a `set` step.
@@ -78,6 +84,9 @@ struct MemberStep {
   // memory.wait.preempt): `release` (the default) gives back everything it holds, as a cancelled
   // query would; `ignore` keeps it (a holder that does not cooperate).
   bool release_on_preempt = true;
+  // Its own unwind delay (Config::unwind_ns otherwise).
+  bool has_unwind = false;
+  uint64_t unwind_ns = 0;
 };
 
 struct ChargeStep {
@@ -186,6 +195,12 @@ struct ParallelStep {
     std::string member;
     Mark mark;                // of the member's key
     std::vector<Step> steps;  // no `parallel`, and nothing that creates or destroys
+    // The lane runs its steps `repeat` times. With `new_member`, each iteration runs as a new
+    // member of the lane member's group (named MEMBER#N, with its `immune`, `on_preempt` and
+    // `unwind`), which the lane's steps naming MEMBER act on and which exits at the end of the
+    // iteration: a worker that runs one query after another.
+    uint64_t repeat = 1;
+    bool new_member = false;
   };
   std::vector<Lane> lanes;  // in file order
 };
