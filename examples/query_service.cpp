@@ -55,7 +55,7 @@ const char* policy_name(Policy p) {
 struct Counters {
   std::atomic<uint64_t> done{0}, runaways{0}, killed_runaway{0}, killed_good{0}, spills{0},
       never_fits{0}, timed_out{0}, failed{0}, runaway_unstopped{0}, longest_wait_ns{0}, forced{0},
-      preempted_runaway{0}, preempted_good{0};
+      preempted_runaway{0}, preempted_good{0}, limited_runaway{0};
   void wait(uint64_t ns) {
     for (uint64_t w = longest_wait_ns.load(); ns > w && !longest_wait_ns.compare_exchange_weak(w, ns);) {
     }
@@ -100,6 +100,7 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
   const uint64_t target = runaway ? kRunawayCap : final_bytes;
   const uint64_t step = runaway ? kChunk : std::max<uint64_t>(kMiB, (target - estimate) / kSteps);
   int nomem_retries = 0;
+  bool limited = false;  // its growth passed the tenant's memory.max: refused at once
   for (int i = 0; !stop.load(std::memory_order_acquire); ++i) {
     std::this_thread::sleep_for(kStepTime);  // the query's work
     if (res.bytes() >= target) break;
@@ -116,6 +117,10 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
     if (gs == memcg::ReserveStatus::kForced) ++c.forced;
     if (!memcg::held(gs)) {
       if (gs == memcg::ReserveStatus::kKilled || member.killed()) break;
+      if (gs == memcg::ReserveStatus::kNeverFits) {
+        limited = true;  // the query fails its growth and unwinds
+        break;
+      }
       // kNoMem: the killer chose no one this time (it was still waiting for an earlier victim
       // to unwind). A runaway keeps asking at its next step, as it would; a well-behaved query
       // fails.
@@ -129,6 +134,8 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
     ++(runaway ? c.killed_runaway : c.killed_good);
   } else if (preempted.load(std::memory_order_relaxed)) {
     ++(runaway ? c.preempted_runaway : c.preempted_good);  // cancelled to make room
+  } else if (limited && runaway) {
+    ++c.limited_runaway;  // stopped by never-fits at its tenant's limit
   } else if (runaway) {
     ++c.runaway_unstopped;
   } else {
@@ -140,6 +147,7 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
 struct Result {
   double qps = 0;
   uint64_t killed_runaway = 0, killed_good = 0, runaways = 0, runaway_unstopped = 0, spills = 0,
+           limited_runaway = 0,
            never_fits = 0, timed_out = 0, failed = 0, done = 0, preempted_runaway = 0, preempted_good = 0;
   double longest_wait_ms = 0;
   uint64_t peak = 0, sampled = 0, end_usage = 0;
@@ -163,8 +171,13 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
   const memcg::OomOrder order = policy == Policy::kExcess ? memcg::OomOrder::kExcess
                                 : policy == Policy::kAll  ? memcg::OomOrder::kAuto
                                                           : memcg::OomOrder::kKernel;
+  // Learned-peak admission is on by default (auto); the other policies admit as before it (a
+  // fixed growth factor of 1).
+  const char* growth = policy == Policy::kAll ? "auto" : "1";
   for (memcg::Group* g : {t.svc.get(), t.etl.get(), t.dash.get(), t.adhoc.get()})
-    g->set_oom_order(order);
+    if (memcg::set_oom_order(*g, order) != 0 ||
+        memcg::write_file(*g, "memory.admit.growth", growth) != 0)
+      return {};
 
   // dash's cache, protected by its memory.min.
   memcg::LruCache cache(*t.dash, "dash-cache");
@@ -214,6 +227,7 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
   r.killed_good = c.killed_good;
   r.runaways = c.runaways;
   r.runaway_unstopped = c.runaway_unstopped;
+  r.limited_runaway = c.limited_runaway;
   r.spills = c.spills;
   r.never_fits = c.never_fits;
   r.timed_out = c.timed_out;
@@ -233,9 +247,11 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
   r.end_usage = t.svc->current() + t.etl->current() + t.dash->current() + t.adhoc->current();
   r.preempted_runaway = c.preempted_runaway;
   r.preempted_good = c.preempted_good;
-  // Every runaway stopped by the library: killed, or cancelled by a preemption request.
+  // Every runaway stopped by the library: killed, cancelled by a preemption request, or refused
+  // at once when its total passed its tenant's memory.max (never-fits).
   r.ok = r.runaway_unstopped == 0 &&
-         r.killed_runaway + r.preempted_runaway == r.runaways && r.peak <= kBudget &&
+         r.killed_runaway + r.preempted_runaway + r.limited_runaway == r.runaways &&
+         r.peak <= kBudget &&
          r.end_usage == 0;
   if (c.forced) std::printf("  (%llu growth steps forced past memory.max)\n",
                             static_cast<unsigned long long>(c.forced.load()));
@@ -250,13 +266,14 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
 
 void print(Policy p, const Result& r) {
   std::printf("%-8s %8.1f q/s  kills: %4llu runaway / %4llu well-behaved  runaways %4llu  "
-              "preempted %llu/%llu  spills %3llu  never-fits %3llu  timed-out %3llu  longest wait %7.1f ms  "
+              "preempted %llu/%llu  limited %llu  spills %3llu  never-fits %3llu  timed-out %3llu  longest wait %7.1f ms  "
               "peak %5.1fM  end %llu  %s\n",
               policy_name(p), r.qps, static_cast<unsigned long long>(r.killed_runaway),
               static_cast<unsigned long long>(r.killed_good),
               static_cast<unsigned long long>(r.runaways),
               static_cast<unsigned long long>(r.preempted_runaway),
               static_cast<unsigned long long>(r.preempted_good),
+              static_cast<unsigned long long>(r.limited_runaway),
               static_cast<unsigned long long>(r.spills),
               static_cast<unsigned long long>(r.never_fits),
               static_cast<unsigned long long>(r.timed_out), r.longest_wait_ms,

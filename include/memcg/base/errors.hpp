@@ -24,6 +24,7 @@
 //   EACCES      the file is not writable (a read-only file)
 //   ENOENT      no such file or group (e.g. a per-group file asked of the root group)
 //   ENODEV      a read or write of an open file whose group was removed since it was opened
+//   ENOSPC      a group has as many OOM handlers as it may hold (OomHandler::add)
 //   EEXIST      the group already exists
 //   EBADF       an eventfd that cannot be duplicated
 //   EMFILE, ENFILE  no descriptor left for an eventfd
@@ -71,7 +72,8 @@ inline constexpr int kLibraryErrnos[] = {0,      EINVAL, ERANGE,     EBUSY,     
                                          EADDRNOTAVAIL,  EAFNOSUPPORT, EIO,
                                          EFBIG,  EOPNOTSUPP, ECONNABORTED, EHOSTDOWN,
                                          EHOSTUNREACH, ENETDOWN, ENETUNREACH, ENOBUFS, ENONET,
-                                         ENOPROTOOPT, ENOTSOCK, EPERM, EPROTO, ETIMEDOUT, ENODEV};
+                                         ENOPROTOOPT, ENOTSOCK, EPERM, EPROTO, ETIMEDOUT, ENODEV,
+                                         ENOSPC};
 
 // The symbolic name of a result code: "ok" for 0, "EINVAL" etc. for every code of
 // kLibraryErrnos, "unknown" for anything else.
@@ -87,6 +89,7 @@ constexpr const char* errno_name(int code) {
     case EACCES: return "EACCES";
     case ENOENT: return "ENOENT";
     case ENODEV: return "ENODEV";
+    case ENOSPC: return "ENOSPC";
     case EEXIST: return "EEXIST";
     case EBADF: return "EBADF";
     case EMFILE: return "EMFILE";
