@@ -619,24 +619,32 @@ TEST(OomSpill, ConcurrentChargesWithSpillingMembers) {
                             },
                             &h),
             0);
+  // The members outlive every thread: a callback runs on the thread whose charge chose the
+  // member, and it touches `self` (oom.hpp: the owner must not destroy a member another thread
+  // is using). Each round empties its member instead.
+  std::vector<std::unique_ptr<Member>> members[4];
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)
     ts.emplace_back([&, t] {
       for (int round = 0; round < 20; ++round) {
-        Member m(*d, "w" + std::to_string(t), [&](Member& self) {
+        members[t].push_back(std::make_unique<Member>(*d, "w" + std::to_string(t), [&](Member& self) {
           if (Member::cancel_reason() == CancelReason::kSpill) {
             spills.fetch_add(1);
             self.uncharge(self.charged() / 2);
           } else if (Member::cancel_reason() == CancelReason::kOomKill) {
             kills.fetch_add(1);
+            self.uncharge(self.charged());
           }
-        });
+        }));
+        Member& m = *members[t].back();
         (void)m.set_spill_grace(1ms);
         m.add_admitted(10);
         for (int i = 0; i < 150 && !m.killed(); ++i) (void)m.charge(1);  // past the limit alone
+        m.uncharge(m.charged());
       }
     });
   for (auto& t : ts) t.join();
+  for (auto& v : members) v.clear();
   EXPECT_GT(spills.load() + kills.load(), 0);
   EXPECT_GT(handler_calls.load(), 0);
   s.ctl.stock().drain_all(&s.ctl.root());
