@@ -42,7 +42,7 @@ for lib in $(find "$build" -name 'libmemcg*.so' -not -path '*/CMakeFiles/*'); do
   [[ -z $others ]] || fail "$(basename "$lib") exports symbols outside memcg: $(head -3 <<<"$others")"
 done
 # The C API (memcg/c/memcg.h) is exported by libmemcg.so, with C names.
-nm -D --defined-only "$build/libmemcg.so" | grep -q ' T memcg_charge$' ||
+nm -D --defined-only "$build/libmemcg.so" | grep ' T memcg_charge$' >/dev/null ||
   fail "libmemcg.so does not export the C API (memcg_charge)"
 
 # ---- components, each alone ----
@@ -50,13 +50,13 @@ for c in runtime development tools; do
   DESTDIR=$work/comp-$c cmake --install "$build" --component $c >/dev/null
 done
 files() { (cd "$work/comp-$1" && find . -type f -o -type l | sort); }
-files runtime | grep -q -v -E '\.so\.[0-9.]+$' && fail "runtime holds more than shared objects"
-files runtime | grep -q 'libmemcg\.so\.' || fail "runtime has no libmemcg.so.*"
-files development | grep -q 'include/memcg/memcg.hpp' || fail "development has no headers"
-files development | grep -q 'include/memcg/base/version.hpp' || fail "development has no version.hpp"
-files development | grep -q 'include/memcg/c/memcg.h' || fail "development has no C header"
-files development | grep -q 'pkgconfig/memcg-c.pc' || fail "development has no memcg-c.pc"
-files development | grep -q -E 'bin/|\.so\.[0-9]' && fail "development holds runtime files or tools"
+files runtime | grep -v -E '\.so\.[0-9.]+$' >/dev/null && fail "runtime holds more than shared objects"
+files runtime | grep 'libmemcg\.so\.' >/dev/null || fail "runtime has no libmemcg.so.*"
+files development | grep 'include/memcg/memcg.hpp' >/dev/null || fail "development has no headers"
+files development | grep 'include/memcg/base/version.hpp' >/dev/null || fail "development has no version.hpp"
+files development | grep 'include/memcg/c/memcg.h' >/dev/null || fail "development has no C header"
+files development | grep 'pkgconfig/memcg-c.pc' >/dev/null || fail "development has no memcg-c.pc"
+files development | grep -E 'bin/|\.so\.[0-9]' >/dev/null && fail "development holds runtime files or tools"
 [[ $(files tools) == "./usr/bin/memcgctl" ]] || fail "tools holds $(files tools)"
 "$src/tests/install_consumer.sh" "$build" "$src"
 
@@ -66,13 +66,13 @@ debs=("$work"/debs/*.deb)
 ((${#debs[@]} == 3)) || fail "expected 3 packages, got: ${debs[*]##*/}"
 libpkg=libmemcg${version%.*}
 depends() { dpkg-deb -f "$work/debs/$1"_*.deb Depends; }
-depends "$libpkg" | grep -q 'libstdc++6' || fail "$libpkg Depends: $(depends "$libpkg")"
-depends libmemcg-dev | grep -q "$libpkg (= $version)" || fail "libmemcg-dev Depends: $(depends libmemcg-dev)"
-depends memcg-tools | grep -q "$libpkg (= $version)" || fail "memcg-tools Depends: $(depends memcg-tools)"
-depends memcg-tools | grep -q 'libyaml-cpp' || fail "memcg-tools Depends: $(depends memcg-tools)"
+depends "$libpkg" | grep 'libstdc++6' >/dev/null || fail "$libpkg Depends: $(depends "$libpkg")"
+depends libmemcg-dev | grep "$libpkg (= $version)" >/dev/null || fail "libmemcg-dev Depends: $(depends libmemcg-dev)"
+depends memcg-tools | grep "$libpkg (= $version)" >/dev/null || fail "memcg-tools Depends: $(depends memcg-tools)"
+depends memcg-tools | grep 'libyaml-cpp' >/dev/null || fail "memcg-tools Depends: $(depends memcg-tools)"
 if [[ -n $(find "$build/src/jemalloc" -name '*.so' 2>/dev/null) ]]; then
-  depends "$libpkg" | grep -q libjemalloc2 || fail "$libpkg Depends: $(depends "$libpkg")"
-  depends libmemcg-dev | grep -q libjemalloc-dev || fail "libmemcg-dev Depends: $(depends libmemcg-dev)"
+  depends "$libpkg" | grep libjemalloc2 >/dev/null || fail "$libpkg Depends: $(depends "$libpkg")"
+  depends libmemcg-dev | grep libjemalloc-dev >/dev/null || fail "libmemcg-dev Depends: $(depends libmemcg-dev)"
 fi
 for d in "${debs[@]}"; do
   echo "package_check: $(dpkg-deb -f "$d" Package) $(dpkg-deb -f "$d" Version): $(dpkg-deb -f "$d" Depends)"
