@@ -70,7 +70,8 @@ steps:
 }
 
 TEST(Programs, WithoutUnwindTheVictimReleasesAtTheKill) {
-  const RunResult r = run_scenario(load_or_die(kill_scenario("0ms", "30ms")));
+  const Scenario sc = load_or_die(kill_scenario("0ms", "30ms"));
+  const RunResult r = run_scenario(sc);  // it points into sc's steps
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0) << text_report(r);
   EXPECT_EQ(lane_step(r, "killer", 2).time_ns, 100 * kMs);
@@ -79,7 +80,8 @@ TEST(Programs, WithoutUnwindTheVictimReleasesAtTheKill) {
 TEST(Programs, UnwindDelaysTheReleaseFromTheKill) {
   // Killed at 100 ms; the victim notices at its next step boundary (120 ms) and unwinds until
   // 100 + 50 ms: the killer's charge completes then.
-  const RunResult r = run_scenario(load_or_die(kill_scenario("50ms", "30ms")));
+  const Scenario sc = load_or_die(kill_scenario("50ms", "30ms"));
+  const RunResult r = run_scenario(sc);  // it points into sc's steps
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0) << text_report(r);
   EXPECT_EQ(lane_step(r, "killer", 2).time_ns, 150 * kMs);
@@ -90,7 +92,8 @@ TEST(Programs, UnwindDelaysTheReleaseFromTheKill) {
 TEST(Programs, UnwindWaitsForTheVictimsNextStep) {
   // The victim is busy in a 400 ms step when it is killed at 100 ms: it gives its memory back
   // at the end of that step (400 ms), although its 50 ms unwind delay ended long before.
-  const RunResult r = run_scenario(load_or_die(kill_scenario("50ms", "400ms")));
+  const Scenario sc = load_or_die(kill_scenario("50ms", "400ms"));
+  const RunResult r = run_scenario(sc);  // it points into sc's steps
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0) << text_report(r);
   EXPECT_EQ(lane_step(r, "killer", 2).time_ns, 400 * kMs);
@@ -100,7 +103,8 @@ TEST(Programs, MemberUnwindOverridesTheConfig) {
   std::string text = kill_scenario("50ms", "30ms");
   const std::string from = "{ name: victim, group: P }";
   text.replace(text.find(from), from.size(), "{ name: victim, group: P, unwind: 70ms }");
-  const RunResult r = run_scenario(load_or_die(text));
+  const Scenario sc = load_or_die(text);
+  const RunResult r = run_scenario(sc);  // it points into sc's steps
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0) << text_report(r);
   EXPECT_EQ(lane_step(r, "killer", 2).time_ns, 170 * kMs);
@@ -109,7 +113,7 @@ TEST(Programs, MemberUnwindOverridesTheConfig) {
 TEST(Programs, PreemptedMemberUnwindsToo) {
   // A high-class waiting charge asks a low-class holder to give memory back: the holder's
   // release comes after its unwind delay, and the waiter is served then.
-  const RunResult r = run_scenario(load_or_die(R"(
+  const Scenario sc = load_or_die(R"(
 config: { unwind: 40ms }
 groups:
   P: { memory.max: 10M, memory.wait.preempt: 1 }
@@ -122,7 +126,8 @@ steps:
       lo: [ charge: { member: lo, size: 8M, bulk: true }, tick: 10ms, tick: 10ms, tick: 10ms, tick: 10ms, tick: 10ms, tick: 10ms, tick: 10ms ]
       hi: [ tick: 5ms, charge: { member: hi, size: 4M, wait: 1s, expect: ok } ]
   - expect: { group: P, file: memory.current, eq: 4M }
-)"));
+)");
+  const RunResult r = run_scenario(sc);  // it points into sc's steps
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0) << text_report(r);
   const StepResult& granted = lane_step(r, "hi", 2);
@@ -131,7 +136,7 @@ steps:
 }
 
 TEST(Programs, LaneRepeatsAsNewMembers) {
-  const RunResult r = run_scenario(load_or_die(R"(
+  const Scenario sc = load_or_die(R"(
 groups:
   P: { memory.max: 10M }
 steps:
@@ -142,7 +147,8 @@ steps:
         new_member: true
         steps: [ charge: { member: worker, size: 2M, bulk: true }, tick: 10ms ]
   - expect: { group: P, file: memory.current, eq: 0 }
-)"));
+)");
+  const RunResult r = run_scenario(sc);  // it points into sc's steps
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0) << text_report(r);
   const Json& lane = lanes_of(r)["worker"];
@@ -155,7 +161,7 @@ steps:
 }
 
 TEST(Programs, RepeatWithoutNewMemberKeepsTheMember) {
-  const RunResult r = run_scenario(load_or_die(R"(
+  const Scenario sc = load_or_die(R"(
 groups:
   P: {}
 steps:
@@ -163,7 +169,8 @@ steps:
   - parallel:
       w: { repeat: 4, steps: [ charge: { member: w, size: 1M } ] }
   - expect: { group: P, file: memory.current, eq: 4M }
-)"));
+)");
+  const RunResult r = run_scenario(sc);  // it points into sc's steps
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0) << text_report(r);
 }
@@ -172,7 +179,7 @@ TEST(Programs, RunawayIterationIsKilledAndTheNextStartsClean) {
   // Each iteration grows 1M at a time for 6 steps (6M); two lanes share 10M: the OOM killer
   // kills a member of one iteration, it unwinds, and the lane's next iteration starts as a new
   // member that is not killed.
-  const RunResult r = run_scenario(load_or_die(R"(
+  const Scenario sc = load_or_die(R"(
 config: { unwind: 20ms }
 groups:
   P: { memory.max: 10M }
@@ -192,7 +199,8 @@ steps:
         new_member: true
         steps: [ tick: 5ms, charge: { member: b, size: 6M, bulk: true }, tick: 100ms ]
   - expect: { group: P, file: memory.current, eq: 0 }
-)"));
+)");
+  const RunResult r = run_scenario(sc);  // it points into sc's steps
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0) << text_report(r);
   const Json& lanes = lanes_of(r);
