@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "memcg/core/controller.hpp"
+#include "json_put.hpp"
 #include "memcg/base/events.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/core/psi.hpp"
@@ -18,11 +19,8 @@
 namespace memcg::http {
 namespace {
 
-void put_u64(std::string& out, uint64_t v) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
-}
+using json_out::put_string;
+using json_out::put_u64;
 
 void put_bytes_or_null(std::string& out, uint64_t v) {
   if (v == kUnlimited) {
@@ -30,25 +28,6 @@ void put_bytes_or_null(std::string& out, uint64_t v) {
   } else {
     put_u64(out, v);
   }
-}
-
-// A JSON string. Group names are restricted to [A-Za-z0-9_.:@+-] (controller.hpp), but the
-// escaping does not rely on it.
-void put_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
 }
 
 // A fixed-point PSI average (11 fractional bits) exactly as memory.pressure prints it: whole
