@@ -106,18 +106,6 @@ bool wait_for_room(internal::OomState& state, std::unique_lock<std::mutex>& lock
 
 }  // namespace
 
-const char* oom_order_name(OomOrder o) noexcept {
-  switch (o) {
-    case OomOrder::kAuto:
-      return "auto";
-    case OomOrder::kKernel:
-      return "kernel";
-    case OomOrder::kExcess:
-      return "excess";
-  }
-  return "?";
-}
-
 int set_oom_order(Group& group, OomOrder order) noexcept {
   if (static_cast<uint8_t>(order) > static_cast<uint8_t>(OomOrder::kExcess)) return EINVAL;
   if (group.is_root()) return ENOENT;
@@ -128,24 +116,6 @@ int set_oom_order(Group& group, OomOrder order) noexcept {
 OomOrder oom_order(const Group& group) noexcept {
   return static_cast<OomOrder>(
       OomKillerAccess::oom_order(const_cast<Group&>(group)).load(std::memory_order_relaxed));
-}
-
-const char* oom_decider_name(OomDecider d) noexcept {
-  switch (d) {
-    case OomDecider::kNone:
-      return "none";
-    case OomDecider::kKernelOrder:
-      return "kernel";
-    case OomDecider::kExcessOrder:
-      return "excess";
-    case OomDecider::kHandler:
-      return "handler";
-    case OomDecider::kSpill:
-      return "spill";
-    case OomDecider::kPreempt:
-      return "preempt";
-  }
-  return "?";
 }
 
 // ---- Member ------------------------------------------------------------------------------------
@@ -290,41 +260,6 @@ int Member::set_spill_grace(std::chrono::nanoseconds grace) noexcept {
 
 void Member::set_score_adj(int adj) noexcept {
   adj_.store(std::clamp(adj, kImmune, 1000), std::memory_order_relaxed);
-}
-
-// ---- report ------------------------------------------------------------------------------------
-
-std::string OomReport::format() const {
-  std::ostringstream o;
-  o << "memory cgroup out of memory in " << domain << " (request " << request_units << " units)\n";
-  for (const OomHandlerCall& h : handlers)
-    o << "  handler " << h.handler << " of " << h.group << ": freed=" << h.freed << " "
-      << h.outcome << "\n";
-  if (decider == OomDecider::kHandler) {
-    o << "  resolved by handler " << handler << ": nobody killed\n";
-    return o.str();
-  }
-  if (!top.empty()) o << "  order " << oom_order_name(order) << "\n";
-  for (const OomCandidate& c : top)
-    o << "  candidate " << c.member << " in " << c.group << ": charged=" << c.charged
-      << " admitted=" << c.admitted << " excess=" << c.excess
-      << " priority=" << wait_priority_name(c.priority) << " adj=" << c.score_adj
-      << " badness=" << c.badness << "\n";
-  for (const std::string& m : spilled) o << "  asked " << m << " to spill\n";
-  for (const OomFailure& f : failed)
-    o << "  kill of " << f.member << " failed: its callback threw: " << f.error << "\n";
-  if (decider == OomDecider::kSpill) {
-    o << "  resolved by spill of " << victim << " (reason " << cancel_reason_name(reason)
-      << "): nobody killed\n";
-  } else if (victim.empty()) {
-    o << "  no killable member\n";
-  } else {
-    o << "  killed " << victim;
-    if (!oom_group.empty()) o << " and every member of oom.group " << oom_group;
-    o << " (" << killed.size() << " killed, decided by " << oom_decider_name(decider)
-      << ", reason " << cancel_reason_name(reason) << ")\n";
-  }
-  return o.str();
 }
 
 // ---- the killer --------------------------------------------------------------------------------
