@@ -32,6 +32,9 @@ namespace {
 using namespace std::chrono_literals;
 using namespace testing_wait;
 
+// One counter per WaitStatus, indexed by its value.
+constexpr int kStatuses = static_cast<int>(WaitStatus::kNeverFits) + 1;
+
 // Many threads, random sizes, deadlines and cancellations, limit changes. At the end every unit
 // is accounted for; the waiters with generous deadlines were all served (memory kept being freed).
 TEST(ChargeWaitStress, RandomizedExactAccounting) {
@@ -120,7 +123,7 @@ TEST(ChargeWaitStress, RemovalAndTeardownUnderLoad) {
     pool->set_max(16 * kUnit);
     std::vector<GroupRef> kids(4);
     for (int i = 0; i < 4; ++i) ASSERT_EQ(ctl->create(*pool, "k" + std::to_string(i), &kids[i]), 0);
-    std::atomic<int> statuses[5] = {};
+    std::atomic<int> statuses[kStatuses] = {};
     std::atomic<int64_t> held{0};
     std::vector<std::jthread> ts;
     for (int t = 0; t < 8; ++t) {
@@ -180,8 +183,9 @@ TEST(ChargeWaitStress, ClassesDeadlinesRemovalsAndLimits) {
   ASSERT_EQ(ctl.create(*pool, "v", &victim), 0);
   victim->set_max(8 * kUnit);
   std::atomic<int64_t> held{0};
-  std::atomic<int> statuses[5] = {};
+  std::atomic<int> statuses[kStatuses] = {};
   std::atomic<int> patient_failed{0};
+  std::atomic<int> kid_never_fits{0};
   std::atomic<bool> done{false};
   std::jthread churn([&] {
     std::mt19937 rng(3);
@@ -224,6 +228,9 @@ TEST(ChargeWaitStress, ClassesDeadlinesRemovalsAndLimits) {
                                      : std::chrono::milliseconds(rng() % 4);
         const WaitStatus s = try_charge_wait_for(*g, units, timeout, src.get_token(), o);
         ++statuses[static_cast<int>(s)];
+        // Only pool/v (memory.max 8 units, requests up to 12) can refuse a request as one that
+        // never fits: the pool's limit stays at 24 units or more.
+        if (s == WaitStatus::kNeverFits && pick != 3) ++kid_never_fits;
         if (s == WaitStatus::kOk) {
           held += units;
           std::this_thread::sleep_for(std::chrono::microseconds(rng() % 800));
@@ -242,6 +249,7 @@ TEST(ChargeWaitStress, ClassesDeadlinesRemovalsAndLimits) {
   EXPECT_EQ(held.load(), 0);
   EXPECT_GT(statuses[static_cast<int>(WaitStatus::kOk)].load(), 0);
   EXPECT_EQ(statuses[static_cast<int>(WaitStatus::kInvalid)].load(), 0);
+  EXPECT_EQ(kid_never_fits.load(), 0);
   ctl.stock().drain_all(&ctl.root());
   ctl.obj_stock().drain_all(&ctl.root());
   EXPECT_EQ(pool->memory().usage(), 0);
