@@ -13,6 +13,7 @@
 // percpu: statistic kinds
 #include "memcg/percpu/stat_registry.hpp"
 // core: the tree, charge path, object layer, attachment, reclaim, OOM, limits, pressure, notify
+#include "memcg/core/admission.hpp"
 #include "memcg/core/attach.hpp"
 #include "memcg/core/cache_governor.hpp"
 #include "memcg/core/charge.hpp"
