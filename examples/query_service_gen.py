@@ -156,13 +156,13 @@ def main():
     ap.add_argument("--summarize", metavar="FILE")
     ap.add_argument("--policy", default="all", choices=sorted(POLICIES))
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--queries", type=int, default=QUERIES, help="queries per worker (1-200)")
+    ap.add_argument("--queries", type=int, default=QUERIES, help="queries per worker (1-40: the file stays within memcgctl's 1 MiB)")
     a = ap.parse_args()
     if a.summarize:
         summarize(a.summarize)
         return
-    if not 1 <= a.queries <= 200:
-        ap.error("--queries is from 1 to 200")
+    if not 1 <= a.queries <= 40:
+        ap.error("--queries is from 1 to 40")
     sys.stdout.write(scenario(a.policy, a.seed, a.queries))
 
 
