@@ -2,112 +2,205 @@
 """Writes examples/query_service.yaml: examples/query_service.cpp as a memcgctl scenario.
 
 The same tenants, limits and cache; 16 worker lanes, each running queries one after another
-(`repeat` with `new_member`), a query being a waiting charge of its estimate (admission, up to
-2 s) and then growth in steps, with 5 % of etl's queries runaways. The sizes are drawn once
-with a fixed seed, so the file is one sample of the service's distribution.
+(`iterations` with `new_member`: each query a new member with a shape of its own). A query is
+what the service's run_query does, on the library's Reservation API: admitted with
+`reserve: { size: ESTIMATE, wait: 2s, oom: pieces }` (Reservation::reserve_for, so learned-peak
+admission and never-fits apply), then growing every 2 ms by a tenth of its growth
+(`reserve: { grow: ... }`, Reservation::grow) to its estimate plus 0-50 %, and released when the
+query ends (the member exits). As in the service, each query draws its own tenant (etl 40 %,
+dash 30 %, adhoc 30 %), estimate (etl 16-64M, others 8-32M) and growth; 5 % of etl's queries are
+runaways (4M every step until stopped), 0.5 % of etl's ask for 400M (more than etl's 320M: never
+fits). The draws use a fixed seed, so a file is one sample of the service's distribution.
 
-  python3 examples/query_service_gen.py [--policy today|wait200|all] [--seed N] > FILE
+  python3 examples/query_service_gen.py [--policy P] [--seed N] [--queries N] > FILE
   memcgctl run FILE --json | python3 examples/query_service_gen.py --summarize FILE
 
-The second form prints the prediction: kills of runaway and of well-behaved queries (lanes
-marked in FILE), waits, the virtual time the run took and queries per virtual second.
+The second form prints the prediction: kills of runaway and of well-behaved queries, runaways
+stopped at etl's limit (never-fits), waits not served (admissions and growth waits that timed
+out), queries and the virtual time they took (queries/s counts finished and killed queries, as
+the service does).
 
-Policies: `today` (memory.oom.order: kernel, growth unit by unit, each unit OOM-eligible as
-OomPolicy::kPieces), `wait200` (the kernel's order, each growth step first a waiting charge of
-200 ms, then the unit-by-unit charge), `all` (memory.oom.order: auto). Unwinding: every member
+Policies (as the service's --policy): `today` (memory.oom.order: kernel, memory.admit.growth: 1,
+growth by grow()), `excess` (memory.oom.order: excess, growth 1, grow()), `wait200` (kernel
+order, growth 1, growth by grow_for(chunk, 200ms), then grow() when it timed out), `admit`
+(kernel order, learned-peak admission: memory.admit.growth auto, grow()), `all` (the library's
+defaults: memory.oom.order auto, memory.admit.growth auto, grow()). Unwinding: every member
 takes 4 ms (two of the service's steps) to give its memory back after a kill.
 """
 import argparse
+import json
 import random
+import re
+import sys
 
 WORKERS = 16
-ITERATIONS = 12     # queries per worker
+QUERIES = 30        # queries per worker
 STEP_MS = 2         # the service's kStepTime
-CHUNK_MB = 4
+STEPS = 10          # steps of work of a well-behaved query (kSteps)
+CHUNK = 4 << 20     # a runaway's growth step (kChunk)
+MIB = 1 << 20
+RUNAWAY_GROWS = 120  # a runaway's growth steps written: past etl's 320M after at most 76
+POLICIES = {  # policy: (memory.oom.order, memory.admit.growth, growth that waits 200 ms)
+    "today": ("kernel", "1", False),
+    "excess": ("excess", "1", False),
+    "wait200": ("kernel", "1", True),
+    "admit": ("kernel", "auto", False),
+    "all": ("auto", "auto", False),
+}
 
 
-def lane(rng, w, policy):
-    """One lane's steps: a fixed query shape per worker, repeated with new members."""
+def size(b):
+    """Bytes as the scenario's size grammar, in whole KiB (the reservation rounds to units)."""
+    k = (b + 1023) // 1024
+    return f"{k // 1024}M" if k % 1024 == 0 else f"{k}K"
+
+
+def query(rng, w, wait200):
+    """One query's shape, drawn as query_service.cpp draws it, and its steps."""
     pick = rng.random()
     tenant = "svc/etl" if pick < 0.4 else "svc/dash" if pick < 0.7 else "svc/adhoc"
     etl = tenant == "svc/etl"
-    est = (16 if etl else 8) + int(rng.random() * (48 if etl else 24))
-    runaway = etl and w % 8 == 0  # 2 runaway lanes of 16: about 5 % of etl's queries over time
-    final = 10_000 if runaway else est + int(rng.random() * 0.5 * est)
-    steps = [f"charge: {{ member: w{w}, size: {est}M, wait: 2s }}"]
-    grown, n = est, 0
-    while grown < final and n < (80 if runaway else 10):
-        steps.append(f"tick: {STEP_MS}ms")
-        add = CHUNK_MB if runaway else max(1, (final - est + 9) // 10)
-        add = min(add, final - grown)
-        if policy == "wait200":
-            steps.append(f"charge: {{ member: w{w}, size: {add}M, wait: 200ms }}")
-        steps.append(f"charge: {{ member: w{w}, size: {add}M }}")
-        grown += add
-        n += 1
-    steps.append(f"tick: {STEP_MS}ms")
-    return tenant, runaway, steps
+    est = (16 if etl else 8) * MIB + int(rng.random() * (48 if etl else 24) * MIB)
+    final = est + int(rng.random() * 0.5 * est)
+    kind = rng.random()
+    shape = "well-behaved"
+    if etl and kind < 0.05:
+        shape = "runaway"
+    if etl and kind > 0.995:
+        est, shape = 400 * MIB, "never-fits"
+    final = max(final, est)
+    m = f"w{w}"
+    # Admission: a refusal (timed out, never fits) ends the query.
+    steps = [f"reserve: {{ member: {m}, size: {size(est)}, wait: 2s, oom: pieces, "
+             f"ends_on: refused }}"]
+    if shape == "runaway":
+        # 4M every step until killed or refused at etl's limit; a growth that finds no victim
+        # (nomem) is asked again at the next step, as the service's runaway does.
+        grow = f"grow: {size(CHUNK)}" + (", wait: 200ms, on_timeout: grow" if wait200 else "")
+        for _ in range(RUNAWAY_GROWS):
+            steps += [f"tick: {STEP_MS}ms",
+                      f"reserve: {{ member: {m}, {grow}, ends_on: [ killed, never-fits ] }}"]
+    else:
+        step = max(MIB, (final - est) // STEPS)
+        grown = est
+        for _ in range(STEPS * 4):
+            steps.append(f"tick: {STEP_MS}ms")
+            if grown >= final:
+                break
+            add = min(step, final - grown)
+            grow = f"grow: {size(add)}" + (", wait: 200ms, on_timeout: grow" if wait200 else "")
+            steps.append(f"reserve: {{ member: {m}, {grow}, ends_on: refused }}")
+            grown += add
+    return tenant, shape, steps
+
+
+def prediction(text, doc):
+    """What a run of the scenario `text` predicts, from memcgctl's JSON report `doc`: the
+    service's counters (query_service.cpp) per query shape, and the virtual time it took."""
+    shapes = dict(re.findall(r"# (w\d+#\d+) \S+ (\S+)$", text, re.M))
+    steps = {}  # per query (a lane's iteration member, w3#7): its reserve steps' results
+    killed = set()
+    elapsed = 0
+    for s in doc["steps"]:
+        r = s.get("result", {})
+        killed.update(r.get("killed", []))
+        if s["kind"] == "parallel" and not s.get("lane"):
+            elapsed = max(elapsed, r.get("elapsed_ns", 0))
+        if s["kind"] == "reserve" and s.get("lane"):
+            steps.setdefault(s["lane"], []).append(r)
+    c = dict.fromkeys(("done", "killed_runaway", "killed_good", "runaways", "limited",
+                       "unstopped", "never_fits", "timed_out", "failed", "waits_not_served"), 0)
+    for q, shape in shapes.items():
+        rs = steps.get(q, [])
+        c["waits_not_served"] += sum(1 for r in rs if r.get("waited") == "timed-out")
+        admission = rs[0]["status"] if rs else "none"
+        last = rs[-1]["status"] if rs else "none"
+        if admission == "never-fits":
+            c["never_fits"] += 1
+            continue
+        if admission == "timed-out":
+            c["timed_out"] += 1
+            continue
+        if admission not in ("ok", "forced"):
+            c["failed"] += 1
+            continue
+        if shape == "runaway":
+            c["runaways"] += 1
+        if q in killed:
+            c["killed_runaway" if shape == "runaway" else "killed_good"] += 1
+        elif shape == "runaway":
+            c["limited" if last == "never-fits" else "unstopped"] += 1
+        elif last not in ("ok", "forced"):
+            c["failed"] += 1
+        else:
+            c["done"] += 1
+    c["queries"] = c["done"] + c["killed_runaway"] + c["killed_good"]  # as the service counts
+    c["seconds"] = elapsed / 1e9
+    c["qps"] = c["queries"] / c["seconds"] if elapsed else 0.0
+    c["good_kills_per_s"] = c["killed_good"] / c["seconds"] if elapsed else 0.0
+    return c
 
 
 def summarize(path):
-    import json
-    import re
-    import sys
-    runaway = set(re.findall(r"^      (w\d+):  # runaway", open(path).read(), re.M))
-    doc = json.load(sys.stdin)
-    kills = {True: 0, False: 0}
-    iterations = 0
-    end = 0
-    for step in doc["steps"]:
-        lanes = step.get("result", {}).get("lanes")
-        if not lanes:
-            continue
-        for name, lane in lanes.items():
-            kills[name in runaway] += lane.get("killed", 0)
-            iterations += lane.get("iterations", 0)
-            end = max(end, lane.get("end_ns", 0))
-    waits = sum(1 for s in doc["steps"] if s.get("result", {}).get("wait_status") not in (None, "ok"))
-    print(f"predicted: {kills[True]} runaway / {kills[False]} well-behaved kills, "
-          f"{waits} waits not served, {iterations} queries in {end / 1e9:.3f} s virtual "
-          f"({iterations / (end / 1e9) if end else 0:.0f} q/s)")
+    c = prediction(open(path).read(), json.load(sys.stdin))
+    print(f"predicted: {c['killed_runaway']} runaway / {c['killed_good']} well-behaved kills "
+          f"({c['good_kills_per_s']:.1f} well-behaved kills per virtual s), "
+          f"runaways {c['runaways']} (limited {c['limited']}, unstopped {c['unstopped']}), "
+          f"{c['waits_not_served']} waits not served, never-fits {c['never_fits']}, "
+          f"timed-out {c['timed_out']}, failed {c['failed']}, {c['queries']} queries in "
+          f"{c['seconds']:.3f} s virtual ({c['qps']:.0f} q/s)")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--summarize", metavar="FILE")
-    ap.add_argument("--policy", default="all", choices=["today", "wait200", "all"])
+    ap.add_argument("--policy", default="all", choices=sorted(POLICIES))
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--queries", type=int, default=QUERIES, help="queries per worker (1-40: the file stays within memcgctl's 1 MiB)")
     a = ap.parse_args()
     if a.summarize:
         summarize(a.summarize)
         return
-    rng = random.Random(a.seed)
-    order = "auto" if a.policy == "all" else "kernel"
-    out = [f"# Generated by examples/query_service_gen.py --policy {a.policy} --seed {a.seed}",
-           f"name: query service, policy {a.policy}",
+    if not 1 <= a.queries <= 40:
+        ap.error("--queries is from 1 to 40")
+    sys.stdout.write(scenario(a.policy, a.seed, a.queries))
+
+
+def scenario(policy, seed=1, queries=QUERIES):
+    """The scenario's text for `policy` (a key of POLICIES)."""
+    order, growth, wait200 = POLICIES[policy]
+    knobs = f"memory.oom.order: {order}, memory.admit.growth: {growth}"
+    out = [f"# Generated by examples/query_service_gen.py --policy {policy} --seed {seed}"
+           + (f" --queries {queries}" if queries != QUERIES else ""),
+           f"name: query service, policy {policy}",
            "config: { batch: 1, unwind: 4ms }",
            "groups:",
-           f"  svc: {{ memory.max: 512M, memory.oom.order: {order} }}",
-           f"  svc/etl: {{ memory.max: 320M, memory.oom.order: {order} }}",
-           f"  svc/dash: {{ memory.max: 256M, memory.min: 128M, memory.oom.order: {order} }}",
-           f"  svc/adhoc: {{ memory.max: 256M, memory.low: 32M, memory.oom.order: {order} }}",
+           f"  svc: {{ memory.max: 512M, {knobs} }}",
+           f"  svc/etl: {{ memory.max: 320M, {knobs} }}",
+           f"  svc/dash: {{ memory.max: 256M, memory.min: 128M, {knobs} }}",
+           f"  svc/adhoc: {{ memory.max: 256M, memory.low: 32M, {knobs} }}",
            "steps:",
            "  - cache: { name: dash-cache, group: svc/dash, grow: 84M }"]
-    lanes = [lane(rng, w, a.policy) for w in range(WORKERS)]
-    for w, (tenant, _, _) in enumerate(lanes):
-        out.append(f"  - member: {{ name: w{w}, group: {tenant} }}")
+    # A lane is a worker thread; each iteration one query, a new member of the query's tenant
+    # (`group`), its shape drawn from the worker's own seeded stream, as in the service.
+    lanes = []
+    for w in range(WORKERS):
+        rng = random.Random(seed * 1000003 + w)
+        lanes.append([query(rng, w, wait200) for _ in range(queries)])
+    for w in range(WORKERS):
+        out.append(f"  - member: {{ name: w{w}, group: svc }}")
     out.append("  - parallel:")
-    for w, (_, runaway, steps) in enumerate(lanes):
-        out.append(f"      w{w}:  # {'runaway' if runaway else 'well-behaved'}")
-        out.append(f"        repeat: {ITERATIONS}")
-        out.append("        new_member: true")
-        out.append("        steps:")
-        out.extend(f"          - {s}" for s in steps)
+    for w, lane in enumerate(lanes):
+        out += [f"      w{w}:", "        new_member: true", "        iterations:"]
+        for i, (tenant, shape, steps) in enumerate(lane, 1):
+            out.append(f"          # w{w}#{i} {tenant} {shape}")
+            out.append(f"          - {{ group: {tenant}, steps: [ {', '.join(steps)} ] }}")
     out += ["  - expect: { group: svc, file: memory.peak, le: 512M }",
             "  - cache: { name: dash-cache, drop: true }",
             "  - expect: { group: svc, file: memory.current, eq: 0 }",
             "  - print: { group: svc, file: memory.events }"]
-    print("\n".join(out))
+    return "\n".join(out) + "\n"
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -36,6 +36,16 @@ const char* op_name(ExpectStep::Op op) {
   return "?";
 }
 
+static_assert(static_cast<int>(memcg::ReserveStatus::kNeverFits) + 1 == kReserveStatusCount);
+
+const char* reserve_status_text(memcg::ReserveStatus s) {
+  static constexpr const char* kNames[kReserveStatusCount] = {
+      "ok",        "forced", "nomem",   "nomem-costly", "timed-out",
+      "cancelled", "killed", "removed", "invalid",      "never-fits"};
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(kNames) ? kNames[i] : "?";
+}
+
 bool is_keyed_file(std::string_view file) {
   return file == "memory.events" || file == "memory.events.local" || file == "memory.stat" ||
          file == "memory.swap.events" || file == "memory.numa_stat" || file == "memory.wait";

@@ -175,7 +175,7 @@ bool Loader::load_step_list(const YAML::Node& list, const std::string& lane,
                             std::vector<Step>* out) {
   // What a lane may do: nothing that creates or destroys (see load_parallel).
   static const std::set<std::string> kInLane = {"set",     "write", "cache",  "charge", "release",
-                                                "reclaim", "tick",  "expect", "print"};
+                                                "reclaim", "tick",  "expect", "print",  "reserve"};
   bool ok = true;
   for (auto step_it = list.begin(); step_it != list.end(); ++step_it) {
     const YAML::Node s = *step_it;  // a handle; the iterator yields temporaries
@@ -231,9 +231,11 @@ bool Loader::load_step(const std::string& kind, const YAML::Node& key, const YAM
   if (kind == "peak") return load_peak(v, step);
   if (kind == "watch") return load_watch(v, step);
   if (kind == "parallel") return load_parallel(v, step);
+  if (kind == "reserve") return load_reserve(v, step);
   error(key, "unknown step `" + kind +
-                 "` (expected set, write, cache, member, charge, release, exit, reclaim, "
-                 "remove, tick, expect, print, listen, trigger, peak, watch or parallel)");
+                 "` (expected set, write, cache, member, charge, reserve, release, exit, "
+                 "reclaim, remove, tick, expect, print, listen, trigger, peak, watch or "
+                 "parallel)");
   return false;
 }
 

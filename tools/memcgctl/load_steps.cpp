@@ -262,6 +262,174 @@ bool Loader::load_charge(const YAML::Node& v, Step* step) {
   return ok;
 }
 
+bool Loader::reserve_status(const YAML::Node& n, const std::string& what,
+                            memcg::ReserveStatus* out) {
+  std::string s;
+  if (!scalar(n, what, &s)) return false;
+  for (int i = 0; i < kReserveStatusCount; ++i) {
+    const auto st = static_cast<memcg::ReserveStatus>(i);
+    if (s == reserve_status_text(st)) {
+      *out = st;
+      return true;
+    }
+  }
+  error(n, what + ": expected ok, forced, nomem, nomem-costly, timed-out, cancelled, killed, "
+                  "removed, invalid or never-fits, not `" + s + "`");
+  return false;
+}
+
+bool Loader::load_reserve(const YAML::Node& v, Step* step) {
+  Entries e;
+  if (!entries_required_map(v, "reserve",
+                            {"member", "size", "grow", "release", "wait", "on_timeout", "oom",
+                             "priority", "ends_on", "expect"},
+                            &e))
+    return false;
+  ReserveStep r;
+  bool ok = member_ref(v, e, "reserve", &r.member);
+  const YAML::Node* size_n = find(e, "size");
+  const YAML::Node* grow_n = find(e, "grow");
+  const YAML::Node* release_n = find(e, "release");
+  if (!!size_n + !!grow_n + !!release_n != 1) {
+    error(v, "reserve: give exactly one of `size` (the admitted total), `grow` or "
+             "`release: true`");
+    return false;
+  }
+  if (size_n) {
+    r.op = ReserveStep::Op::kReserve;
+    ok = step_size(*size_n, "reserve size", &r.bytes) && ok;
+  } else if (grow_n) {
+    r.op = ReserveStep::Op::kGrow;
+    ok = step_size(*grow_n, "reserve grow", &r.bytes) && ok;
+  } else {
+    r.op = ReserveStep::Op::kRelease;
+    bool rel = false;
+    if (boolean(*release_n, "reserve release", &rel) && !rel) {
+      error(*release_n, "reserve release: only `release: true` means something");
+      ok = false;
+    } else if (!rel) {
+      ok = false;
+    }
+    for (const char* k : {"wait", "on_timeout", "oom", "priority", "ends_on"})
+      if (const YAML::Node* x = find(e, k)) {
+        error(*x, std::string("reserve release: `") + k +
+                      "` is for a request (`size` or `grow`)");
+        ok = false;
+      }
+  }
+  if (const YAML::Node* w = find(e, "wait")) {
+    r.wait = true;
+    ok = duration(*w, "reserve wait", kMaxWaitNs, "60m (one hour)", &r.wait_ns) && ok;
+  }
+  if (const YAML::Node* t = find(e, "on_timeout")) {
+    std::string s;
+    if (!scalar(*t, "reserve on_timeout", &s)) {
+      ok = false;
+    } else if (!grow_n || !r.wait) {
+      error(*t, "reserve on_timeout: only a waiting growth (`grow` with `wait`) times out "
+                "into something else");
+      ok = false;
+    } else if (s == "grow" || s == "fail") {
+      r.grow_on_timeout = s == "grow";
+    } else {
+      error(*t, "reserve on_timeout: expected grow or fail, not `" + s + "`");
+      ok = false;
+    }
+  }
+  // The member's options: fixed by the first step that names it.
+  bool has_oom = false, has_priority = false;
+  if (const YAML::Node* o = find(e, "oom")) {
+    std::string s;
+    has_oom = true;
+    if (!scalar(*o, "reserve oom", &s)) {
+      ok = false;
+    } else if (s == "kernel") {
+      r.oom = memcg::OomPolicy::kKernel;
+    } else if (s == "pieces") {
+      r.oom = memcg::OomPolicy::kPieces;
+    } else if (s == "never") {
+      r.oom = memcg::OomPolicy::kNever;
+    } else {
+      error(*o, "reserve oom: expected kernel, pieces or never, not `" + s + "`");
+      ok = false;
+    }
+  }
+  if (const YAML::Node* p = find(e, "priority")) {
+    std::string s;
+    has_priority = true;
+    if (!scalar(*p, "reserve priority", &s)) {
+      ok = false;
+    } else if (s == "low") {
+      r.priority = memcg::WaitPriority::kLow;
+    } else if (s == "normal") {
+      r.priority = memcg::WaitPriority::kNormal;
+    } else if (s == "high") {
+      r.priority = memcg::WaitPriority::kHigh;
+    } else {
+      error(*p, "reserve priority: expected low, normal or high, not `" + s + "`");
+      ok = false;
+    }
+  }
+  if (ok) {
+    auto [it, fresh] = reserve_options_.try_emplace(r.member);
+    if (fresh) {
+      it->second = {mark_of(v).line, r.oom, r.priority};
+    } else {
+      const auto& seen = it->second;
+      if ((has_oom && r.oom != seen.oom) || (has_priority && r.priority != seen.priority)) {
+        error(has_oom && r.oom != seen.oom ? *find(e, "oom") : *find(e, "priority"),
+              "reserve: member `" + r.member + "` has one reservation, whose `oom` and "
+              "`priority` were fixed by its first reserve step (line " +
+                  std::to_string(seen.line) + ")");
+        ok = false;
+      }
+      r.oom = seen.oom;
+      r.priority = seen.priority;
+    }
+  }
+  if (const YAML::Node* n = find(e, "ends_on")) {
+    if (!in_lane_) {
+      error(*n, "reserve ends_on: ends a lane's iteration; outside a `parallel` lane there is "
+                "none");
+      ok = false;
+    } else {
+      std::vector<YAML::Node> items;
+      if (n->IsSequence()) {
+        for (auto it = n->begin(); it != n->end(); ++it) items.push_back(*it);
+      } else {
+        items.push_back(*n);
+      }
+      if (items.empty()) {
+        error(*n, "reserve ends_on: expected a status or a list of statuses");
+        ok = false;
+      }
+      for (const YAML::Node& item : items) {
+        memcg::ReserveStatus st = memcg::ReserveStatus::kOk;
+        if (item.IsScalar() && item.Scalar() == "refused") {
+          // Every status but the two that hold (ok, forced).
+          for (int i = 0; i < kReserveStatusCount; ++i)
+            if (!memcg::held(static_cast<memcg::ReserveStatus>(i))) r.ends_on |= uint32_t{1} << i;
+        } else if (!reserve_status(item, "reserve ends_on (or `refused`: every refusal)",
+                                   &st)) {
+          ok = false;
+        } else if (memcg::held(st)) {
+          error(item, std::string("reserve ends_on: `") + reserve_status_text(st) +
+                          "` holds what was asked; an iteration ends on a refusal");
+          ok = false;
+        } else {
+          r.ends_on |= uint32_t{1} << static_cast<int>(st);
+        }
+      }
+    }
+  }
+  if (const YAML::Node* x = find(e, "expect")) {
+    r.has_expect = true;
+    ok = reserve_status(*x, "reserve expect", &r.expect) && ok;
+  }
+  step->body = std::move(r);
+  return ok;
+}
+
 bool Loader::load_release(const YAML::Node& v, Step* step) {
   Entries e;
   if (!entries_required_map(v, "release", {"member", "size"}, &e)) return false;
@@ -382,17 +550,95 @@ bool Loader::load_parallel(const YAML::Node& v, Step* step) {
       ok = false;
     }
     YAML::Node steps = body;
-    if (body.IsMap() && !body["steps"]) {
+    if (body.IsMap() && !body["steps"] && !body["iterations"]) {
       error(body, "parallel lane " + lane.member +
-                      ": expected a list of steps, or { repeat, new_member, steps }");
+                      ": expected a list of steps, or { repeat, new_member, steps }, or "
+                      "{ new_member, iterations }");
       ok = false;
       continue;
     }
     if (body.IsMap()) {
-      // The long form: { repeat: N, new_member: BOOL, steps: [ ... ] }.
+      // The long form: { repeat: N, new_member: BOOL, steps: [ ... ] }, or
+      // { new_member: BOOL, iterations: [ [ ... ], [ ... ] ] }.
       Entries e;
-      if (!entries(body, "parallel lane " + lane.member, {"steps", "repeat", "new_member"}, &e)) {
+      if (!entries(body, "parallel lane " + lane.member,
+                   {"steps", "repeat", "new_member", "iterations"}, &e)) {
         ok = false;
+        continue;
+      }
+      if (const YAML::Node* its = find(e, "iterations")) {
+        if (find(e, "steps") || find(e, "repeat")) {
+          error(*its, "parallel lane " + lane.member +
+                          ": `iterations` lists every iteration's steps (not with `steps` or "
+                          "`repeat`)");
+          ok = false;
+          continue;
+        }
+        if (const YAML::Node* nm = find(e, "new_member"))
+          ok = boolean(*nm, "parallel lane new_member", &lane.new_member) && ok;
+        if (!its->IsSequence() || its->size() == 0) {
+          error(*its, "parallel lane " + lane.member +
+                          " iterations: expected a non-empty list of step lists");
+          ok = false;
+          continue;
+        }
+        if (its->size() > kMaxLaneRepeat) {
+          error(*its, "parallel lane " + lane.member + " iterations: more than " +
+                          std::to_string(kMaxLaneRepeat) + " iterations");
+          ok = false;
+          continue;
+        }
+        uint64_t runs = 0;
+        for (auto it = its->begin(); it != its->end(); ++it) {
+          YAML::Node list = *it;
+          std::string group;
+          if (list.IsMap()) {
+            // { group: G, steps: [ ... ] }: the iteration's member joins G.
+            Entries ie;
+            const std::string what = "parallel lane " + lane.member + " iteration";
+            if (!entries(list, what, {"group", "steps"}, &ie)) {
+              ok = false;
+              continue;
+            }
+            const YAML::Node* st = find(ie, "steps");
+            if (!st) {
+              error(list, what + ": `steps` is required");
+              ok = false;
+              continue;
+            }
+            if (const YAML::Node* g = find(ie, "group")) {
+              if (!scalar(*g, what + " group", &group) || !group_ref(*g, group, what)) {
+                ok = false;
+              } else if (!lane.new_member) {
+                error(*g, what + ": `group` is the group of the iteration's new member "
+                                 "(it needs `new_member: true`)");
+                ok = false;
+              }
+            }
+            list = *st;
+          }
+          if (!list.IsSequence()) {
+            error(list, "parallel lane " + lane.member +
+                            " iterations: each iteration is a list of steps, or "
+                            "{ group, steps }");
+            ok = false;
+            continue;
+          }
+          std::vector<Step> one;
+          ok = load_step_list(list, lane.member, &one) && ok;
+          runs += std::max<size_t>(one.size(), 1);
+          lane.iterations.push_back(std::move(one));
+          lane.iteration_groups.push_back(std::move(group));
+          if (too_many()) break;
+        }
+        if (runs > kMaxLaneStepRuns) {
+          error(*its, "parallel lane " + lane.member + ": its iterations have " +
+                          std::to_string(runs) + " steps in all, more than " +
+                          std::to_string(kMaxLaneStepRuns) + ", the most a lane may run");
+          ok = false;
+        }
+        lane.repeat = lane.iterations.size();
+        p.lanes.push_back(std::move(lane));
         continue;
       }
       const YAML::Node* st = find(e, "steps");
@@ -419,7 +665,8 @@ bool Loader::load_parallel(const YAML::Node& v, Step* step) {
     }
     if (!steps.IsSequence()) {
       error(steps, "parallel lane " + lane.member +
-                       ": expected a list of steps, or { repeat, new_member, steps }");
+                       ": expected a list of steps, or { repeat, new_member, steps }, or "
+                       "{ new_member, iterations }");
       ok = false;
       continue;
     }

@@ -114,6 +114,10 @@ class Loader {
                   std::string* out);
   bool load_charge(const YAML::Node& v, Step* step);
   bool load_release(const YAML::Node& v, Step* step);
+  // `reserve`: the member's reservation (ReserveStep); its options are the member's, fixed by
+  // the first step that names it (reserve_options_).
+  bool load_reserve(const YAML::Node& v, Step* step);
+  bool reserve_status(const YAML::Node& n, const std::string& what, memcg::ReserveStatus* out);
   bool load_exit(const YAML::Node& v, Step* step);
   bool load_reclaim(const YAML::Node& v, Step* step);
   bool load_remove(const YAML::Node& v, Step* step);
@@ -144,7 +148,8 @@ class Loader {
 
   static inline const std::set<std::string> kKnownSteps = {
       "set",  "write",  "cache", "member", "charge",  "release", "exit",  "reclaim", "remove",
-      "tick", "expect", "print", "listen", "trigger", "peak",    "watch", "parallel"};
+      "tick", "expect", "print", "listen", "trigger", "peak",    "watch", "parallel",
+      "reserve"};
 
   std::vector<Diagnostic>* errors_;
   bool in_lane_ = false;  // reading the steps of a `parallel` lane
@@ -158,6 +163,14 @@ class Loader {
   std::map<std::string, std::string> caches_;   // name → group
   std::map<std::string, std::string> members_;  // live members: name → group
   std::set<std::string> exited_;
+  // A member's reservation options, by member name: fixed by the first `reserve` step naming it
+  // (line of that step, oom, priority).
+  struct ReserveOptionsSeen {
+    int line = 0;
+    memcg::OomPolicy oom = memcg::OomPolicy::kKernel;
+    memcg::WaitPriority priority = memcg::WaitPriority::kDefault;
+  };
+  std::map<std::string, ReserveOptionsSeen> reserve_options_;
   // Open handles: name → (kind, group).
   std::map<std::string, std::pair<std::string, std::string>> handles_;
 };

@@ -46,6 +46,26 @@ Json step_args(const Step& st) {
           if (b.wait) a["wait_ns"] = b.wait_ns;
           if (b.wait && b.priority != memcg::WaitPriority::kDefault)
             a["priority"] = memcg::wait_priority_name(b.priority);
+        } else if constexpr (std::is_same_v<T, ReserveStep>) {
+          static constexpr const char* kOom[] = {"kernel", "pieces", "never"};
+          a["member"] = b.member;
+          if (b.op == ReserveStep::Op::kReserve) a["size"] = b.bytes;
+          if (b.op == ReserveStep::Op::kGrow) a["grow"] = b.bytes;
+          if (b.op == ReserveStep::Op::kRelease) a["release"] = true;
+          if (b.wait) a["wait_ns"] = b.wait_ns;
+          if (b.grow_on_timeout) a["on_timeout"] = "grow";
+          if (b.op != ReserveStep::Op::kRelease) {
+            a["oom"] = kOom[static_cast<int>(b.oom)];
+            if (b.priority != memcg::WaitPriority::kDefault)
+              a["priority"] = memcg::wait_priority_name(b.priority);
+          }
+          if (b.ends_on != 0) {
+            Json ends = Json::array();
+            for (int i = 0; i < kReserveStatusCount; ++i)
+              if (b.ends_on & (uint32_t{1} << i))
+                ends.push_back(reserve_status_text(static_cast<memcg::ReserveStatus>(i)));
+            a["ends_on"] = std::move(ends);
+          }
         } else if constexpr (std::is_same_v<T, ReleaseStep>) {
           a["member"] = b.member;
           if (!b.all) a["size"] = b.bytes;
@@ -100,8 +120,13 @@ Json step_args(const Step& st) {
         } else if constexpr (std::is_same_v<T, ParallelStep>) {
           // Each lane's steps are reported on their own, after the block.
           for (const ParallelStep::Lane& l : b.lanes) {
-            a["lanes"][l.member] = l.steps.size();
-            if (l.repeat > 1) a["repeat"][l.member] = l.repeat;
+            size_t n = l.steps.size();
+            for (const auto& it : l.iterations) n += it.size();
+            a["lanes"][l.member] = n;
+            if (!l.iterations.empty())
+              a["iterations"][l.member] = l.iterations.size();
+            else if (l.repeat > 1)
+              a["repeat"][l.member] = l.repeat;
             if (l.new_member) a["new_member"][l.member] = true;
           }
         } else if constexpr (std::is_same_v<T, PrintStep>) {

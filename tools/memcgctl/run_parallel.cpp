@@ -22,11 +22,17 @@ bool Runner::perform_body(const Step&, const ParallelStep& p, StepResult* res) {
         for (uint64_t it = 1; it <= lane.repeat && !r_.malformed; ++it) {
           MemberState* st = &base;
           std::string name = lane.member;
+          memcg::GroupRef own;  // the iteration's own group (`iterations` with `group`)
           if (lane.new_member) {
             // A new member per iteration, kept (retired) after it exits so that the reports
             // can name it; members_ changes only while this lane runs (one lane at a time).
             name = lane.member + "#" + std::to_string(it);
-            auto fresh = make_member(g, name, base.immune, base.release_on_preempt,
+            if (!lane.iteration_groups.empty() && !lane.iteration_groups[it - 1].empty()) {
+              // Online: the loader checked it at the block, and a lane removes nothing.
+              own = ctl_.lookup(lane.iteration_groups[it - 1]);
+              if (own) static_cast<void>(memcg::attach_current_thread(*own));
+            }
+            auto fresh = make_member(own ? *own : g, name, base.immune, base.release_on_preempt,
                                      base.unwind_ns);
             st = fresh.get();
             members_[name] = std::move(fresh);
@@ -34,16 +40,18 @@ bool Runner::perform_body(const Step&, const ParallelStep& p, StepResult* res) {
             tl_lane_state = st;
           }
           st->lane_running = true;
+          st->end_iteration = false;
           ++iterations;
           bool stop = false;
-          for (size_t k = 0; k < lane.steps.size() && !r_.malformed; ++k) {
+          const std::vector<Step>& steps = lane.steps_of(it);
+          for (size_t k = 0; k < steps.size() && !r_.malformed; ++k) {
             if (unwind(*st)) ++unwound;  // a kill or preemption is noticed between steps
             StepResult sr;
-            sr.step = &lane.steps[k];
+            sr.step = &steps[k];
             sr.index = res->index;
             sr.lane = name;
             sr.lane_step = k + 1;
-            if (!perform(lane.steps[k], &sr)) {  // malformed: every lane stops
+            if (!perform(steps[k], &sr)) {  // malformed: every lane stops
               stop = true;
               break;
             }
@@ -52,18 +60,27 @@ bool Runner::perform_body(const Step&, const ParallelStep& p, StepResult* res) {
             ++done;
             sample(res->index, /*force=*/false);
             // Lanes due at the same time take turns step by step (a tick has yielded already).
-            if (!std::holds_alternative<TickStep>(lane.steps[k].body)) clock_.yield_for(0);
+            if (!std::holds_alternative<TickStep>(steps[k].body)) clock_.yield_for(0);
+            if (st->end_iteration) break;  // a `reserve` step's `ends_on`: the query gives up
           }
           if (unwind(*st)) ++unwound;
           st->lane_running = false;
           if (lane.new_member) {
             killed += st->killed;
             preempted += st->preempted;
-            // The iteration's member exits: what it still holds goes back, and it is gone.
+            // The iteration's member exits: what it still holds goes back (its reservation
+            // first, whose admission ends), and it is gone.
+            st->reservation.reset();
             st->member->uncharge(st->member->charged());
             st->member.reset();
             tl_lane_state = nullptr;
             tl_lane_name = nullptr;
+            if (own) {
+              if (attach_err == 0)
+                static_cast<void>(memcg::attach_current_thread(g));
+              else
+                memcg::detach_current_thread();
+            }
           }
           if (stop) break;
         }
@@ -74,7 +91,7 @@ bool Runner::perform_body(const Step&, const ParallelStep& p, StepResult* res) {
         memcg::detach_current_thread();
         Json& out = lanes[lane.member];
         out = {{"steps", done}, {"end_ns", clock_.now_ns()}};
-        if (lane.repeat > 1 || lane.new_member) {
+        if (lane.repeat > 1 || lane.new_member || !lane.iterations.empty()) {
           out["iterations"] = iterations;
           out["killed"] = killed;
           out["preempted"] = preempted;

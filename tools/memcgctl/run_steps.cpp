@@ -128,7 +128,7 @@ std::unique_ptr<MemberState> Runner::make_member(memcg::Group& g, const std::str
       sp->killed = true;
     }
     if (sp->unwind_ns == 0 || !sp->lane_running) {
-      victim.uncharge(victim.charged());
+      release_all(*sp);
       return;
     }
     if (!sp->release_pending) {
@@ -152,8 +152,18 @@ bool Runner::unwind(MemberState& st) {
   // The lane is busy unwinding (running, not stalled) until the delay is over.
   if (st.release_due_ns > now) clock_.yield_for(st.release_due_ns - now);
   st.release_pending = false;
-  st.member->uncharge(st.member->charged());
+  release_all(st);
   return true;
+}
+
+void Runner::release_all(MemberState& st) {
+  if (st.reservation) {
+    if (st.in_reserve_call)
+      st.reservation_stale = true;
+    else
+      st.reservation->release();  // its admission ends: the group learns its peak
+  }
+  st.member->uncharge(st.member->charged());
 }
 
 bool Runner::perform_body(const Step&, const MemberStep& m, StepResult* res) {
@@ -234,7 +244,7 @@ bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {
     outcome = ChargeStep::Outcome::kKilled;
     // A charge retried after the kill may have landed: a killed member holds nothing (once it
     // has unwound, when its release is pending).
-    if (!st.release_pending) st.member->uncharge(st.member->charged());
+    if (!st.release_pending) release_all(st);
   }
   res->detail["charged"] = done * unit_;
   res->detail["outcome"] = outcome_name(outcome);
@@ -251,9 +261,80 @@ bool Runner::perform_body(const Step&, const ChargeStep& c, StepResult* res) {
 }
 
 bool Runner::perform_body(const Step&, const ReleaseStep& r, StepResult* res) {
-  memcg::Member& m = *member_state(r.member).member;
-  const int64_t units = r.all ? m.charged() : units_of(r.bytes);
-  res->detail["released"] = m.uncharge(units) * unit_;
+  MemberState& st = member_state(r.member);
+  memcg::Member& m = *st.member;
+  if (r.all) {
+    const int64_t before = m.charged();
+    release_all(st);
+    res->detail["released"] = (before - m.charged()) * unit_;
+    return true;
+  }
+  // A size comes out of what the member holds outside its reservation.
+  const int64_t reserved =
+      st.reservation && !st.reservation_stale ? st.reservation->units() : 0;
+  const int64_t plain = std::max<int64_t>(m.charged() - reserved, 0);
+  res->detail["released"] = m.uncharge(std::min(units_of(r.bytes), plain)) * unit_;
+  return true;
+}
+
+bool Runner::perform_body(const Step&, const ReserveStep& r, StepResult* res) {
+  MemberState& st = member_state(r.member);
+  if (st.reservation_stale && !st.in_reserve_call) {
+    st.reservation_stale = false;
+    st.reservation->release();
+  }
+  if (!st.reservation)
+    st.reservation = std::make_unique<memcg::Reservation>(
+        *st.member, memcg::ReserveOptions{r.oom, r.priority});
+  memcg::Reservation& rv = *st.reservation;
+  const uint64_t start = clock_.now_ns();
+  memcg::ReserveStatus status = memcg::ReserveStatus::kOk;
+  st.in_reserve_call = true;
+  switch (r.op) {
+    case ReserveStep::Op::kReserve:
+      status = r.wait ? rv.reserve_for(r.bytes, std::chrono::nanoseconds(r.wait_ns))
+                      : rv.reserve(r.bytes);
+      if (r.wait) res->detail["waited"] = reserve_status_text(status);
+      break;
+    case ReserveStep::Op::kGrow:
+      if (r.wait) {
+        status = rv.grow_for(r.bytes, std::chrono::nanoseconds(r.wait_ns));
+        res->detail["waited"] = reserve_status_text(status);
+        if (status == memcg::ReserveStatus::kTimedOut && r.grow_on_timeout)
+          status = rv.grow(r.bytes);  // then the OOM killer, per the policy
+      } else {
+        status = rv.grow(r.bytes);
+      }
+      break;
+    case ReserveStep::Op::kRelease:
+      rv.release();
+      break;
+  }
+  st.in_reserve_call = false;
+  if (st.reservation_stale) {
+    // Released (killed, preempted, or a `release` from another lane) while in the call.
+    st.reservation_stale = false;
+    rv.release();
+  }
+  if (st.killed && !st.release_pending) release_all(st);  // a killed member holds nothing
+  if (r.wait) res->detail["waited_ns"] = clock_.now_ns() - start;
+  res->detail["status"] = reserve_status_text(status);
+  res->detail["held"] = rv.bytes();
+  res->detail["admitted"] = static_cast<uint64_t>(rv.admitted_units()) * unit_;
+  if (status == memcg::ReserveStatus::kNeverFits && rv.limiting_group() != nullptr)
+    res->detail["limiting"] = rv.limiting_group()->path();
+  if (r.ends_on & (uint32_t{1} << static_cast<int>(status))) {
+    st.end_iteration = true;
+    res->detail["ended"] = true;
+  }
+  if (r.has_expect) {
+    res->checked = true;
+    res->passed = status == r.expect;
+    res->detail["expect"] = reserve_status_text(r.expect);
+    if (!res->passed)
+      res->message = "reserve " + r.member + ": expected " + reserve_status_text(r.expect) +
+                     ", got " + reserve_status_text(status);
+  }
   return true;
 }
 

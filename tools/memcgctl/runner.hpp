@@ -32,6 +32,7 @@
 #include "memcg/core/pressure.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/core/reclaim.hpp"
+#include "memcg/core/reservation.hpp"
 #include "memcg/core/vmpressure.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/files/parse.hpp"
@@ -77,6 +78,15 @@ struct MemberState {
   bool lane_running = false;
   bool release_pending = false;
   uint64_t release_due_ns = 0;
+  // Its reservation (`reserve` steps), made at the first one; destroyed before the member (it
+  // charges through it). While a `reserve` step is inside a library call (in_reserve_call), a
+  // release from the kill callback or another lane cannot touch the reservation: it uncharges
+  // the member and leaves the reservation `stale`, ended as soon as the call returns.
+  std::unique_ptr<memcg::Reservation> reservation;
+  bool in_reserve_call = false;
+  bool reservation_stale = false;
+  // A `reserve` step's `ends_on` matched: the lane's iteration ends after that step.
+  bool end_iteration = false;
 };
 
 // The handles of `listen`, `trigger`, `peak` and `watch` steps, with what they counted.
@@ -188,6 +198,9 @@ class Runner {
   void report_kills(StepResult* res);
   bool perform_body(const Step&, const ChargeStep& c, StepResult* res);
   bool perform_body(const Step&, const ReleaseStep& r, StepResult* res);
+  bool perform_body(const Step&, const ReserveStep& r, StepResult* res);
+  // Gives back everything the member holds, its reservation included (see MemberState).
+  static void release_all(MemberState& st);
   bool perform_body(const Step&, const ExitStep& x, StepResult* res);
   bool perform_body(const Step&, const ReclaimStep& r, StepResult* res);
   bool perform_body(const Step&, const RemoveStep& r, StepResult* res);

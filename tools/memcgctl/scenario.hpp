@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "memcg/core/charge_wait.hpp"
+#include "memcg/core/reservation.hpp"
 
 namespace memcgctl {
 
@@ -103,6 +104,33 @@ struct ChargeStep {
   memcg::WaitPriority priority = memcg::WaitPriority::kDefault;
   bool has_expect = false;
   Outcome expect = Outcome::kOk;
+};
+
+// A step of the member's reservation (memcg::Reservation, <memcg/core/reservation.hpp>): the
+// admitted memory of one query. A member has one reservation, made at the first `reserve` step
+// that runs for it with the member's options (`oom`, `priority`: the loader gives every step of
+// a member the same ones) and ended by `release: true`, `release` of the member, a kill, a
+// preemption that releases, or the member's exit.
+struct ReserveStep {
+  enum class Op {
+    kReserve,  // reserve(total), or reserve_for(total, wait): the admitted size
+    kGrow,     // grow(bytes), or grow_for(bytes, wait)
+    kRelease,  // release()
+  };
+  std::string member;
+  Op op = Op::kReserve;
+  uint64_t bytes = 0;  // kReserve: the total; kGrow: what it adds
+  bool wait = false;   // the waiting form (reserve_for, grow_for), up to wait_ns
+  uint64_t wait_ns = 0;
+  // kGrow with `wait`: when the wait times out, grow() at once (the OOM killer per `oom`).
+  bool grow_on_timeout = false;
+  memcg::OomPolicy oom = memcg::OomPolicy::kKernel;
+  memcg::WaitPriority priority = memcg::WaitPriority::kDefault;
+  // In a lane: statuses (bit 1 << ReserveStatus) after which the lane's iteration ends, as a
+  // query gives up when it is killed or its growth is refused. 0: it never ends one.
+  uint32_t ends_on = 0;
+  bool has_expect = false;
+  memcg::ReserveStatus expect = memcg::ReserveStatus::kOk;
 };
 
 struct ReleaseStep {
@@ -201,13 +229,23 @@ struct ParallelStep {
     // iteration: a worker that runs one query after another.
     uint64_t repeat = 1;
     bool new_member = false;
+    // The long form's `iterations`: iteration N runs iterations[N - 1] instead of `steps`
+    // (repeat is then their count), so that each query of a worker has its own shape.
+    std::vector<std::vector<Step>> iterations;
+    // With new_member: the group of each iteration's member ("" = the lane member's), for a
+    // worker whose queries belong to different tenants; the lane is attached there for it.
+    std::vector<std::string> iteration_groups;
+    const std::vector<Step>& steps_of(uint64_t iteration) const {
+      return iterations.empty() ? steps : iterations[iteration - 1];
+    }
   };
   std::vector<Lane> lanes;  // in file order
 };
 
 using StepBody = std::variant<SetStep, WriteStep, CacheStep, MemberStep, ChargeStep, ReleaseStep,
                               ExitStep, ReclaimStep, RemoveStep, TickStep, ExpectStep, PrintStep,
-                              ListenStep, TriggerStep, PeakStep, WatchStep, ParallelStep>;
+                              ListenStep, TriggerStep, PeakStep, WatchStep, ParallelStep,
+                              ReserveStep>;
 
 struct Step {
   std::string kind;  // the step's key: "set", "cache", …
@@ -228,6 +266,10 @@ struct Scenario {
 // Outcome names used in files and reports.
 const char* outcome_name(ChargeStep::Outcome o);
 const char* op_name(ExpectStep::Op op);
+// A ReserveStatus as the library names it (memcg::reserve_status_name, which the loader cannot
+// call: it links memcg's parsers only): "ok", "forced", "nomem", ..., "never-fits".
+const char* reserve_status_text(memcg::ReserveStatus s);
+inline constexpr int kReserveStatusCount = 10;  // kOk .. kNeverFits
 
 // True for files whose content is "key value" lines (memory.events, memory.stat, …).
 bool is_keyed_file(std::string_view file);
