@@ -74,14 +74,15 @@ enum class [[nodiscard]] ChargeStatus : uint8_t {
   kNoMem,   // not charged: the limit held and nothing could be freed
 };
 
-// "ok", "forced", "nomem": for logs.
+// "ok", "forced", "nomem" ("unknown" for a value that is none of them), spelled as the same
+// statuses of WaitStatus and ReserveStatus are: for logs.
 constexpr const char* charge_status_name(ChargeStatus s) noexcept {
   switch (s) {
     case ChargeStatus::kOk: return "ok";
     case ChargeStatus::kForced: return "forced";
     case ChargeStatus::kNoMem: return "nomem";
   }
-  return "?";
+  return "unknown";
 }
 
 inline bool charged(ChargeStatus s) noexcept {
