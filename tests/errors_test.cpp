@@ -129,8 +129,10 @@ TEST(StatusNames, SharedStatusesAreSpelledAlikeEverywhere) {
   }
   for (int s = 0; s <= 2; ++s)
     EXPECT_STREQ(charge_status_name(static_cast<ChargeStatus>(s)), memcg_charge_status_name(s));
-  EXPECT_STREQ(memcg_reserve_status_name(12345), reserve_status_name(static_cast<ReserveStatus>(200)));
-  EXPECT_STREQ(memcg_charge_status_name(12345), charge_status_name(static_cast<ChargeStatus>(200)));
+  EXPECT_STREQ(memcg_reserve_status_name(12345),
+               reserve_status_name(static_cast<ReserveStatus>(200)));
+  EXPECT_STREQ(memcg_charge_status_name(12345),
+               charge_status_name(static_cast<ChargeStatus>(200)));
 }
 
 }  // namespace

@@ -74,7 +74,8 @@ TEST(OomLog, AKillIsLoggedWithTheLargestConsumersAtTheDecision) {
   EXPECT_EQ(t.kills, 1u);
   EXPECT_EQ(t.no_victim, 0u);
   EXPECT_EQ(t.by_decider[static_cast<int>(e.oom.decider)], 1u);
-  EXPECT_TRUE(e.oom.decider == OomDecider::kKernelOrder || e.oom.decider == OomDecider::kExcessOrder)
+  EXPECT_TRUE(e.oom.decider == OomDecider::kKernelOrder ||
+              e.oom.decider == OomDecider::kExcessOrder)
       << oom_decider_name(e.oom.decider);
   EXPECT_EQ(t.by_decider[static_cast<int>(OomDecider::kNone)], 0u);
 
