@@ -442,5 +442,27 @@ TEST(PrometheusTest, WaitGaugesWhileAChargeWaits) {
   uncharge(*kid, 2);
 }
 
+// Forced charges: counted, and their size in bytes (whole units), controller-wide.
+TEST(PrometheusTest, ForcedChargesAreCountedWithTheirBytes) {
+  Options o;
+  o.batch = 1;
+  o.nr_shards = 1;
+  Controller ctl(o);
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  g->set_max(2 * ctl.unit_size());
+  ASSERT_EQ(try_charge(*g, 5, kNoFail), ChargeStatus::kForced);
+  ASSERT_EQ(try_charge(*g, 1, kHighPrio), ChargeStatus::kForced);
+  EXPECT_EQ(charge_stats(ctl).forced, 2u);
+  EXPECT_EQ(charge_stats(ctl).forced_bytes, 6 * ctl.unit_size());
+  const auto f = parse_exposition(render_prometheus(ctl));
+  EXPECT_EQ(f.at("memcg_charges_forced_bytes_total").type, "counter");
+  EXPECT_EQ(value_of(f, "memcg_charges_forced_total", {{"group", "/"}}), 2);
+  EXPECT_EQ(value_of(f, "memcg_charges_forced_bytes_total", {{"group", "/"}}),
+            6.0 * ctl.unit_size());
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_charges_forced_bytes_total", {{"group", "g"}})));
+  uncharge(*g, 6);
+}
+
 }  // namespace
 }  // namespace memcg

@@ -76,7 +76,7 @@ struct Snapshot {
 // Controller-wide counts, written once with the root's label.
 struct ControllerCounts {
   OomLogTotals oom;
-  uint64_t forced = 0, failed = 0;
+  uint64_t forced = 0, forced_bytes = 0, failed = 0;
 };
 
 // The families, in the order of the document.
@@ -104,6 +104,7 @@ enum Family : int {
   kPreemptions,
   kPreemptAsked,
   kChargesForced,
+  kChargesForcedBytes,
   kChargesFailed,
   kStatBytes,
   kStatEvents,
@@ -168,6 +169,9 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
      "Members asked to give memory back by cooperative preemptions in the controller."},
     {"memcg_charges_forced_total", "counter",
      "Charges forced past memory.max in the controller (no-fail charges, reclaim recursion)."},
+    {"memcg_charges_forced_bytes_total", "counter",
+     "Bytes of the charges forced past memory.max in the controller (each charge whole, in "
+     "charge units)."},
     {"memcg_charges_failed_total", "counter", "Charges that failed (kNoMem) in the controller."},
     {"memcg_memory_stat_bytes", "gauge",
      "Memory of each kind in the group and its descendants (memory.stat), in bytes."},
@@ -432,6 +436,7 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
     case kPreemptions: return count(counts.oom.preemptions);
     case kPreemptAsked: return count(counts.oom.preempt_asked);
     case kChargesForced: return count(counts.forced);
+    case kChargesForcedBytes: return count(counts.forced_bytes);
     case kChargesFailed: return count(counts.failed);
     case kCurrent: return knob(s.current);
     case kPeak: return knob(s.peak);
@@ -559,6 +564,7 @@ PrometheusExposition::PrometheusExposition(Controller& ctl) {
   st.counts.oom = ctl.oom_log().totals();
   const ChargeStats cs = charge_stats(ctl);
   st.counts.forced = cs.forced;
+  st.counts.forced_bytes = cs.forced_bytes;
   st.counts.failed = cs.failed;
   st.prepare_text();
 }

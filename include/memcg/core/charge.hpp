@@ -167,6 +167,7 @@ struct ChargeStats {
   uint64_t forced;     // charges forced past max
   uint64_t failed;     // charges that returned kNoMem
   uint64_t drains;     // drain_all calls made by failing charges
+  uint64_t forced_bytes;  // the size of those forced charges, in bytes (whole units)
 };
 ChargeStats charge_stats(const Controller& controller) noexcept;
 

@@ -28,7 +28,8 @@
 //   memcg_oom_decisions_total{decider="none"|"kernel"|"excess"|"handler"|"spill"|"preempt"}
 //   (what ended each reported OOM: OomReport::decider), memcg_oom_killed_members_total,
 //   memcg_oom_group_kills_total, memcg_oom_kill_failures_total, memcg_preemptions_total,
-//   memcg_preempt_requests_total, memcg_charges_forced_total, memcg_charges_failed_total.
+//   memcg_preempt_requests_total, memcg_charges_forced_total, memcg_charges_forced_bytes_total
+//   (their size), memcg_charges_failed_total.
 // Knobs, events, waits and vmpressure exist only for non-root groups, like their files; PSI for
 // every group. The PSI averages are brought up to now after the walk (outside the tree lock), so
 // a read may deliver memory.pressure triggers as a memory.pressure read does. Online groups only: a
