@@ -262,7 +262,9 @@ int main(int argc, char** argv) {
   }
 #else
   if (args.serve_port >= 0) {
-    std::fprintf(stderr, "kv_cache: built without memcg::http (cpp-httplib); --serve unavailable\n");
+    std::fprintf(stderr,
+                 "kv_cache: built without memcg::http (it needs libmicrohttpd, and cpp-httplib "
+                 "for its tests); --serve unavailable\n");
     for (Tenant& t : ts) t.cache.reset();
     return 2;
   }

@@ -2,6 +2,7 @@
 // sources: every errno macro named in src/ and include/ (returned, stored or documented as a
 // result) must be in kLibraryErrnos and have its own name.
 #include "memcg/base/errors.hpp"
+#include "memcg/c/memcg.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "memcg/core/charge.hpp"
 #include "memcg/core/charge_wait.hpp"
@@ -84,20 +86,53 @@ TEST(StatusNames, EveryStatusHasItsOwnName) {
   for (ChargeStatus s : {ChargeStatus::kOk, ChargeStatus::kForced, ChargeStatus::kNoMem})
     names.insert(charge_status_name(s));
   EXPECT_EQ(names, (std::set<std::string>{"ok", "forced", "nomem"}));
-  EXPECT_STREQ(charge_status_name(static_cast<ChargeStatus>(200)), "?");
+  EXPECT_STREQ(charge_status_name(static_cast<ChargeStatus>(200)), "unknown");
   names.clear();
   for (WaitStatus s : {WaitStatus::kOk, WaitStatus::kTimedOut, WaitStatus::kCancelled,
-                       WaitStatus::kRemoved, WaitStatus::kInvalid})
+                       WaitStatus::kRemoved, WaitStatus::kInvalid, WaitStatus::kNeverFits})
     names.insert(wait_status_name(s));
-  EXPECT_EQ(names.size(), 5u);
+  EXPECT_EQ(names.size(), 6u);
+  EXPECT_STREQ(wait_status_name(static_cast<WaitStatus>(200)), "unknown");
   names.clear();
   for (ReserveStatus s :
        {ReserveStatus::kOk, ReserveStatus::kForced, ReserveStatus::kNoMem,
         ReserveStatus::kNoMemCostly, ReserveStatus::kTimedOut, ReserveStatus::kCancelled,
-        ReserveStatus::kKilled, ReserveStatus::kRemoved, ReserveStatus::kInvalid})
+        ReserveStatus::kKilled, ReserveStatus::kRemoved, ReserveStatus::kInvalid,
+        ReserveStatus::kNeverFits})
     names.insert(reserve_status_name(s));
-  EXPECT_EQ(names.size(), 9u);
-  EXPECT_EQ(names.count("?"), 0u);
+  EXPECT_EQ(names.size(), 10u);
+  EXPECT_EQ(names.count("unknown"), 0u);
+  EXPECT_STREQ(reserve_status_name(static_cast<ReserveStatus>(200)), "unknown");
+}
+
+// One spelling for a status across the enums (lower case, words joined by hyphens): a status
+// that two enums share has the same name in both, and the C API names its statuses as C++ does.
+TEST(StatusNames, SharedStatusesAreSpelledAlikeEverywhere) {
+  EXPECT_STREQ(charge_status_name(ChargeStatus::kOk), reserve_status_name(ReserveStatus::kOk));
+  EXPECT_STREQ(charge_status_name(ChargeStatus::kForced),
+               reserve_status_name(ReserveStatus::kForced));
+  EXPECT_STREQ(charge_status_name(ChargeStatus::kNoMem),
+               reserve_status_name(ReserveStatus::kNoMem));
+  const std::pair<WaitStatus, ReserveStatus> shared[] = {
+      {WaitStatus::kOk, ReserveStatus::kOk},
+      {WaitStatus::kTimedOut, ReserveStatus::kTimedOut},
+      {WaitStatus::kCancelled, ReserveStatus::kCancelled},
+      {WaitStatus::kRemoved, ReserveStatus::kRemoved},
+      {WaitStatus::kInvalid, ReserveStatus::kInvalid},
+      {WaitStatus::kNeverFits, ReserveStatus::kNeverFits}};
+  for (const auto& [w, r] : shared)
+    EXPECT_STREQ(wait_status_name(w), reserve_status_name(r));
+  for (int s = 0; s <= 9; ++s) {  // the C values are the C++ ones (memcg.h)
+    const std::string name = reserve_status_name(static_cast<ReserveStatus>(s));
+    EXPECT_EQ(name, memcg_reserve_status_name(s)) << s;
+    for (char c : name) EXPECT_TRUE((c >= 'a' && c <= 'z') || c == '-') << name;
+  }
+  for (int s = 0; s <= 2; ++s)
+    EXPECT_STREQ(charge_status_name(static_cast<ChargeStatus>(s)), memcg_charge_status_name(s));
+  EXPECT_STREQ(memcg_reserve_status_name(12345),
+               reserve_status_name(static_cast<ReserveStatus>(200)));
+  EXPECT_STREQ(memcg_charge_status_name(12345),
+               charge_status_name(static_cast<ChargeStatus>(200)));
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "memcg/memcg.hpp"
@@ -95,6 +98,53 @@ TEST(LifetimeCheck, CleanTeardownWithAPendingHighRecordOnALiveThread) {
   ctl.reset();  // the thread's record does not count as a leak
   step = 2;
   t.join();
+}
+
+// The environment variable MEMCG_CHECK_LIFETIMES sets the default of Options::check_lifetimes in
+// any build ("0" off, anything else on; unset or empty: the build's default).
+class LifetimeEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* v = std::getenv("MEMCG_CHECK_LIFETIMES")) saved_ = v;
+  }
+  void TearDown() override {
+    if (saved_) {
+      ::setenv("MEMCG_CHECK_LIFETIMES", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("MEMCG_CHECK_LIFETIMES");
+    }
+  }
+  std::optional<std::string> saved_;
+};
+
+TEST_F(LifetimeEnv, TheVariableSetsTheDefaultEitherWay) {
+  ::unsetenv("MEMCG_CHECK_LIFETIMES");
+  const bool built = lifetime_checks_default();
+  ::setenv("MEMCG_CHECK_LIFETIMES", "", 1);
+  EXPECT_EQ(lifetime_checks_default(), built) << "an empty value is the build's default";
+  ::setenv("MEMCG_CHECK_LIFETIMES", "1", 1);
+  EXPECT_TRUE(lifetime_checks_default());
+  EXPECT_TRUE(Options{}.check_lifetimes);
+  ::setenv("MEMCG_CHECK_LIFETIMES", "0", 1);
+  EXPECT_FALSE(lifetime_checks_default());
+  EXPECT_FALSE(Options{}.check_lifetimes);
+  ::setenv("MEMCG_CHECK_LIFETIMES", "yes", 1);
+  EXPECT_TRUE(Options{}.check_lifetimes);
+}
+
+// A controller made with default options checks its lifetime when the variable says so, whatever
+// the build (a release build's default is off).
+TEST_F(LifetimeEnv, TheVariableTurnsTheCheckOnForDefaultOptions) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ::setenv("MEMCG_CHECK_LIFETIMES", "1", 1);
+        auto ctl = std::make_unique<Controller>(Options{});
+        GroupRef leaked;
+        (void)ctl->create("env", &leaked);
+        ctl.reset();  // `leaked` still refers to env
+      },
+      "Controller destroyed while still in use.*group env: 1 reference");
 }
 
 }  // namespace

@@ -73,6 +73,11 @@ TEST(OomLog, AKillIsLoggedWithTheLargestConsumersAtTheDecision) {
   EXPECT_EQ(t.reports, 1u);
   EXPECT_EQ(t.kills, 1u);
   EXPECT_EQ(t.no_victim, 0u);
+  EXPECT_EQ(t.by_decider[static_cast<int>(e.oom.decider)], 1u);
+  EXPECT_TRUE(e.oom.decider == OomDecider::kKernelOrder ||
+              e.oom.decider == OomDecider::kExcessOrder)
+      << oom_decider_name(e.oom.decider);
+  EXPECT_EQ(t.by_decider[static_cast<int>(OomDecider::kNone)], 0u);
 
   const std::string line = format_oom_log_line(e);
   EXPECT_EQ(line.find('\n'), std::string::npos);
@@ -88,6 +93,7 @@ TEST(OomLog, NoVictimIsLoggedToo) {
   const OomLogTotals t = oom_log(s.ctl).totals();
   EXPECT_GE(t.reports, 1u);
   EXPECT_EQ(t.reports, t.no_victim);
+  EXPECT_EQ(t.by_decider[static_cast<int>(OomDecider::kNone)], t.reports);
   const auto log = oom_log(s.ctl).snapshot();
   ASSERT_FALSE(log.empty());
   EXPECT_EQ(log.back().oom.victim, "");
@@ -117,9 +123,16 @@ TEST(OomLog, CapacityBoundsTheRingAndRefusesBadValues) {
   EXPECT_EQ(log.snapshot(9).size(), 1u);
   EXPECT_EQ(log.totals().reports, 10u);
   EXPECT_EQ(log.totals().kills, 1000u);  // counted in full
+  EXPECT_EQ(log.totals().by_decider[static_cast<int>(OomDecider::kNone)], 10u);  // r's decider
   ASSERT_EQ(log.set_capacity(1), 0);
   EXPECT_EQ(log.snapshot().size(), 1u);
   EXPECT_EQ(log.snapshot()[0].seq, 10u);
+  r.decider = static_cast<OomDecider>(200);  // no such decider: counted as a report, no slot
+  log.append(*s.d, r);
+  uint64_t decided = 0;
+  for (uint64_t n : log.totals().by_decider) decided += n;
+  EXPECT_EQ(log.totals().reports, 11u);
+  EXPECT_EQ(decided, 10u);
 }
 
 // Killers and readers at once: sequence numbers stay dense and ordered, readers never see more

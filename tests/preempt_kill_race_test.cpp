@@ -89,7 +89,15 @@ TEST(PreemptKillRace, AKillChosenDuringAPreemptionRequestIsToldAfterIt) {
   std::atomic<int> charged{-1};
   Member z(*k, "z", nullptr);
   std::thread charger([&] { charged = static_cast<int>(z.charge(2)); });
-  std::this_thread::sleep_for(300ms);  // the killer has chosen (and waits for x's memory)
+  // The killer has chosen x (it marks its choice killed at once) and waits for x's memory; a
+  // fixed sleep here could let x go before the choice on a loaded machine, and the race would
+  // not be run at all.
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       !x.killed() && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(x.killed()) << "the OOM killer did not choose x during the request";
+  EXPECT_TRUE(in_request.load());
+  EXPECT_EQ(log.count("kill:x"), 0) << "told of the kill while its request still runs";
   let_go = true;
   charger.join();
   waiter.join();

@@ -423,7 +423,45 @@ TEST(PrometheusTest, WaitGaugesWhileAChargeWaits) {
   if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
     EXPECT_TRUE(testing::promtool_accepts("promtool", after_text));
   }
+  // How the requests ended: the one that waited timed out; one larger than pool's memory.max is
+  // refused at once (never_fits, counted where the limit is).
+  const auto outcome = [&](const std::map<std::string, Family>& fam, const char* group,
+                           const char* what) {
+    return value_of(fam, "memcg_memory_wait_outcomes_total", {{"group", group}, {"outcome", what}});
+  };
+  EXPECT_EQ(after.at("memcg_memory_wait_outcomes_total").type, "counter");
+  EXPECT_EQ(outcome(after, "pool", "timed_out"), 1);
+  EXPECT_EQ(outcome(after, "pool", "granted"), 0);
+  EXPECT_EQ(outcome(after, "pool", "never_fits"), 0);
+  EXPECT_TRUE(std::isnan(outcome(after, "/", "timed_out")));
+  EXPECT_EQ(try_charge_wait_for(*kid, 4, std::chrono::hours(1)), WaitStatus::kNeverFits);
+  const auto fits = parse_exposition(render_prometheus(ctl));
+  EXPECT_EQ(outcome(fits, "pool", "never_fits"), 1);
+  EXPECT_EQ(outcome(fits, "pool/kid", "never_fits"), 0);
+  EXPECT_EQ(outcome(fits, "pool", "timed_out"), 1);
   uncharge(*kid, 2);
+}
+
+// Forced charges: counted, and their size in bytes (whole units), controller-wide.
+TEST(PrometheusTest, ForcedChargesAreCountedWithTheirBytes) {
+  Options o;
+  o.batch = 1;
+  o.nr_shards = 1;
+  Controller ctl(o);
+  GroupRef g;
+  ASSERT_EQ(ctl.create("g", &g), 0);
+  g->set_max(2 * ctl.unit_size());
+  ASSERT_EQ(try_charge(*g, 5, kNoFail), ChargeStatus::kForced);
+  ASSERT_EQ(try_charge(*g, 1, kHighPrio), ChargeStatus::kForced);
+  EXPECT_EQ(charge_stats(ctl).forced, 2u);
+  EXPECT_EQ(charge_stats(ctl).forced_bytes, 6 * ctl.unit_size());
+  const auto f = parse_exposition(render_prometheus(ctl));
+  EXPECT_EQ(f.at("memcg_charges_forced_bytes_total").type, "counter");
+  EXPECT_EQ(value_of(f, "memcg_charges_forced_total", {{"group", "/"}}), 2);
+  EXPECT_EQ(value_of(f, "memcg_charges_forced_bytes_total", {{"group", "/"}}),
+            6.0 * ctl.unit_size());
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_charges_forced_bytes_total", {{"group", "g"}})));
+  uncharge(*g, 6);
 }
 
 }  // namespace

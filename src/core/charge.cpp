@@ -140,6 +140,7 @@ ChargeStatus charge_in_hook(Group& group, int64_t n, uint32_t flags) noexcept {
     return ChargeStatus::kNoMem;
   }
   stats.forced.fetch_add(1, std::memory_order_relaxed);
+  stats.forced_units.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   if (slot != nullptr) slot->forced += n;
   check_high(group, n, flags & ~kMayBlock);
   if (tl_high.pages > 0) internal::tl_deferred_pending = 1;
@@ -236,6 +237,7 @@ ChargeStatus charge_in_hook(Group& group, int64_t n, uint32_t flags) noexcept {
     return ChargeStatus::kNoMem;
   }
   stats.forced.fetch_add(1, std::memory_order_relaxed);
+  stats.forced_units.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
   return ChargeStatus::kForced;
 }
 
@@ -412,7 +414,8 @@ void handle_pending_high() noexcept {
 ChargeStats charge_stats(const Controller& controller) noexcept {
   const ChargeCounters& c = controller.charge_counters();
   return {c.slow_path.load(std::memory_order_relaxed), c.forced.load(std::memory_order_relaxed),
-          c.failed.load(std::memory_order_relaxed), c.drains.load(std::memory_order_relaxed)};
+          c.failed.load(std::memory_order_relaxed), c.drains.load(std::memory_order_relaxed),
+          c.forced_units.load(std::memory_order_relaxed) * controller.unit_size()};
 }
 
 }  // namespace memcg

@@ -197,7 +197,7 @@ const char* wait_status_name(WaitStatus s) noexcept {
     case WaitStatus::kNeverFits:
       return "never-fits";
   }
-  return "?";
+  return "unknown";  // as reserve_status_name and the C API's status names
 }
 
 const char* wait_priority_name(WaitPriority p) noexcept {

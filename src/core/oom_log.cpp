@@ -120,6 +120,8 @@ void OomLog::append(Group& domain, const OomReport& r) noexcept {
     if (!r.oom_group.empty()) ++totals_.group_kills;
     if (r.victim.empty()) ++totals_.no_victim;
     totals_.kill_failures += r.failed.size();
+    const auto d = static_cast<size_t>(r.decider);
+    if (d < static_cast<size_t>(kNumOomDeciders)) ++totals_.by_decider[d];
   }
   try {
     OomLogEntry e;

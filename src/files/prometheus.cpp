@@ -52,6 +52,12 @@ std::string prometheus_escape_help(std::string_view text) {
 
 namespace {
 
+// How the requests on a group's memory.max ended, as memory.wait counts them: the label values
+// of memcg_memory_wait_outcomes_total, memory.wait's own keys.
+constexpr int kNumWaitOutcomes = 5;
+constexpr const char* kWaitOutcomeNames[kNumWaitOutcomes] = {"granted", "timed_out", "cancelled",
+                                                             "removed", "never_fits"};
+
 // One group's values, read during the walk and printed family by family afterwards (a family's
 // samples must be contiguous). The statistics live in one array for all groups (State::stats).
 struct Snapshot {
@@ -61,6 +67,7 @@ struct Snapshot {
   uint64_t events[kNumEvents], events_local[kNumEvents];
   uint64_t waiters, queued_bytes;  // memory.wait (non-root groups)
   uint64_t wait_buckets[WaitStats::kBuckets], wait_ns_sum;  // how long charges waited there
+  uint64_t wait_outcomes[kNumWaitOutcomes];  // how requests on its memory.max ended (below)
   uint64_t psi_total_ns[2];   // memory.pressure some/full totals
   uint64_t psi_avg[2][3];     // [some/full][10/60/300 s], percent x kPsiOnePercent
   uint64_t vmp_levels[3];     // vmpressure windows of its own reclaim: low, medium, critical
@@ -69,7 +76,7 @@ struct Snapshot {
 // Controller-wide counts, written once with the root's label.
 struct ControllerCounts {
   OomLogTotals oom;
-  uint64_t forced = 0, failed = 0;
+  uint64_t forced = 0, forced_bytes = 0, failed = 0;
 };
 
 // The families, in the order of the document.
@@ -83,18 +90,21 @@ enum Family : int {
   kWaiters,
   kQueuedBytes,
   kWaitSeconds,
+  kWaitOutcomes,
   kEvents,
   kEventsLocal,
   kPsiSeconds,
   kPsiAvg,
   kVmpressure,
   kOomReports,
+  kOomDecisions,
   kOomKilled,
   kOomGroupKills,
   kOomKillFailures,
   kPreemptions,
   kPreemptAsked,
   kChargesForced,
+  kChargesForcedBytes,
   kChargesFailed,
   kStatBytes,
   kStatEvents,
@@ -125,6 +135,10 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
     {"memcg_memory_wait_seconds", "histogram",
      "Time charges waited on the group's memory.max before they were granted, timed out, "
      "cancelled or removed (memory.wait)."},
+    {"memcg_memory_wait_outcomes_total", "counter",
+     "Requests on the group's memory.max by how they ended: granted after waiting, timed out, "
+     "cancelled, removed with the group, or refused at once as larger than the limit "
+     "(never_fits) (memory.wait)."},
     {"memcg_memory_events_total", "counter",
      "Events of the group and its descendants (memory.events)."},
     {"memcg_memory_events_local_total", "counter",
@@ -138,6 +152,10 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
      "Windows of the group's own reclaim completed, by vmpressure level (low, medium, critical)."},
     {"memcg_oom_reports_total", "counter",
      "OOM killer decisions reported in the controller, by outcome (kill, no_victim)."},
+    {"memcg_oom_decisions_total", "counter",
+     "OOM killer decisions reported in the controller, by what ended them: a victim of the "
+     "kernel's order or of the excess-over-admission order, an OOM handler, a spill, a kill left "
+     "to a preemption in progress, or none."},
     {"memcg_oom_killed_members_total", "counter",
      "Members killed by the OOM killer in the controller."},
     {"memcg_oom_group_kills_total", "counter",
@@ -151,6 +169,9 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
      "Members asked to give memory back by cooperative preemptions in the controller."},
     {"memcg_charges_forced_total", "counter",
      "Charges forced past memory.max in the controller (no-fail charges, reclaim recursion)."},
+    {"memcg_charges_forced_bytes_total", "counter",
+     "Bytes of the charges forced past memory.max in the controller (each charge whole, in "
+     "charge units)."},
     {"memcg_charges_failed_total", "counter", "Charges that failed (kNoMem) in the controller."},
     {"memcg_memory_stat_bytes", "gauge",
      "Memory of each kind in the group and its descendants (memory.stat), in bytes."},
@@ -282,6 +303,8 @@ struct PrometheusExposition::State {
   std::string avg_suffix[2][3];                  // ",state="some",window="10s"}<space>
   std::string level_suffix[3];                   // ",level="low"}<space>
   std::string outcome_suffix[2];                 // ",outcome="kill"}<space>
+  std::string wait_outcome_suffix[kNumWaitOutcomes];  // ",outcome="granted"}<space>
+  std::string decider_suffix[kNumOomDeciders];   // ",decider="kernel"}<space>
   ControllerCounts counts;
 
   int family = 0;           // the family the next piece starts in
@@ -335,6 +358,10 @@ void PrometheusExposition::State::prepare_text() {
   level_suffix[2] = keyed("level", "critical");
   outcome_suffix[0] = keyed("outcome", "kill");
   outcome_suffix[1] = keyed("outcome", "no_victim");
+  for (int i = 0; i < kNumWaitOutcomes; ++i)
+    wait_outcome_suffix[i] = keyed("outcome", kWaitOutcomeNames[i]);
+  for (int d = 0; d < kNumOomDeciders; ++d)
+    decider_suffix[d] = keyed("decider", oom_decider_name(static_cast<OomDecider>(d)));
   item_suffix.resize(stride);
   for (int i = 0; i < nr_items; ++i) item_suffix[i] = keyed("item", reg->item(i).name);
   item_suffix[nr_items] = keyed("item", "pgscan");
@@ -396,12 +423,20 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
       out.u64(counts.oom.no_victim);
       out.put('\n');
       return;
+    case kOomDecisions:
+      for (int d = 0; d < kNumOomDeciders; ++d) {
+        start(prefix[f], decider_suffix[d]);
+        out.u64(counts.oom.by_decider[d]);
+        out.put('\n');
+      }
+      return;
     case kOomKilled: return count(counts.oom.kills);
     case kOomGroupKills: return count(counts.oom.group_kills);
     case kOomKillFailures: return count(counts.oom.kill_failures);
     case kPreemptions: return count(counts.oom.preemptions);
     case kPreemptAsked: return count(counts.oom.preempt_asked);
     case kChargesForced: return count(counts.forced);
+    case kChargesForcedBytes: return count(counts.forced_bytes);
     case kChargesFailed: return count(counts.failed);
     case kCurrent: return knob(s.current);
     case kPeak: return knob(s.peak);
@@ -423,6 +458,13 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
       start(count_prefix, plain_suffix);
       out.u64(s.wait_buckets[WaitStats::kBuckets - 1]);
       out.put('\n');
+      return;
+    case kWaitOutcomes:
+      for (int i = 0; i < kNumWaitOutcomes; ++i) {
+        start(prefix[f], wait_outcome_suffix[i]);
+        out.u64(s.wait_outcomes[i]);
+        out.put('\n');
+      }
       return;
     case kEvents:
     case kEventsLocal:
@@ -494,6 +536,9 @@ PrometheusExposition::PrometheusExposition(Controller& ctl) {
         s.queued_bytes = w.queued_bytes;
         std::copy(std::begin(w.wait_buckets), std::end(w.wait_buckets), s.wait_buckets);
         s.wait_ns_sum = w.wait_ns_sum;
+        const uint64_t outcomes[kNumWaitOutcomes] = {w.granted, w.timed_out, w.cancelled,
+                                                     w.removed, w.never_fits};
+        std::copy(std::begin(outcomes), std::end(outcomes), s.wait_outcomes);
         psi_stall_totals(g, s.psi_total_ns);
         std::fill(&s.psi_avg[0][0], &s.psi_avg[0][0] + 6, uint64_t{0});
         vmpressure_level_counts(g, s.vmp_levels);
@@ -519,6 +564,7 @@ PrometheusExposition::PrometheusExposition(Controller& ctl) {
   st.counts.oom = ctl.oom_log().totals();
   const ChargeStats cs = charge_stats(ctl);
   st.counts.forced = cs.forced;
+  st.counts.forced_bytes = cs.forced_bytes;
   st.counts.failed = cs.failed;
   st.prepare_text();
 }

@@ -172,6 +172,11 @@ TEST(HttpPageTest, PressureAndOomFamiliesPassPromtool) {
         "memcg_memory_vmpressure_windows_total{group=\"tenants/a\",level=\"critical\"} ",
         "memcg_oom_reports_total{group=\"/\",outcome=\"kill\"} 1\n",
         "memcg_oom_killed_members_total{group=\"/\"} 1\n",
+        "memcg_oom_decisions_total{group=\"/\",decider=\"kernel\"} 1\n",
+        "memcg_oom_decisions_total{group=\"/\",decider=\"excess\"} 0\n",
+        "memcg_oom_decisions_total{group=\"/\",decider=\"handler\"} 0\n",
+        "memcg_oom_decisions_total{group=\"/\",decider=\"none\"} 0\n",
+        "memcg_memory_wait_outcomes_total{group=\"tenants/a\",outcome=\"never_fits\"} 0\n",
         "memcg_preemptions_total{group=\"/\"} 0\n", "memcg_charges_forced_total{group=\"/\"} "})
     EXPECT_NE(text.find(line), std::string::npos) << line;
   if (std::string(MEMCG_PROMTOOL).empty())

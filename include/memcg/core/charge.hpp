@@ -74,14 +74,15 @@ enum class [[nodiscard]] ChargeStatus : uint8_t {
   kNoMem,   // not charged: the limit held and nothing could be freed
 };
 
-// "ok", "forced", "nomem": for logs.
+// "ok", "forced", "nomem" ("unknown" for a value that is none of them), spelled as the same
+// statuses of WaitStatus and ReserveStatus are: for logs.
 constexpr const char* charge_status_name(ChargeStatus s) noexcept {
   switch (s) {
     case ChargeStatus::kOk: return "ok";
     case ChargeStatus::kForced: return "forced";
     case ChargeStatus::kNoMem: return "nomem";
   }
-  return "?";
+  return "unknown";
 }
 
 inline bool charged(ChargeStatus s) noexcept {
@@ -166,6 +167,7 @@ struct ChargeStats {
   uint64_t forced;     // charges forced past max
   uint64_t failed;     // charges that returned kNoMem
   uint64_t drains;     // drain_all calls made by failing charges
+  uint64_t forced_bytes;  // the size of those forced charges, in bytes (whole units)
 };
 ChargeStats charge_stats(const Controller& controller) noexcept;
 

@@ -52,7 +52,8 @@ enum class [[nodiscard]] WaitStatus : uint8_t {
               // amount of waiting could serve it (never_fits() names that group); nothing charged
 };
 
-// "ok", "timed-out", "cancelled", "removed", "invalid", "never-fits".
+// "ok", "timed-out", "cancelled", "removed", "invalid", "never-fits" ("unknown" for a value that
+// is none of them), spelled as the same statuses of ReserveStatus are.
 const char* wait_status_name(WaitStatus s) noexcept;
 
 // The group on `group`'s path (itself included, the root excluded) whose memory.max is below

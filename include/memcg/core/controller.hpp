@@ -36,6 +36,7 @@ struct ControllerWaits;  // charge_wait.cpp
 struct ChargeCounters {
   std::atomic<uint64_t> slow_path{0};
   std::atomic<uint64_t> forced{0};
+  std::atomic<uint64_t> forced_units{0};  // the size of the forced charges, in units
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> drains{0};
   std::atomic<uint64_t> throttled_ms{0};  // memory.high sleeps, in total

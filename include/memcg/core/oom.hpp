@@ -262,6 +262,7 @@ enum class OomDecider : uint8_t {
   kSpill,        // the chosen member spilled and made room: nobody killed
   kPreempt,      // the victim's kill was left to a preemption request in progress
 };
+inline constexpr int kNumOomDeciders = static_cast<int>(OomDecider::kPreempt) + 1;
 const char* oom_decider_name(OomDecider d) noexcept;  // "none", "kernel", "excess", ...
 // One handler call of an OOM's chain.
 struct OomHandlerCall {

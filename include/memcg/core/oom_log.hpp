@@ -62,6 +62,9 @@ struct OomLogTotals {
   uint64_t kill_failures = 0;   // kill callbacks that threw
   uint64_t preemptions = 0;     // preemption reports
   uint64_t preempt_asked = 0;   // members asked to give memory back in them
+  // OOM reports by what ended them (OomReport::decider, index: OomDecider): the kernel's or the
+  // excess order's victim, a handler, a spill, a kill left to a preemption, or nothing.
+  uint64_t by_decider[kNumOomDeciders] = {};
 };
 
 class OomLog {

@@ -9,7 +9,8 @@
 //       "limits": {"high": null, "max": 1048576},       bytes; null = "max" (no limit)
 //       "protection": {"min": 0, "low": 0},             bytes (the knobs as set)
 //       "events": {"low": 0, "high": 0, "max": 0, "oom": 0, "oom_kill": 0, "oom_group_kill": 0,
-//                  "wait": 0, "preempt": 0},            memory.events (the last two: extensions)
+//                  "wait": 0, "preempt": 0, "oom_handled": 0, "oom_spill": 0},
+//                                                   memory.events (the last four: extensions)
 //       "events_local": {...same keys...},
 //       "pressure": {"some": {"avg10": 0.0, "avg60": 0.0, "avg300": 0.0, "total_us": 0},
 //                    "full": {...}}}]}    averages in percent, rounded as memory.pressure prints
