@@ -215,7 +215,8 @@ const char* wait_priority_name(WaitPriority p) noexcept {
 }
 
 WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadline& deadline,
-                                    const std::stop_token& stop, int cls, int kind) noexcept {
+                                    const std::stop_token& stop, int cls, int kind,
+                                    const std::atomic<bool>* killed) noexcept {
   Controller& ctl = group.controller();
   Clock& clock = ctl.clock();
 
@@ -263,6 +264,7 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
   if (counted) {
     MemStall stall(group);  // waiting is a memory stall (PSI some; full if all attached wait)
     Waiter w(&group, units, cls);
+    w.killed = killed;
     w.since_ns = clock.now_ns();
     internal::HookBypass bypass;
     auto& count = WaitAccess::count(*limiting);
@@ -291,7 +293,7 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
       guard.lock();
       if (w.state != Waiter::kWaiting) break;
       const uint64_t now = clock.now_ns();
-      if (stop.stop_requested() || now >= deadline_ns) break;
+      if (stop.stop_requested() || w.was_killed() || now >= deadline_ns) break;
       if (ask && q->preempt.load(std::memory_order_relaxed)) {
         ask = false;
         const int64_t need = w.units - w.reserved;
@@ -302,7 +304,7 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
       }
       const uint64_t until = std::min(deadline_ns, Clock::after(now, kPollIntervalNs));
       clock.wait_until(w.clock_waiter, guard, until, stop);
-      if (w.state != Waiter::kWaiting || stop.stop_requested()) continue;
+      if (w.state != Waiter::kWaiting || stop.stop_requested() || w.was_killed()) continue;
       if (until < deadline_ns && clock.now_ns() >= until) {
         // A poll: give back what the stocks of the limiting subtree hide, then look again.
         guard.unlock();
@@ -322,7 +324,8 @@ WaitStatus internal::charge_or_wait(Group& group, int64_t units, const LazyDeadl
         status = WaitStatus::kRemoved;
         break;
       case Waiter::kWaiting:
-        status = stop.stop_requested() ? WaitStatus::kCancelled : WaitStatus::kTimedOut;
+        status = stop.stop_requested() || w.was_killed() ? WaitStatus::kCancelled
+                                                         : WaitStatus::kTimedOut;
         break;
     }
     account_exit(*q, w, status, clock.now_ns());
@@ -448,6 +451,23 @@ WaitStats wait_stats(const Group& group) noexcept {
 
 void internal::wake_charge_waiters_slow(Group& group) noexcept {
   dispatch_path(group);
+}
+
+void internal::wake_killed_waiters(Group& group) noexcept {
+  Controller& ctl = group.controller();
+  if (WaitAccess::state(std::as_const(ctl)) == nullptr) return;
+  internal::HookBypass bypass;  // the rule of internal/lock.hpp for library mutexes
+  // One queue at a time (each mutex a leaf here): only the killed waiters are woken, and each
+  // re-checks its state under its own queue's mutex.
+  for (Group* a = &group; a->parent() != nullptr; a = a->parent()) {
+    if (WaitAccess::count(std::as_const(*a)).load(std::memory_order_acquire) == 0) continue;
+    WaitQueue* q = WaitAccess::queue(std::as_const(*a));
+    if (q == nullptr) continue;
+    std::lock_guard<std::mutex> lock(q->mu);
+    for (WaiterList& list : q->lists)
+      for (Waiter* w = list.head; w != nullptr; w = w->next)
+        if (w->was_killed()) ctl.clock().wake(w->clock_waiter);
+  }
 }
 
 bool internal::defer_wake_in_hook(Group& group) noexcept {

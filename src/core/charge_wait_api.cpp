@@ -66,7 +66,8 @@ struct AtSteadyDeadline {
 };
 
 WaitStatus charge_units(Group& group, int64_t units, const internal::LazyDeadline& deadline,
-                        const std::stop_token& stop, const WaitOptions& o) noexcept {
+                        const std::stop_token& stop, const WaitOptions& o,
+                        const std::atomic<bool>* killed = nullptr) noexcept {
   const Controller& ctl = group.controller();
   if (static_cast<uint64_t>(units) > static_cast<uint64_t>(ctl.max_units())) [[unlikely]]
     return WaitStatus::kInvalid;
@@ -74,7 +75,7 @@ WaitStatus charge_units(Group& group, int64_t units, const internal::LazyDeadlin
   if (cls < 0) [[unlikely]]
     return WaitStatus::kInvalid;
   if (units == 0 || group.is_root()) return WaitStatus::kOk;
-  return internal::charge_or_wait(group, units, deadline, stop, cls, o.kind);
+  return internal::charge_or_wait(group, units, deadline, stop, cls, o.kind, killed);
 }
 
 WaitStatus charge_bytes(Group& group, uint64_t bytes, const internal::LazyDeadline& deadline,
@@ -106,6 +107,13 @@ WaitOptions of_kind(int kind) noexcept {
 WaitStatus try_charge_wait_for(Group& group, int64_t units, std::chrono::nanoseconds timeout,
                                std::stop_token stop, const WaitOptions& options) noexcept {
   return charge_units(group, units, AfterTimeout(group, timeout).lazy(), stop, options);
+}
+WaitStatus internal::member_charge_wait_for(Group& group, int64_t units,
+                                            std::chrono::nanoseconds timeout,
+                                            const std::stop_token& stop,
+                                            const WaitOptions& options,
+                                            const std::atomic<bool>* killed) noexcept {
+  return charge_units(group, units, AfterTimeout(group, timeout).lazy(), stop, options, killed);
 }
 WaitStatus try_charge_bytes_wait_for(Group& group, uint64_t bytes, std::chrono::nanoseconds timeout,
                                      std::stop_token stop, const WaitOptions& options) noexcept {

@@ -32,7 +32,13 @@ struct Waiter {
   uint64_t seen = 0;       // ...in which it was served or reserved for (round 2 skips it)
   const int cls;           // WaitPriority kLow..kHigh
   State state = kWaiting;
+  // The waiting Member's killed flag (Member::charge_wait), or null: a kill ends the wait, as a
+  // fatal signal ends a task's wait for its memcg in the kernel.
+  const std::atomic<bool>* killed = nullptr;
   ClockWaiter clock_waiter;  // what the controller's clock blocks and wakes
+  bool was_killed() const noexcept {
+    return killed != nullptr && killed->load(std::memory_order_acquire);
+  }
 };
 
 struct WaiterList {
@@ -115,8 +121,20 @@ struct LazyDeadline {
 };
 
 // Charges `units` (checked, > 0) to `group` (not the root), waiting on the limit that holds.
+// `killed`: the waiting Member's flag, or null; once it is set the wait ends as kCancelled.
 WaitStatus charge_or_wait(Group& group, int64_t units, const LazyDeadline& deadline,
-                          const std::stop_token& stop, int cls, int kind) noexcept;
+                          const std::stop_token& stop, int cls, int kind,
+                          const std::atomic<bool>* killed = nullptr) noexcept;
+
+// try_charge_wait_for for a Member (oom.cpp): the wait also ends, kCancelled, when `killed`
+// (the member's flag) is set; the killer then calls wake_killed_waiters().
+WaitStatus member_charge_wait_for(Group& group, int64_t units, std::chrono::nanoseconds timeout,
+                                  const std::stop_token& stop, const WaitOptions& options,
+                                  const std::atomic<bool>* killed) noexcept;
+
+// Wakes the waiters queued on `group`'s path whose member was killed, so that they leave at
+// once instead of at their next poll. REQUIRES: no library lock held.
+void wake_killed_waiters(Group& group) noexcept;
 
 // Cooperative preemption (preempt.cpp): asks members of a class below `cls` in the subtree of
 // `domain` (the group whose limit holds the waiter) to give memory back for a waiter of `group`

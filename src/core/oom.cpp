@@ -199,7 +199,10 @@ WaitStatus Member::charge_wait(int64_t units, std::chrono::nanoseconds timeout,
                                std::stop_token stop, const WaitOptions& options) noexcept {
   if (units < 0) [[unlikely]]
     return WaitStatus::kInvalid;
-  const WaitStatus s = try_charge_wait_for(*group_, units, timeout, std::move(stop), options);
+  // A kill ends the wait (kCancelled, killed() true): a killed member is unwinding and waits
+  // for nothing.
+  const WaitStatus s =
+      internal::member_charge_wait_for(*group_, units, timeout, stop, options, &killed_);
   if (s == WaitStatus::kOk) charged_.fetch_add(units, std::memory_order_relaxed);
   return s;
 }
@@ -526,6 +529,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       }
       lock.unlock();
       state.cv.notify_all();  // killers waiting for this victim look again
+      if (ok) internal::wake_killed_waiters(*e.group);  // its own waits end at once
       if (ok) e.group->raise(Event::kOomKill);
       if (i == 0 && group_killed) group_killed->raise(Event::kOomGroupKill);
       lock.lock();

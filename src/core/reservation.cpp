@@ -144,9 +144,12 @@ ReserveStatus Reservation::wait_units(int64_t units, uint64_t deadline_ns) noexc
       units_ += units;
       return ReserveStatus::kOk;
     case WaitStatus::kTimedOut:
-      return member_ != nullptr && member_->killed() ? ReserveStatus::kKilled
-                                                     : ReserveStatus::kTimedOut;
-    case WaitStatus::kCancelled: return ReserveStatus::kCancelled;
+    case WaitStatus::kCancelled:
+      // A kill ends a member's wait (Member::charge_wait): kKilled, unless the caller's own stop
+      // or the deadline came first.
+      if (member_ != nullptr && member_->killed() && !stop_.stop_requested())
+        return ReserveStatus::kKilled;
+      return s == WaitStatus::kCancelled ? ReserveStatus::kCancelled : ReserveStatus::kTimedOut;
     case WaitStatus::kRemoved: return ReserveStatus::kRemoved;
     case WaitStatus::kNeverFits: return ReserveStatus::kNeverFits;  // checked before: a race
     case WaitStatus::kInvalid: break;

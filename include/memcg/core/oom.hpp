@@ -169,7 +169,10 @@ class Member {
   ChargeStatus charge(int64_t units, uint32_t flags = kDefaultCharge) noexcept;
   // A waiting charge for this member (charge_wait.hpp): `units` in one call, waiting up to
   // `timeout` on the controller's clock when the ladder cannot serve them (it never OOM-kills).
-  // On kOk they count towards its badness like any charge.
+  // On kOk they count towards its badness like any charge. A kill of this member ends the wait
+  // with kCancelled (killed() is then true), as a fatal signal ends a task's memcg wait: a
+  // killed member unwinds, it waits for nothing (at once when the killer told it; within the
+  // wait's 10 ms poll when the kill was left to a preemption request in flight).
   WaitStatus charge_wait(int64_t units, std::chrono::nanoseconds timeout,
                          std::stop_token stop = {}) noexcept;
   // The same with a priority and a kind (charge_wait.hpp, WaitOptions).
