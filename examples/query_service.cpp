@@ -206,6 +206,9 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool ca
       // fails.
       if (runaway && ++nomem_retries < 1000) continue;
       ++c.failed;
+      std::fprintf(stderr, "  (a %s query's growth failed: %s, %d retries)\n",
+                   runaway ? "runaway" : "well-behaved", memcg::reserve_status_name(gs),
+                   nomem_retries);
       break;
     }
     if (!runaway && i >= kSteps * 4) break;  // bounded even if growth stalls
@@ -222,6 +225,8 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool ca
     ++c.limited_runaway;  // stopped by never-fits at its tenant's limit
   } else if (runaway) {
     ++c.runaway_unstopped;
+    std::fprintf(stderr, "  (a runaway ended unstopped at %llu MiB)\n",
+                 static_cast<unsigned long long>(res.bytes() / kMiB));
   } else {
     ++c.done;
     if (can_spill || g.name() == "etl") ++c.done_etl;
