@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -107,38 +108,61 @@ uint64_t now_ns() {
                                    .count());
 }
 
+// What a query shares with its member's callback, which may run on another thread (the
+// killer's) at any time, also while the query ends: shared, so that it outlives both.
+struct QueryState {
+  std::mutex mu;
+  memcg::Reservation res;  // the query's memory, under mu
+  bool unbound = false;    // under mu: the query has ended and res is empty (its member going)
+  std::atomic<bool> stop{false}, preempted{false}, spill_later{false};
+  std::atomic<uint64_t> spilled{0};  // bytes written to disk by a spill, not needed any more
+};
+
 // One query on `g`: admitted at `estimate`, growing to `final_bytes` (0: a runaway).
 void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool can_spill,
                Policy policy, Counters& c) {
-  std::atomic<bool> stop{false}, preempted{false}, spill_later{false};
-  std::atomic<uint64_t> spilled{0};  // bytes written to disk by a spill, not needed any more
-  // The query's memory. Its own thread uses it under `mu`; a spill request may use it from the
-  // killer's thread when the query is between two requests (try_lock), never waiting for it.
-  std::mutex mu;
-  memcg::Reservation res;
+  const auto q = std::make_shared<QueryState>();
   // The callback runs on the killer's (or the preempting waiter's) thread. A kill or a
   // preemption only tells the query to stop: it gives its memory back when it unwinds
   // (res.release()). A spill writes half of what the query holds to disk and gives that memory
-  // back at once, if the query is not in the middle of a request; otherwise at its next step.
-  memcg::Member member(g, "query", [&](memcg::Member& m) {
+  // back at once, if the query is not in the middle of a request (its own thread holds mu
+  // then, and the callback never waits for it); otherwise the query does it at its next step.
+  memcg::Member member(g, "query", [q, &c](memcg::Member& m) {
     const memcg::CancelReason why = memcg::Member::cancel_reason();
     if (why == memcg::CancelReason::kSpill) {
-      std::unique_lock<std::mutex> lock(mu, std::try_to_lock);
+      std::unique_lock<std::mutex> lock(q->mu, std::try_to_lock);
       if (!lock.owns_lock()) {
-        spill_later.store(true, std::memory_order_release);
+        q->spill_later.store(true, std::memory_order_release);
         return;
       }
-      const uint64_t out = res.bytes() / 2;
-      res.shrink(out);
-      spilled.fetch_add(out, std::memory_order_relaxed);
+      if (q->unbound) return;  // the query ended: nothing to spill, `m` may be going
+      const uint64_t out = q->res.bytes() / 2;
+      q->res.shrink(out);
+      q->spilled.fetch_add(out, std::memory_order_relaxed);
       ++c.spills;
-      // Once only: chosen again, it is killed. (Cannot fail: 0 is always valid.)
+      // Once only: chosen again, it is killed. (Cannot fail: 0 is always valid.) The query
+      // cannot end meanwhile: it takes mu before its member goes.
       static_cast<void>(m.set_spill_grace(std::chrono::nanoseconds(0)));
       return;
     }
-    if (why == memcg::CancelReason::kPreempt) preempted.store(true, std::memory_order_relaxed);
-    stop.store(true, std::memory_order_release);
+    if (why == memcg::CancelReason::kPreempt) q->preempted.store(true, std::memory_order_relaxed);
+    q->stop.store(true, std::memory_order_release);
   });
+  // Before the member goes, on every path: the reservation gives everything back and is unbound.
+  struct Unbind {
+    QueryState& s;
+    ~Unbind() {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.res = memcg::Reservation();
+      s.unbound = true;
+    }
+  } unbind{*q};
+  std::mutex& mu = q->mu;
+  memcg::Reservation& res = q->res;
+  std::atomic<bool>& stop = q->stop;
+  std::atomic<bool>& preempted = q->preempted;
+  std::atomic<bool>& spill_later = q->spill_later;
+  std::atomic<uint64_t>& spilled = q->spilled;
   if (can_spill && member.set_spill_grace(kSpillGrace) != 0) std::abort();
   memcg::ReserveOptions options;
   options.oom = memcg::OomPolicy::kPieces;
@@ -213,6 +237,7 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool ca
     }
     if (!runaway && i >= kSteps * 4) break;  // bounded even if growth stalls
   }
+  lock.lock();
   if (runaway) {
     c.runaway_ns += now_ns() - t0 - waited;
     c.runaway_peak_mib += res.bytes() / kMiB;
@@ -229,10 +254,9 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool ca
                  static_cast<unsigned long long>(res.bytes() / kMiB));
   } else {
     ++c.done;
-    if (can_spill || g.name() == "etl") ++c.done_etl;
+    if (g.name() == "etl") ++c.done_etl;
     c.done_mib += final_bytes / kMiB;
   }
-  lock.lock();
   res.release();
 }
 
