@@ -61,8 +61,9 @@ constexpr auto kStepTime = std::chrono::milliseconds(2);
 constexpr uint64_t kRunawayCap = 2048 * kMiB;  // a runaway past this was never stopped
 
 enum class Policy { kToday, kAdmit, kExcess, kGrowWait, kSpill, kWait200, kAll };
-constexpr Policy kPolicies[] = {Policy::kToday,    Policy::kAdmit, Policy::kExcess, Policy::kGrowWait,
-                                Policy::kSpill,    Policy::kWait200, Policy::kAll};
+constexpr Policy kPolicies[] = {Policy::kToday,    Policy::kAdmit, Policy::kExcess,
+                                Policy::kGrowWait, Policy::kSpill, Policy::kWait200,
+                                Policy::kAll};
 const char* policy_name(Policy p) {
   switch (p) {
     case Policy::kToday: return "today";
@@ -387,7 +388,8 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbo
                 static_cast<double>(c.done - c.done_etl) / elapsed,
                 static_cast<double>(c.done_mib) / elapsed);
   if (verbose && c.runaways > 0)
-    std::printf("  runaways: %.1f ms from admission to their end, %.0f MiB at the end, on average\n",
+    std::printf("  runaways: %.1f ms from admission to their end, %.0f MiB at the end, on "
+                "average\n",
                 static_cast<double>(c.runaway_ns) / 1e6 / static_cast<double>(c.runaways),
                 static_cast<double>(c.runaway_peak_mib) / static_cast<double>(c.runaways));
   if (verbose && samples > 0)

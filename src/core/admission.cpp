@@ -140,8 +140,9 @@ void admit_learn(Group& g, int64_t admitted, int64_t peak, bool cut_short) noexc
     ++s->skipped;  // censored: the work would have grown further (admission.hpp)
     return;
   }
-  const double r = std::min(static_cast<double>(std::max(peak, admitted)) / static_cast<double>(admitted),
-                            static_cast<double>(kAdmitMaxGrowthPermille) / 1000.0);
+  const double ratio =
+      static_cast<double>(std::max(peak, admitted)) / static_cast<double>(admitted);
+  const double r = std::min(ratio, static_cast<double>(kAdmitMaxGrowthPermille) / 1000.0);
   s->sum = s->sum * kAdmitDecay + r;
   s->total = s->total * kAdmitDecay + 1.0;
   ++s->samples;

@@ -21,13 +21,14 @@
 //   - The learned growth factor is the exponentially decayed mean of the ratios: each new ratio
 //     first multiplies the weights of the earlier ones by kAdmitDecay (31/32: the weight of a
 //     ratio halves after about 22 later ones); factor = sum(w_i r_i) / sum(w_i), rounded to the
-//     nearest thousandth, within [1.0, kAdmitMaxGrowthPermille / 1000]. O(1) per update, two sums per
-//     group. The mean, not a high percentile: the promises of the running reservations are
-//     summed on each level, and a sum of peaks is governed by their mean (a per-request p90,
-//     summed over the running queries, held back headroom that their growth never used at
-//     once; docs/BENCHMARKS-policy.md). A request that grows past its expected peak is still served by what is
-//     free (other requests' unused promises included), then by memory on its way, then the OOM
-//     killer, whose excess order chooses the ones past their admitted size first (oom.hpp).
+//     nearest thousandth, within [1.0, kAdmitMaxGrowthPermille / 1000]. O(1) per update, two
+//     sums per group. The mean, not a high percentile: the promises of the running reservations
+//     are summed on each level, and a sum of peaks is governed by their mean (a per-request
+//     p90, summed over the running queries, held back headroom that their growth never used at
+//     once; docs/BENCHMARKS-policy.md). A request that grows past its expected peak is still
+//     served by what is free (other requests' unused promises included), then by memory on its
+//     way, then the OOM killer, whose excess order chooses the ones past their admitted size
+//     first (oom.hpp).
 //   - No history (total weight below kAdmitMinWeight, i.e. fewer than about 3 ratios): factor 1.0
 //     (the prior: a request is expected to stay at its admitted size, as before this rule).
 // A non-waiting reserve() states an admitted size too (Member::admitted(), the OOM killer's
