@@ -8,22 +8,41 @@
 // queries end at their estimate plus 0-50 %, and 5 % of etl's queries are runaways that grow
 // until the OOM killer stops them. A few etl queries ask for more than etl can ever hold.
 //
-// Policies (--policy):
-//   today    the kernel's victim order (memory.oom.order: kernel), growth by grow()
-//   excess   victims by excess over the admitted size (memory.oom.order: excess), grow()
-//   wait200  the kernel's order, growth by grow_for(chunk, 200ms), then grow() (the killer)
-//   all      the library's defaults (memory.oom.order: auto), growth by grow()
-//   alternate  each of the above in turn, --rounds times (for docs/BENCHMARKS-policy.md)
+// Policies (--policy): today's behaviour, each new part of the library alone, all of them (the
+// library's defaults), and growth that waits 200 ms:
+//   today     the kernel's victim order (memory.oom.order: kernel), plain admission (a fixed
+//             memory.admit.growth of 1), growth past admission straight to the killer
+//             (ReserveOptions::growth_wait off), no spill
+//   admit     today, with learned-peak admission (memory.admit.growth: auto)
+//   excess    today, with victims by excess over the admitted size (memory.oom.order: excess)
+//   growwait  today, with growth past admission that waits for memory on its way
+//   spill     today, with spill before kill: etl queries can spill once (Member::set_spill_grace)
+//   wait200   today, with growth by grow_for(chunk, 200ms), then grow() (the killer)
+//   all       the library's defaults: auto admission, auto order, growth wait, and etl's spill
+//   alternate each of the above in turn, --rounds times (for docs/BENCHMARKS-policy.md)
 //
-// Prints per run: queries/s, kills of runaways and of well-behaved queries, spills, never-fits,
-// the longest wait. Exits non-zero unless every runaway was killed, the budget held, and every
-// counter was back to 0 at the end. Run without arguments it runs `all` for 3 s (the CI test).
+// A spill: an etl query asked to spill (CancelReason::kSpill) writes half of what it holds to
+// disk and gives that memory back, in the callback if the query is between two requests (the
+// OOM killer then finds the room at once), else at its next step; it carries on, needing that
+// much less from then on. It spills at most once; chosen again, it is killed.
+//
+// Prints per run: finished queries/s (every admitted query that ended: completed, killed,
+// preempted, stopped at a limit), completed queries/s (well-behaved queries that ran to their
+// end: the service's real output, the figure its goals use), kills of runaways and of
+// well-behaved queries, spills, never-fits, timed-out admissions, the longest wait, and the share
+// of the workers' time spent waiting for admission. Exits non-zero unless every runaway was
+// stopped, the budget held, and every counter was back to 0 at the end. Run without arguments it
+// runs `all` for 3 s (the CI test). --verbose adds completed queries per tenant and MiB of
+// completed work per second, the runaways' life and size, svc's mean usage and promised headroom,
+// and each group's admission figures (admit_stats).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -41,21 +60,39 @@ constexpr int kSteps = 10;             // steps of work of a well-behaved query
 constexpr auto kStepTime = std::chrono::milliseconds(2);
 constexpr uint64_t kRunawayCap = 2048 * kMiB;  // a runaway past this was never stopped
 
-enum class Policy { kToday, kExcess, kWait200, kAll };
+enum class Policy { kToday, kAdmit, kExcess, kGrowWait, kSpill, kWait200, kAll };
+constexpr Policy kPolicies[] = {Policy::kToday,    Policy::kAdmit, Policy::kExcess,
+                                Policy::kGrowWait, Policy::kSpill, Policy::kWait200,
+                                Policy::kAll};
 const char* policy_name(Policy p) {
   switch (p) {
     case Policy::kToday: return "today";
+    case Policy::kAdmit: return "admit";
     case Policy::kExcess: return "excess";
+    case Policy::kGrowWait: return "growwait";
+    case Policy::kSpill: return "spill";
     case Policy::kWait200: return "wait200";
     case Policy::kAll: return "all";
   }
   return "?";
 }
+bool learned_admission(Policy p) { return p == Policy::kAdmit || p == Policy::kAll; }
+bool growth_wait(Policy p) { return p == Policy::kGrowWait || p == Policy::kAll; }
+bool spills(Policy p) { return p == Policy::kSpill || p == Policy::kAll; }
+memcg::OomOrder oom_order(Policy p) {
+  return p == Policy::kExcess ? memcg::OomOrder::kExcess
+         : p == Policy::kAll  ? memcg::OomOrder::kAuto
+                              : memcg::OomOrder::kKernel;
+}
+
+constexpr auto kSpillGrace = std::chrono::milliseconds(20);
+constexpr auto kAdmitTimeout = std::chrono::seconds(2);
 
 struct Counters {
   std::atomic<uint64_t> done{0}, runaways{0}, killed_runaway{0}, killed_good{0}, spills{0},
       never_fits{0}, timed_out{0}, failed{0}, runaway_unstopped{0}, longest_wait_ns{0}, forced{0},
-      preempted_runaway{0}, preempted_good{0}, limited_runaway{0};
+      preempted_runaway{0}, preempted_good{0}, limited_runaway{0}, admit_wait_ns{0}, done_etl{0},
+      done_mib{0}, runaway_ns{0}, runaway_peak_mib{0};
   void wait(uint64_t ns) {
     for (uint64_t w = longest_wait_ns.load(); ns > w && !longest_wait_ns.compare_exchange_weak(w, ns);) {
     }
@@ -72,21 +109,73 @@ uint64_t now_ns() {
                                    .count());
 }
 
+// What a query shares with its member's callback, which may run on another thread (the
+// killer's) at any time, also while the query ends: shared, so that it outlives both.
+struct QueryState {
+  std::mutex mu;
+  memcg::Reservation res;  // the query's memory, under mu
+  bool unbound = false;    // under mu: the query has ended and res is empty (its member going)
+  std::atomic<bool> stop{false}, preempted{false}, spill_later{false};
+  std::atomic<uint64_t> spilled{0};  // bytes written to disk by a spill, not needed any more
+};
+
 // One query on `g`: admitted at `estimate`, growing to `final_bytes` (0: a runaway).
-void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy policy,
-               Counters& c) {
-  std::atomic<bool> stop{false}, preempted{false};
-  // The callback runs on the killer's (or the preempting waiter's) thread: it only asks the
-  // query to stop; the query gives its memory back when it unwinds (res.release()).
-  memcg::Member member(g, "query", [&stop, &preempted](memcg::Member&) {
-    if (memcg::Member::cancel_reason() == memcg::CancelReason::kPreempt)
-      preempted.store(true, std::memory_order_relaxed);
-    stop.store(true, std::memory_order_release);
+void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool can_spill,
+               Policy policy, Counters& c) {
+  const auto q = std::make_shared<QueryState>();
+  // The callback runs on the killer's (or the preempting waiter's) thread. A kill or a
+  // preemption only tells the query to stop: it gives its memory back when it unwinds
+  // (res.release()). A spill writes half of what the query holds to disk and gives that memory
+  // back at once, if the query is not in the middle of a request (its own thread holds mu
+  // then, and the callback never waits for it); otherwise the query does it at its next step.
+  memcg::Member member(g, "query", [q, &c](memcg::Member& m) {
+    const memcg::CancelReason why = memcg::Member::cancel_reason();
+    if (why == memcg::CancelReason::kSpill) {
+      std::unique_lock<std::mutex> lock(q->mu, std::try_to_lock);
+      if (!lock.owns_lock()) {
+        q->spill_later.store(true, std::memory_order_release);
+        return;
+      }
+      if (q->unbound) return;  // the query ended: nothing to spill, `m` may be going
+      const uint64_t out = q->res.bytes() / 2;
+      q->res.shrink(out);
+      q->spilled.fetch_add(out, std::memory_order_relaxed);
+      ++c.spills;
+      // Once only: chosen again, it is killed. (Cannot fail: 0 is always valid.) The query
+      // cannot end meanwhile: it takes mu before its member goes.
+      static_cast<void>(m.set_spill_grace(std::chrono::nanoseconds(0)));
+      return;
+    }
+    if (why == memcg::CancelReason::kPreempt) q->preempted.store(true, std::memory_order_relaxed);
+    q->stop.store(true, std::memory_order_release);
   });
-  memcg::Reservation res(member, memcg::ReserveOptions{memcg::OomPolicy::kPieces});
+  // Before the member goes, on every path: the reservation gives everything back and is unbound.
+  struct Unbind {
+    QueryState& s;
+    ~Unbind() {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.res = memcg::Reservation();
+      s.unbound = true;
+    }
+  } unbind{*q};
+  std::mutex& mu = q->mu;
+  memcg::Reservation& res = q->res;
+  std::atomic<bool>& stop = q->stop;
+  std::atomic<bool>& preempted = q->preempted;
+  std::atomic<bool>& spill_later = q->spill_later;
+  std::atomic<uint64_t>& spilled = q->spilled;
+  if (can_spill && member.set_spill_grace(kSpillGrace) != 0) std::abort();
+  memcg::ReserveOptions options;
+  options.oom = memcg::OomPolicy::kPieces;
+  options.growth_wait = growth_wait(policy);
+  std::unique_lock<std::mutex> lock(mu);
+  res = memcg::Reservation(member, options);
   const uint64_t t0 = now_ns();
-  const memcg::ReserveStatus st = res.reserve_for(estimate, std::chrono::seconds(2));
-  c.wait(now_ns() - t0);
+  const memcg::ReserveStatus st = res.reserve_for(estimate, kAdmitTimeout);
+  lock.unlock();
+  const uint64_t waited = now_ns() - t0;
+  c.wait(waited);
+  c.admit_wait_ns += waited;
   if (st == memcg::ReserveStatus::kNeverFits) {
     ++c.never_fits;
     return;
@@ -103,8 +192,23 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
   bool limited = false;  // its growth passed the tenant's memory.max: refused at once
   for (int i = 0; !stop.load(std::memory_order_acquire); ++i) {
     std::this_thread::sleep_for(kStepTime);  // the query's work
-    if (res.bytes() >= target) break;
-    const uint64_t add = std::min(step, target - res.bytes());
+    lock.lock();
+    if (spill_later.exchange(false, std::memory_order_acq_rel) &&
+        member.spill_grace().count() > 0) {
+      // Asked while it was in a request: it spills now (the same as the callback's spill).
+      const uint64_t out = res.bytes() / 2;
+      res.shrink(out);
+      spilled.fetch_add(out, std::memory_order_relaxed);
+      ++c.spills;
+      if (member.set_spill_grace(std::chrono::nanoseconds(0)) != 0) std::abort();
+    }
+    // What was spilled is on disk: the work needs that much less from now on.
+    const uint64_t need = target - std::min(target, spilled.load(std::memory_order_relaxed));
+    if (res.bytes() >= need) {
+      lock.unlock();
+      break;
+    }
+    const uint64_t add = std::min(step, need - res.bytes());
     memcg::ReserveStatus gs;
     if (policy == Policy::kWait200) {
       const uint64_t w0 = now_ns();
@@ -114,6 +218,7 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
     } else {
       gs = res.grow(add);
     }
+    lock.unlock();
     if (gs == memcg::ReserveStatus::kForced) ++c.forced;
     if (!memcg::held(gs)) {
       if (gs == memcg::ReserveStatus::kKilled || member.killed()) break;
@@ -126,9 +231,17 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
       // fails.
       if (runaway && ++nomem_retries < 1000) continue;
       ++c.failed;
+      std::fprintf(stderr, "  (a %s query's growth failed: %s, %d retries)\n",
+                   runaway ? "runaway" : "well-behaved", memcg::reserve_status_name(gs),
+                   nomem_retries);
       break;
     }
     if (!runaway && i >= kSteps * 4) break;  // bounded even if growth stalls
+  }
+  lock.lock();
+  if (runaway) {
+    c.runaway_ns += now_ns() - t0 - waited;
+    c.runaway_peak_mib += res.bytes() / kMiB;
   }
   if (member.killed()) {
     ++(runaway ? c.killed_runaway : c.killed_good);
@@ -138,14 +251,18 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, Policy 
     ++c.limited_runaway;  // stopped by never-fits at its tenant's limit
   } else if (runaway) {
     ++c.runaway_unstopped;
+    std::fprintf(stderr, "  (a runaway ended unstopped at %llu MiB)\n",
+                 static_cast<unsigned long long>(res.bytes() / kMiB));
   } else {
     ++c.done;
+    if (g.name() == "etl") ++c.done_etl;
+    c.done_mib += final_bytes / kMiB;
   }
   res.release();
 }
 
 struct Result {
-  double qps = 0;
+  double finished_qps = 0, completed_qps = 0, admit_wait_share = 0;
   uint64_t killed_runaway = 0, killed_good = 0, runaways = 0, runaway_unstopped = 0, spills = 0,
            limited_runaway = 0,
            never_fits = 0, timed_out = 0, failed = 0, done = 0, preempted_runaway = 0, preempted_good = 0;
@@ -154,7 +271,7 @@ struct Result {
   bool ok = false;
 };
 
-Result run(Policy policy, double seconds, int workers, uint64_t seed) {
+Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbose) {
   memcg::Controller ctl;
   Tenants t;
   if (ctl.create("svc", &t.svc) || ctl.create(*t.svc, "etl", &t.etl) ||
@@ -168,14 +285,11 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
   t.dash->set_min(128 * kMiB);
   t.adhoc->set_max(256 * kMiB);
   t.adhoc->set_low(32 * kMiB);
-  const memcg::OomOrder order = policy == Policy::kExcess ? memcg::OomOrder::kExcess
-                                : policy == Policy::kAll  ? memcg::OomOrder::kAuto
-                                                          : memcg::OomOrder::kKernel;
-  // Learned-peak admission is on by default (auto); the other policies admit as before it (a
-  // fixed growth factor of 1).
-  const char* growth = policy == Policy::kAll ? "auto" : "1";
+  // Learned-peak admission is on by default (auto); without it a fixed growth factor of 1
+  // admits as before it.
+  const char* growth = learned_admission(policy) ? "auto" : "1";
   for (memcg::Group* g : {t.svc.get(), t.etl.get(), t.dash.get(), t.adhoc.get()})
-    if (memcg::set_oom_order(*g, order) != 0 ||
+    if (memcg::set_oom_order(*g, oom_order(policy)) != 0 ||
         memcg::write_file(*g, "memory.admit.growth", growth) != 0)
       return {};
 
@@ -187,10 +301,17 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
   Counters c;
   std::atomic<bool> stop_sampler{false};
   std::atomic<uint64_t> peak{0};
+  uint64_t usage_sum = 0, promised_sum = 0, samples = 0;  // svc's, in bytes and units
   std::jthread sampler([&] {
     while (!stop_sampler.load(std::memory_order_relaxed)) {
       const uint64_t u = t.svc->current();
       if (u > peak.load(std::memory_order_relaxed)) peak.store(u, std::memory_order_relaxed);
+      if (verbose) {  // the sampler's thread alone writes these; read after it is joined
+        usage_sum += u;
+        promised_sum += static_cast<uint64_t>(
+            std::max<int64_t>(0, memcg::admit_stats(*t.svc).promised_units));
+        ++samples;
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
   });
@@ -213,7 +334,7 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
         if (is_etl && kind < 0.05) final_bytes = 0;                   // a runaway
         if (is_etl && kind > 0.995) estimate = 400 * kMiB;            // can never fit in etl
         if (estimate > final_bytes && final_bytes != 0) final_bytes = estimate;
-        run_query(g, estimate, final_bytes, policy, c);
+        run_query(g, estimate, final_bytes, is_etl && spills(policy), policy, c);
       }
     });
   }
@@ -233,7 +354,15 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
   r.timed_out = c.timed_out;
   r.failed = c.failed;
   r.done = c.done;
-  r.qps = static_cast<double>(c.done + c.killed_good + c.killed_runaway) / elapsed;
+  // Finished: every admitted query that ended; completed: the well-behaved ones that ran to their
+  // end (a killed query is work lost, not work served).
+  r.finished_qps = static_cast<double>(c.done + c.killed_good + c.killed_runaway +
+                                       c.preempted_good + c.preempted_runaway + c.limited_runaway +
+                                       c.failed) /
+                   elapsed;
+  r.completed_qps = static_cast<double>(c.done) / elapsed;
+  r.admit_wait_share =
+      static_cast<double>(c.admit_wait_ns.load()) / (elapsed * 1e9 * static_cast<double>(workers));
   r.longest_wait_ms = static_cast<double>(c.longest_wait_ns.load()) / 1e6;
   // The budget: memory.peak, the highest usage a charge was granted. A read of memory.current
   // may see more for an instant: a charge adds before it checks the limit and takes it back
@@ -253,6 +382,33 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
          r.killed_runaway + r.preempted_runaway + r.limited_runaway == r.runaways &&
          r.peak <= kBudget &&
          r.end_usage == 0;
+  if (verbose)
+    std::printf("  completed: etl %.1f q/s, dash+adhoc %.1f q/s, %.0f MiB of final size/s\n",
+                static_cast<double>(c.done_etl) / elapsed,
+                static_cast<double>(c.done - c.done_etl) / elapsed,
+                static_cast<double>(c.done_mib) / elapsed);
+  if (verbose && c.runaways > 0)
+    std::printf("  runaways: %.1f ms from admission to their end, %.0f MiB at the end, on "
+                "average\n",
+                static_cast<double>(c.runaway_ns) / 1e6 / static_cast<double>(c.runaways),
+                static_cast<double>(c.runaway_peak_mib) / static_cast<double>(c.runaways));
+  if (verbose && samples > 0)
+    std::printf("  svc on average: memory.current %.1fM, promised to admitted queries %.1fM\n",
+                static_cast<double>(usage_sum) / static_cast<double>(samples) / kMiB,
+                static_cast<double>(ctl.to_bytes(1)) * static_cast<double>(promised_sum) /
+                    static_cast<double>(samples) / kMiB);
+  if (verbose)
+    for (memcg::Group* g : {t.svc.get(), t.etl.get(), t.dash.get(), t.adhoc.get()}) {
+      const memcg::AdmitStats a = memcg::admit_stats(*g);
+      std::printf("  %-5s admit.growth %.3f (%s)  learned %llu  cut short %llu  admit_waits %llu  "
+                  "growth_waits %llu (granted %llu)\n",
+                  g->name().c_str(), a.growth_permille / 1000.0, a.fixed ? "fixed" : "auto",
+                  static_cast<unsigned long long>(a.samples),
+                  static_cast<unsigned long long>(a.skipped),
+                  static_cast<unsigned long long>(a.admit_waits),
+                  static_cast<unsigned long long>(a.growth_waits),
+                  static_cast<unsigned long long>(a.growth_granted));
+    }
   if (c.forced) std::printf("  (%llu growth steps forced past memory.max)\n",
                             static_cast<unsigned long long>(c.forced.load()));
   if (r.sampled > kBudget)
@@ -264,11 +420,13 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed) {
   return r;
 }
 
-void print(Policy p, const Result& r) {
-  std::printf("%-8s %8.1f q/s  kills: %4llu runaway / %4llu well-behaved  runaways %4llu  "
-              "preempted %llu/%llu  limited %llu  spills %3llu  never-fits %3llu  timed-out %3llu  longest wait %7.1f ms  "
+void print(int round, Policy p, const Result& r) {
+  std::printf("%d %-8s finished %7.1f q/s  completed %7.1f q/s  kills: %4llu runaway / %4llu "
+              "well-behaved  runaways %4llu  preempted %llu/%llu  limited %llu  spills %3llu  "
+              "never-fits %3llu  timed-out %3llu  longest wait %7.1f ms  admission wait %4.1f%%  "
               "peak %5.1fM  end %llu  %s\n",
-              policy_name(p), r.qps, static_cast<unsigned long long>(r.killed_runaway),
+              round, policy_name(p), r.finished_qps, r.completed_qps,
+              static_cast<unsigned long long>(r.killed_runaway),
               static_cast<unsigned long long>(r.killed_good),
               static_cast<unsigned long long>(r.runaways),
               static_cast<unsigned long long>(r.preempted_runaway),
@@ -277,7 +435,7 @@ void print(Policy p, const Result& r) {
               static_cast<unsigned long long>(r.spills),
               static_cast<unsigned long long>(r.never_fits),
               static_cast<unsigned long long>(r.timed_out), r.longest_wait_ms,
-              static_cast<double>(r.peak) / static_cast<double>(kMiB),
+              100.0 * r.admit_wait_share, static_cast<double>(r.peak) / static_cast<double>(kMiB),
               static_cast<unsigned long long>(r.end_usage), r.ok ? "ok" : "FAILED");
   std::fflush(stdout);
 }
@@ -288,6 +446,7 @@ int main(int argc, char** argv) {
   std::string policy = "all";
   double seconds = 3;
   int workers = 16, rounds = 1;
+  bool verbose = false;
   uint64_t seed = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -306,12 +465,14 @@ int main(int argc, char** argv) {
       workers = std::atoi(value("--workers"));
     } else if (a == "--rounds") {
       rounds = std::atoi(value("--rounds"));
+    } else if (a == "--verbose") {
+      verbose = true;
     } else if (a == "--seed") {
       seed = std::strtoull(value("--seed"), nullptr, 10);
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--policy today|excess|wait200|all|alternate] [--seconds S] "
-                   "[--workers N] [--rounds N] [--seed N]\n",
+                   "usage: %s [--policy today|admit|excess|growwait|spill|wait200|all|"
+                   "alternate] [--seconds S] [--workers N] [--rounds N] [--seed N] [--verbose]\n",
                    argv[0]);
       return 2;
     }
@@ -323,21 +484,20 @@ int main(int argc, char** argv) {
   }
   std::vector<Policy> policies;
   if (policy == "alternate") {
-    policies = {Policy::kToday, Policy::kExcess, Policy::kWait200, Policy::kAll};
-  } else if (policy == "today" || policy == "excess" || policy == "wait200" || policy == "all") {
-    policies = {policy == "today"    ? Policy::kToday
-                : policy == "excess" ? Policy::kExcess
-                : policy == "wait200" ? Policy::kWait200
-                                      : Policy::kAll};
+    policies.assign(std::begin(kPolicies), std::end(kPolicies));
   } else {
-    std::fprintf(stderr, "unknown policy %s\n", policy.c_str());
-    return 2;
+    for (Policy p : kPolicies)
+      if (policy == policy_name(p)) policies = {p};
+    if (policies.empty()) {
+      std::fprintf(stderr, "unknown policy %s\n", policy.c_str());
+      return 2;
+    }
   }
   bool ok = true;
   for (int round = 0; round < rounds; ++round)
     for (Policy p : policies) {
-      const Result r = run(p, seconds, workers, seed + static_cast<uint64_t>(round));
-      print(p, r);
+      const Result r = run(p, seconds, workers, seed + static_cast<uint64_t>(round), verbose);
+      print(round + 1, p, r);
       ok &= r.ok;
     }
   std::puts(ok ? "query_service: ok" : "query_service: FAILED");

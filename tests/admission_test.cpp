@@ -10,6 +10,9 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
+#include <algorithm>
+#include <cmath>
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
@@ -77,29 +80,97 @@ TEST_F(AdmitTest, NoHistoryIsFactorOneAndPlainAdmission) {
   EXPECT_EQ(admit_stats(*g).promised_units, 0);
 }
 
-TEST_F(AdmitTest, LearnsTheNinetiethPercentileOfPeakOverAdmitted) {
-  for (int i = 0; i < 18; ++i) run_one(*g, 10, 12);  // 1.2
-  for (int i = 0; i < 2; ++i) run_one(*g, 10, 30);   // 3.0: 10 % outliers (the decay ages the
-                                                     // older ones: they weigh a little less)
-  EXPECT_EQ(admit_stats(*g).samples, 20u);
-  // The two newest weigh more than 10 % of the decayed total: p90 lands in their bucket.
-  EXPECT_EQ(admit_growth(*g), 3000u);
-  for (int i = 0; i < 10; ++i) run_one(*g, 10, 12);
-  EXPECT_EQ(admit_growth(*g), 1200u);  // the outliers now weigh under 10 %
+// The documented rule, computed here from the ratios in the order they were learned: the
+// decayed mean (each new ratio ages the earlier ones by kAdmitDecay), to the nearest thousandth.
+uint32_t decayed_mean_permille(const std::vector<double>& ratios) {
+  double sum = 0, total = 0;
+  for (const double r : ratios) {
+    sum = sum * kAdmitDecay + std::min(r, kAdmitMaxGrowthPermille / 1000.0);
+    total = total * kAdmitDecay + 1;
+  }
+  return static_cast<uint32_t>(std::lround(1000.0 * sum / total));
+}
+
+TEST_F(AdmitTest, LearnsTheDecayedMeanOfPeakOverAdmitted) {
+  std::vector<double> seen;
+  for (int i = 0; i < 10; ++i) {
+    run_one(*g, 10, 12);  // 1.2
+    seen.push_back(1.2);
+  }
+  EXPECT_EQ(admit_growth(*g), 1200u);
   EXPECT_EQ(file(*g, "memory.admit.growth"), "auto 1.200\n");
-  EXPECT_EQ(wait_line("admit_samples"), "30");
+  for (int i = 0; i < 2; ++i) {
+    run_one(*g, 10, 30);  // 3.0: the newest weigh most
+    seen.push_back(3.0);
+  }
+  const uint32_t with_outliers = decayed_mean_permille(seen);
+  EXPECT_EQ(admit_growth(*g), with_outliers);
+  EXPECT_GT(with_outliers, 1400u);  // two of twelve at 3.0 move the mean, not to 3.0
+  EXPECT_LT(with_outliers, 1600u);
+  for (int i = 0; i < 10; ++i) {
+    run_one(*g, 10, 12);
+    seen.push_back(1.2);
+  }
+  EXPECT_EQ(admit_growth(*g), decayed_mean_permille(seen));
+  EXPECT_LT(admit_growth(*g), with_outliers);  // the outliers age
+  EXPECT_EQ(wait_line("admit_samples"), "22");
 }
 
 TEST_F(AdmitTest, DecayForgetsOldGrowth) {
-  for (int i = 0; i < 20; ++i) run_one(*g, 10, 15);
+  std::vector<double> seen;
+  for (int i = 0; i < 20; ++i) {
+    run_one(*g, 10, 15);
+    seen.push_back(1.5);
+  }
   EXPECT_EQ(admit_growth(*g), 1500u);
-  for (int i = 0; i < 40; ++i) run_one(*g, 10, 10);
-  EXPECT_EQ(admit_growth(*g), 1500u);  // 20 ratios at 1.5 still weigh over 10 % after 40
-  for (int i = 0; i < 40; ++i) run_one(*g, 10, 10);
-  EXPECT_EQ(admit_growth(*g), 1000u);  // ... and under it after 80
+  for (int i = 0; i < 40; ++i) {
+    run_one(*g, 10, 10);
+    seen.push_back(1.0);
+  }
+  EXPECT_EQ(admit_growth(*g), decayed_mean_permille(seen));
+  EXPECT_GT(admit_growth(*g), 1050u);  // 20 ratios at 1.5 still weigh about 15 % after 40
+  for (int i = 0; i < 300; ++i) run_one(*g, 10, 10);
+  EXPECT_EQ(admit_growth(*g), 1000u);  // ... and nothing after 340
   const AdmitStats s = admit_stats(*g);
-  EXPECT_EQ(s.samples, 100u);
+  EXPECT_EQ(s.samples, 360u);
   EXPECT_LT(s.weight, 32.0);  // bounded by 1 / (1 - kAdmitDecay)
+}
+
+// Work cut short (its member OOM-killed, or its growth refused) teaches nothing: a runaway
+// stopped at a limit would otherwise teach the group the limit over its estimate.
+TEST_F(AdmitTest, WorkCutShortTeachesNothing) {
+  for (int i = 0; i < 5; ++i) run_one(*g, 10, 12);
+  ASSERT_EQ(admit_growth(*g), 1200u);
+  {  // a runaway: admitted at 10, grown to 40, then OOM-killed
+    Member m(*g, "runaway", nullptr);
+    Reservation r(m);
+    ASSERT_EQ(r.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);
+    ASSERT_EQ(r.grow(30 * kUnit), ReserveStatus::kOk);
+    ASSERT_TRUE(OomKiller::kill(*g, 1000));  // no room for 1000 units: it is the victim
+    ASSERT_TRUE(m.killed());
+    EXPECT_EQ(r.grow(kUnit), ReserveStatus::kKilled);
+  }
+  EXPECT_EQ(admit_stats(*g).samples, 5u);
+  EXPECT_EQ(admit_stats(*g).skipped, 1u);
+  {  // grown to 3x, then a growth past the limit: refused (never-fits), the work unwinds
+    Reservation r(*g);
+    ASSERT_EQ(r.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);
+    ASSERT_EQ(r.grow(20 * kUnit), ReserveStatus::kOk);
+    EXPECT_EQ(r.grow(2000 * kUnit), ReserveStatus::kNeverFits);
+  }
+  EXPECT_EQ(admit_stats(*g).skipped, 2u);
+  EXPECT_EQ(admit_growth(*g), 1200u);  // neither 4.0 nor 3.0 was learned
+  {  // the next admission of the same reservation starts clean: it teaches again
+    Reservation r(*g);
+    ASSERT_EQ(r.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);
+    EXPECT_EQ(r.grow(2000 * kUnit), ReserveStatus::kNeverFits);
+    ASSERT_EQ(r.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);  // ends the refused one
+    ASSERT_EQ(r.grow(2 * kUnit), ReserveStatus::kOk);
+  }
+  EXPECT_EQ(admit_stats(*g).skipped, 3u);
+  EXPECT_EQ(admit_stats(*g).samples, 6u);
+  EXPECT_EQ(g->memory().usage(), 0);
+  EXPECT_EQ(admit_stats(*g).promised_units, 0);
 }
 
 TEST_F(AdmitTest, FactorIsClampedAndSettable) {
@@ -164,6 +235,80 @@ TEST_F(AdmitTest, AdmitsByExpectedPeakAndPromisesTheHeadroom) {
   b.r.release();
   EXPECT_EQ(admit_stats(*g).promised_units, 0);
   EXPECT_EQ(g->memory().usage(), 0);
+}
+
+// A clock whose waits end only when woken (or stopped): time stands still and nothing polls, so
+// a waiter that is not woken stays blocked.
+class WakeOnlyClock final : public Clock {
+ public:
+  uint64_t now_ns() const noexcept override { return 1'000'000; }
+  void sleep_ns(uint64_t) noexcept override {}
+  bool wait_until(ClockWaiter& w, std::unique_lock<std::mutex>& lock, uint64_t,
+                  const std::stop_token& stop) override {
+    w.cv.wait(lock, stop, [&] { return w.woken; });
+    const bool woken = w.woken;
+    w.woken = false;
+    return woken;
+  }
+};
+
+// A reservation that gives memory back wakes the waiting admissions at once, also when it had
+// no promise left (it grew to its expected peak): they do not depend on the poll.
+TEST(AdmitWakeUp, ReleaseWithoutPromiseWakesTheWaitingAdmission) {
+  testing::Watchdog dog("ReleaseWithoutPromiseWakesTheWaitingAdmission");
+  WakeOnlyClock clock;
+  Controller ctl{on_clock(&clock)};
+  GroupRef g;
+  ASSERT_EQ(ctl.create("pool", &g), 0);
+  g->set_max(100 * kUnit);
+  ASSERT_EQ(set_admit_growth(*g, 2000), 0);
+  Reservation a(*g);
+  ASSERT_EQ(a.reserve_for(30 * kUnit, 1s), ReserveStatus::kOk);
+  ASSERT_EQ(a.grow(30 * kUnit), ReserveStatus::kOk);  // at its expected peak: promise 0
+  EXPECT_EQ(admit_stats(*g).promised_units, 0);
+  std::stop_source stop;  // ends b's wait if the wake-up never comes (the test then fails)
+  Reservation b(*g, {}, stop.get_token());
+  std::atomic<int> res{-1};
+  std::jthread th([&] { res = static_cast<int>(b.reserve_for(50 * kUnit, 10s)); });
+  ASSERT_TRUE(eventually([&] { return admit_stats(*g).admit_waits == 1; }));  // expects 100
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(res.load(), -1);
+  a.release();
+  const bool admitted = eventually([&] { return res.load() >= 0; });
+  if (!admitted) stop.request_stop();
+  th.join();
+  EXPECT_TRUE(admitted);
+  EXPECT_EQ(static_cast<ReserveStatus>(res.load()), ReserveStatus::kOk);
+  EXPECT_EQ(g->memory().usage(), 50);
+}
+
+// ReserveOptions::growth_wait = false: growth past admission does not wait for memory on its
+// way; it goes to the OOM policy at once (the behaviour before that step).
+TEST(GrowthPastAdmission, GrowthWaitOffGoesStraightToThePolicy) {
+  testing::Watchdog dog("GrowthWaitOffGoesStraightToThePolicy");
+  Controller ctl(testing_wait::with_batch(1));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("pool", &g), 0);
+  g->set_max(100 * kUnit);
+  std::atomic<bool> victim_killed{false};
+  Member victim(*g, "victim", [&](Member&) { victim_killed = true; });
+  Reservation vm(victim, {.oom = OomPolicy::kPieces});
+  ASSERT_EQ(vm.reserve(60 * kUnit), ReserveStatus::kOk);
+  Member q(*g, "q", nullptr);
+  Reservation off(q, {.oom = OomPolicy::kPieces, .growth_wait = false});
+  ASSERT_EQ(off.reserve_for(30 * kUnit, 1s), ReserveStatus::kOk);
+  ASSERT_TRUE(OomKiller::kill(*g, 20));  // the victim is killed and unwinds 50 ms later
+  ASSERT_TRUE(victim_killed.load());
+  std::jthread unwind([&] {
+    std::this_thread::sleep_for(50ms);
+    vm.release();
+  });
+  // Memory is on its way: with the wait off, the growth does not wait for it as growth past
+  // admission (growth_waits stays 0); the policy (the OOM killer, which waits for its victim)
+  // decides, and the victim's memory serves it.
+  EXPECT_EQ(off.grow(20 * kUnit), ReserveStatus::kOk);
+  EXPECT_EQ(admit_stats(*g).growth_waits, 0u);
+  EXPECT_FALSE(q.killed());
 }
 
 TEST_F(AdmitTest, ExpectedPeakWaitTimesOutOnTheControllersClockAndIsCancellable) {

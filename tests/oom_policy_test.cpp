@@ -651,5 +651,46 @@ TEST(OomSpill, ConcurrentChargesWithSpillingMembers) {
   EXPECT_EQ(d->memory().usage(), 0);
 }
 
+// A charging member that is killed while its OOM waits for an earlier victim to unwind stops
+// waiting at once: it must unwind itself, not hold its memory for as long as the other victim
+// may take (kOomVictimWaitNs), which every later OOM of the domain would wait for in turn.
+TEST(OomVictimWait, AChargerKilledWhileWaitingForAVictimStopsWaiting) {
+  Watchdog dog("killed while waiting for a victim", std::chrono::seconds(30));
+  Sim s;
+  GroupRef x = s.make("x");
+  GroupRef z = s.make("x/z");
+  x->set_max(kDomainBytes);
+  // The first victim: killed, it never unwinds within the test's wait (its callback records).
+  std::atomic<bool> v_killed{false};
+  Member v(*x, "v", [&](Member&) { v_killed = true; });
+  for (int i = 0; i < 60; ++i) ASSERT_TRUE(charged(v.charge(1)));
+  ASSERT_TRUE(OomKiller::kill(*x, 50));
+  ASSERT_TRUE(v_killed.load());
+  // a fills x and charges one more: its OOM (domain x) waits for v.
+  std::atomic<bool> a_killed{false};
+  Member a(*z, "a", [&](Member&) { a_killed = true; });
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(charged(a.charge(1)));
+  std::atomic<int64_t> waited_ms{-1};
+  std::thread t([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ChargeStatus st = a.charge(1);
+    waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+    EXPECT_FALSE(charged(st));  // a was killed: its charge fails
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(waited_ms.load(), -1);  // still waiting for v
+  // An OOM of z (a's own group, v is not under it) kills a.
+  z->set_max(40 * 4096);
+  ASSERT_TRUE(OomKiller::kill(*z, 1));
+  ASSERT_TRUE(a_killed.load());
+  t.join();
+  // Well before v's kOomVictimWaitNs (1 s) ran out: the wait looks every millisecond.
+  EXPECT_LT(waited_ms.load(), 700);
+  a.uncharge(a.charged());
+  v.uncharge(v.charged());
+}
+
 }  // namespace
 }  // namespace memcg

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -20,11 +21,12 @@ namespace memcg {
 namespace internal {
 
 struct AdmitState {
-  // Guarded by mu (a leaf): the decayed histogram.
+  // Guarded by mu (a leaf): the decayed sums of the ratios (sum) and of their weights (total).
   std::mutex mu;
-  double weight[kAdmitBuckets] = {};
+  double sum = 0;
   double total = 0;
   uint64_t samples = 0;
+  uint64_t skipped = 0;
   // Relaxed atomics: single values read by the files and the admission check, each meaningful
   // alone; the admission check itself runs under the admission mutex (below).
   std::atomic<uint32_t> fixed_permille{0};
@@ -68,21 +70,19 @@ AdmitState* state(Group& g) noexcept {
 struct Waiters {
   std::mutex mu;
   std::vector<std::pair<ClockWaiter*, Clock*>> list;
+  // list.size(), readable without mu: an uncharge wakes the waiters only when there are any.
+  std::atomic<size_t> count{0};
 };
 Waiters& waiters() noexcept {
   static Waiters w;
   return w;
 }
 
-uint32_t percentile_permille(const AdmitState& s) noexcept {
+uint32_t mean_permille(const AdmitState& s) noexcept {
   if (s.total < kAdmitMinWeight) return 1000;  // no history: the prior
-  const double want = s.total * kAdmitPercentile;
-  double cum = 0;
-  for (int i = 0; i < kAdmitBuckets; ++i) {
-    cum += s.weight[i];
-    if (cum >= want) return kAdmitBucketPermille[i];
-  }
-  return kAdmitMaxGrowthPermille;
+  const double mean = std::round(1000.0 * s.sum / s.total);  // to the nearest thousandth
+  return static_cast<uint32_t>(
+      std::clamp(mean, 1000.0, static_cast<double>(kAdmitMaxGrowthPermille)));
 }
 
 uint32_t factor(const Group& g) noexcept {
@@ -119,6 +119,7 @@ void count_admit_wait(Group& g, int64_t need) noexcept {
 
 void wake_admissions() noexcept {
   Waiters& w = waiters();
+  if (w.count.load(std::memory_order_acquire) == 0) return;  // nobody waits: no lock taken
   std::lock_guard<std::mutex> lock(w.mu);
   for (auto& [waiter, clock] : w.list) clock->wake(*waiter);
 }
@@ -130,28 +131,25 @@ void admit_group_freed(Group& g) noexcept {
   delete AdmitAccess::slot(g).exchange(nullptr, std::memory_order_acq_rel);
 }
 
-void admit_learn(Group& g, int64_t admitted, int64_t peak) noexcept {
+void admit_learn(Group& g, int64_t admitted, int64_t peak, bool cut_short) noexcept {
   if (admitted <= 0 || g.is_root()) return;
   AdmitState* s = state(g);
   if (s == nullptr) return;
-  const double r = static_cast<double>(std::max(peak, admitted)) / static_cast<double>(admitted);
-  int b = kAdmitBuckets - 1;
-  for (int i = 0; i < kAdmitBuckets; ++i)
-    if (r * 1000.0 <= kAdmitBucketPermille[i] + 1e-9) {
-      b = i;
-      break;
-    }
   std::lock_guard<std::mutex> lock(s->mu);
-  s->total = 0;
-  for (double& w : s->weight) {
-    w *= kAdmitDecay;
-    s->total += w;
+  if (cut_short) {
+    ++s->skipped;  // censored: the work would have grown further (admission.hpp)
+    return;
   }
-  s->weight[b] += 1.0;
-  s->total += 1.0;
+  const double ratio =
+      static_cast<double>(std::max(peak, admitted)) / static_cast<double>(admitted);
+  const double r = std::min(ratio, static_cast<double>(kAdmitMaxGrowthPermille) / 1000.0);
+  s->sum = s->sum * kAdmitDecay + r;
+  s->total = s->total * kAdmitDecay + 1.0;
   ++s->samples;
-  s->learned_permille.store(percentile_permille(*s), std::memory_order_relaxed);
+  s->learned_permille.store(mean_permille(*s), std::memory_order_relaxed);
 }
+
+void admit_uncharged() noexcept { wake_admissions(); }
 
 int64_t admit_expected(const Group& g, int64_t total) noexcept {
   const uint32_t f = factor(g);
@@ -201,6 +199,7 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
     }
     if (!listed) {
       w.list.emplace_back(&me, &clock);
+      w.count.store(w.list.size(), std::memory_order_release);
       listed = true;
     }
     clock.wait_until(me, lock, std::min(deadline_ns, Clock::after(now, kAdmitPollNs)), stop);
@@ -209,6 +208,7 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
     auto& l = w.list;
     l.erase(std::remove_if(l.begin(), l.end(), [&](const auto& e) { return e.first == &me; }),
             l.end());
+    w.count.store(l.size(), std::memory_order_release);
   }
   return result;
 }
@@ -283,6 +283,7 @@ AdmitStats admit_stats(const Group& group) noexcept {
   st.growth_granted = s->growth_granted.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(s->mu);
   st.samples = s->samples;
+  st.skipped = s->skipped;
   st.weight = s->total;
   return st;
 }

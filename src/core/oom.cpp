@@ -384,8 +384,12 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         batch.waiting_for = dying;
         const uint64_t deadline = dying->killed_at_ns_ + kOomVictimWaitNs;
         const bool real_time = dynamic_cast<SystemClock*>(&clock) != nullptr;
+        // A charging member killed meanwhile stops waiting: it must unwind (its charge then
+        // fails, above), not hold its memory while it waits for another victim's.
+        const std::atomic<bool>* self_killed = internal::tl_charging_member_killed;
         while (batch.waiting_for != nullptr && batch.waiting_for->charged() > 0 &&
-               domain.memory().margin() < units) {
+               domain.memory().margin() < units &&
+               !(self_killed != nullptr && self_killed->load(std::memory_order_acquire))) {
           const uint64_t t = clock.now_ns();
           if (t >= deadline) break;
           const uint64_t step = std::min(kOomWaitStepNs, deadline - t);

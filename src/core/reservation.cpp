@@ -45,7 +45,8 @@ Reservation::Reservation(Reservation&& o) noexcept
       expected_(std::exchange(o.expected_, 0)),
       promised_(std::exchange(o.promised_, 0)),
       learn_base_(std::exchange(o.learn_base_, 0)),
-      peak_(std::exchange(o.peak_, 0)) {}
+      peak_(std::exchange(o.peak_, 0)),
+      cut_short_(std::exchange(o.cut_short_, false)) {}
 
 Reservation& Reservation::operator=(Reservation&& o) noexcept {
   if (this != &o) {
@@ -62,6 +63,7 @@ Reservation& Reservation::operator=(Reservation&& o) noexcept {
     promised_ = std::exchange(o.promised_, 0);
     learn_base_ = std::exchange(o.learn_base_, 0);
     peak_ = std::exchange(o.peak_, 0);
+    cut_short_ = std::exchange(o.cut_short_, false);
   }
   return *this;
 }
@@ -163,6 +165,7 @@ void Reservation::uncharge_units(int64_t units) noexcept {
     member_->uncharge(units);
   else
     uncharge_direct(*group_, units);
+  internal::admit_uncharged();  // a waiting admission sees the room at once, not at its poll
 }
 
 void Reservation::set_admitted(int64_t units) noexcept {
@@ -181,8 +184,14 @@ void Reservation::update_promise() noexcept {
 }
 
 void Reservation::end_admission() noexcept {
-  if (learn_base_ > 0 && group_) internal::admit_learn(*group_, learn_base_, peak_);
+  if (learn_base_ > 0 && group_) {
+    // Work cut short is censored: a killed runaway's ratio only says it grew at least that far.
+    const bool cut = cut_short_ || (member_ != nullptr && (member_->killed() ||
+                                                           member_->preempt_requested()));
+    internal::admit_learn(*group_, learn_base_, peak_, cut);
+  }
   learn_base_ = 0;
+  cut_short_ = false;
   peak_ = 0;
   expected_ = 0;
   update_promise();
@@ -254,6 +263,7 @@ ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_
     if (const Group* limit = never_fits(*group_, units_ + need)) {
       limiting_ = limit;
       internal::count_never_fits(*limit);
+      if (!admit) cut_short_ = true;  // its growth was refused: it teaches nothing
       return ReserveStatus::kNeverFits;
     }
   }
@@ -269,11 +279,14 @@ ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_
       r = admit_units(need, deadline_ns);
     else if (wait)
       r = wait_units(need, deadline_ns);
-    else if (!admit && options_.oom != OomPolicy::kNever && admitted_ > 0 &&
-             units_ + need > admitted_)
+    else if (!admit && options_.growth_wait && options_.oom != OomPolicy::kNever &&
+             admitted_ > 0 && units_ + need > admitted_)
       r = grow_past(need);
     else
       r = charge_units(need);
+    if (!admit && (r == ReserveStatus::kNoMem || r == ReserveStatus::kNoMemCostly ||
+                   r == ReserveStatus::kKilled))
+      cut_short_ = true;  // growth refused: the work did not get the peak it would have reached
   }
   if (held(r)) {
     bytes_ = total;
@@ -322,6 +335,8 @@ void Reservation::shrink(uint64_t bytes) noexcept {
 }
 
 void Reservation::release() noexcept {
+  // Read before the uncharge: a member's preemption request ends when it holds nothing.
+  if (learn_base_ > 0 && member_ != nullptr && member_->preempt_requested()) cut_short_ = true;
   if (units_ > 0 && group_) uncharge_units(units_);
   units_ = 0;
   bytes_ = 0;

@@ -7,13 +7,28 @@
 // Learning rule (per group; a reservation teaches the group it was made on):
 //   - A reservation admitted by a waiting reserve_for/reserve_until teaches when that admission
 //     ends (release(), destruction, or a later waiting admission of the same reservation): the
-//     ratio r = peak units held since admission / admitted units.
-//   - Ratios go into kAdmitBuckets fixed buckets (upper bounds kAdmitBucketPermille, in
-//     thousandths), exponentially decayed: each new ratio first multiplies every bucket's weight
-//     by kAdmitDecay (31/32: the weight of a ratio halves after about 22 later ones), then adds 1
-//     to its bucket. O(kAdmitBuckets) per update, fixed memory per group.
-//   - The learned growth factor is the upper bound of the bucket holding the 90th percentile of
-//     the weights (p90), clamped to [1.0, kAdmitMaxGrowthPermille / 1000].
+//     ratio r = peak units held since admission / admitted units, clamped to
+//     kAdmitMaxGrowthPermille / 1000 (so that one ratio moves the factor by a bounded amount).
+//   - Only work that ran its course teaches. An admission that ends cut short teaches nothing
+//     (counted in AdmitStats::skipped): its member was OOM-killed or asked to give memory back
+//     (preemption), or one of its growth requests was refused (kNoMem, kNoMemCostly,
+//     kNeverFits, kKilled). Its ratio is censored, a lower bound of where the work was going; a
+//     runaway stopped at a limit would teach the limit over its estimate (4 and more), and a few
+//     such samples push the factor of the whole group up, which then holds back its
+//     well-behaved work (measured: docs/BENCHMARKS-policy.md). Runaways are the OOM killer's
+//     and the limits' business, not admission's. A spill request (CancelReason::kSpill) does
+//     not cut the work short: it carries on.
+//   - The learned growth factor is the exponentially decayed mean of the ratios: each new ratio
+//     first multiplies the weights of the earlier ones by kAdmitDecay (31/32: the weight of a
+//     ratio halves after about 22 later ones); factor = sum(w_i r_i) / sum(w_i), rounded to the
+//     nearest thousandth, within [1.0, kAdmitMaxGrowthPermille / 1000]. O(1) per update, two
+//     sums per group. The mean, not a high percentile: the promises of the running reservations
+//     are summed on each level, and a sum of peaks is governed by their mean (a per-request
+//     p90, summed over the running queries, held back headroom that their growth never used at
+//     once; docs/BENCHMARKS-policy.md). A request that grows past its expected peak is still
+//     served by what is free (other requests' unused promises included), then by memory on its
+//     way, then the OOM killer, whose excess order chooses the ones past their admitted size
+//     first (oom.hpp).
 //   - No history (total weight below kAdmitMinWeight, i.e. fewer than about 3 ratios): factor 1.0
 //     (the prior: a request is expected to stay at its admitted size, as before this rule).
 // A non-waiting reserve() states an admitted size too (Member::admitted(), the OOM killer's
@@ -30,8 +45,11 @@
 //   charge itself then goes through the waiting charge (charge_wait.hpp). A request that does not
 //   fit by expectation waits (counted in memory.wait admit_waits) until it does, its deadline
 //   passes (timed-out) or its stop token fires (cancelled), re-checking whenever a promise is
-//   given back and every kAdmitPollNs of the controller's clock (uncharges are seen by the poll).
-//   A factor of 1 is exactly the plain waiting charge.
+//   given back or a reservation gives memory back (release, shrink), and every kAdmitPollNs of
+//   the controller's clock (other uncharges, and plain charges, are seen by the poll). The
+//   waiters are not queued in order: whichever fits when it looks goes in, so a large request
+//   may wait behind smaller ones that keep fitting (up to its deadline). A factor of 1 with no
+//   promise on the path is exactly the plain waiting charge.
 #pragma once
 
 #include <cstdint>
@@ -40,14 +58,9 @@ namespace memcg {
 
 class Group;
 
-inline constexpr int kAdmitBuckets = 12;
-// Upper bounds of the ratio buckets, thousandths; the last is the clamp.
-inline constexpr uint32_t kAdmitBucketPermille[kAdmitBuckets] = {
-    1000, 1050, 1100, 1200, 1300, 1400, 1500, 1750, 2000, 2500, 3000, 4000};
-inline constexpr uint32_t kAdmitMaxGrowthPermille = 4000;  // the clamp of every factor
+inline constexpr uint32_t kAdmitMaxGrowthPermille = 4000;  // the clamp of every ratio and factor
 inline constexpr double kAdmitDecay = 31.0 / 32.0;
 inline constexpr double kAdmitMinWeight = 2.5;
-inline constexpr double kAdmitPercentile = 0.9;
 inline constexpr uint64_t kAdmitPollNs = 1'000'000;  // 1 ms of the controller's clock
 
 // Growth past admission waits for memory on its way for at most twice the decayed mean (weight
@@ -72,6 +85,7 @@ struct AdmitStats {
   uint32_t growth_permille = 1000;  // the factor in force
   bool fixed = false;               // set by set_admit_growth, not learned
   uint64_t samples = 0;             // ratios learned (ever)
+  uint64_t skipped = 0;             // admissions that ended cut short and taught nothing
   double weight = 0;                // their decayed weight (kAdmitMinWeight to be used)
   int64_t promised_units = 0;       // promised, not charged, by admitted reservations under it
   uint64_t admit_waits = 0;         // waiting admissions that waited for an expected peak here

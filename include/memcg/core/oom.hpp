@@ -48,7 +48,14 @@
 // member has released everything, has been destroyed, or the domain has room, then reports
 // progress so that the charge retries. A victim that has not released within kOomVictimWaitNs
 // of its kill is given up on (the kernel's OOM reaper stops trying after about a second) and no
-// longer holds back the next choice. A charge of a killed member does not wait: it fails.
+// longer holds back the next choice. A charge of a killed member does not wait: it fails, also
+// when the member is killed while its charge waits for an earlier victim (the wait ends at its
+// next look, every millisecond), so that it unwinds at once instead of holding its memory back
+// for as long as the other victim may take. (Before, such a victim kept its memory until that
+// wait ended, up to kOomVictimWaitNs, and every later OOM of the domain waited for it in turn;
+// with spill before kill, whose victim is often blocked in a charge of its own when asked and
+// then killed, the query service ran at 40-73 queries/s instead of about 430:
+// docs/BENCHMARKS-policy.md.)
 //
 // Kill callbacks run without any library lock held, on the thread that ran the OOM killer (the
 // charging thread, or the writer of memory.max), at most once per kill, and never inside an

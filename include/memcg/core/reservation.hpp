@@ -44,11 +44,14 @@
 //
 // Admission by learned peak (admission.hpp): a waiting admission (reserve_for, reserve_until)
 // is let in only when its expected peak (its total times the group's growth factor, learned as
-// the p90 of the peak/admitted ratios of the group's finished waiting admissions, 1 with no
-// history; memory.admit.growth) fits beside the expected peaks of the running admitted
-// reservations on every limited level of the path. While it runs it promises the headroom up to
-// that peak (memory.wait admit_promised_bytes); its end (release, destruction, a new waiting
-// admission) gives the promise back and teaches the group its peak/admitted ratio. A plain
+// the decayed mean of the peak/admitted ratios of the group's waiting admissions that ran their
+// course, 1 with no history; memory.admit.growth) fits beside the expected peaks of the running
+// admitted reservations on every limited level of the path. While it runs it promises the
+// headroom up to that peak (memory.wait admit_promised_bytes); its end (release, destruction, a
+// new waiting admission) gives the promise back and teaches the group its peak/admitted ratio,
+// unless it was cut short (its member OOM-killed or preempted, or a growth of it refused:
+// kNoMem, kNoMemCostly, kNeverFits, kKilled), whose ratio says nothing of where it was going.
+// Giving memory back (release, shrink) wakes the waiting admissions. A plain
 // reserve() states an admitted size for the OOM order but is not admitted by expectation and
 // teaches nothing: it is a try, not a queue, and its caller has its own answer to kNoMem.
 //
@@ -65,7 +68,8 @@
 //   3. the OOM killer, per the policy (whose admission-aware order chooses the members past
 //      their admitted size first, oom.hpp).
 // Growth within the admitted size, and grow() on a reservation never admitted, charge at once
-// per the policy, as before. kNever skips step 2 (and has no step 3).
+// per the policy, as before. kNever skips step 2 (and has no step 3), and so does
+// ReserveOptions::growth_wait = false (steps 1 and 3 become the one charge per the policy).
 //
 // Cancellation: a reservation made for a Member charges through it (its badness counts the
 // reservation) and refuses to grow once the member was OOM-killed (kKilled). The stop token
@@ -139,6 +143,10 @@ struct ReserveOptions {
   // Requests that do not wait ignore it. A value outside kLow..kHigh and not kDefault makes
   // every request that would charge kInvalid (nothing is charged; shrinking still works).
   WaitPriority priority = WaitPriority::kDefault;
+  // Growth past admission waits for memory on its way (step 2 of grow(), above). false: such
+  // growth charges per the OOM policy at once, as a growth within the admitted size does (the
+  // behaviour before that step, for services that measure it or would rather be killed soon).
+  bool growth_wait = true;
 };
 
 class Reservation {
@@ -228,6 +236,7 @@ class Reservation {
   int64_t promised_ = 0;    // what this reservation adds to its path's promised units now
   int64_t learn_base_ = 0;  // the units a waiting admission admitted (0: nothing to teach)
   int64_t peak_ = 0;        // the most units held since that admission
+  bool cut_short_ = false;  // a growth since that admission was refused (it teaches nothing)
 };
 
 }  // namespace memcg

@@ -15,8 +15,12 @@ struct AdmitState;
 void admit_group_freed(Group& group) noexcept;
 
 // Learns one finished admission of `group`: `peak` units held at most since it was admitted with
-// `admitted` units (admitted > 0).
-void admit_learn(Group& group, int64_t admitted, int64_t peak) noexcept;
+// `admitted` units (admitted > 0). A `cut_short` one (killed, preempted, growth refused) is only
+// counted (AdmitStats::skipped), not learned.
+void admit_learn(Group& group, int64_t admitted, int64_t peak, bool cut_short) noexcept;
+
+// A reservation gave memory back: wakes the waiting admissions, if any, to look again.
+void admit_uncharged() noexcept;
 
 // The expected peak, in units, of a request for `total` units on `group` (clamped to the
 // smallest memory.max of its path, never below `total`).
