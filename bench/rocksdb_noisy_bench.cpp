@@ -38,6 +38,7 @@
 #include <rocksdb/write_buffer_manager.h>
 #include <stdlib.h>  // mkdtemp
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -516,7 +517,14 @@ struct Reads {
   std::vector<uint32_t> ns;  // each Get's latency
   uint64_t failed = 0;
   double seconds = 0;
+  double cpu_seconds = 0;  // the reading thread's own CPU time (preemption left out)
 };
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 // The quiet tenant's point reads for `seconds`, on a thread bound as quiet: paced at
 // c.paced_rate (a missed slot is not made up), or hot. A failed read: an error, a missing key or
@@ -532,6 +540,7 @@ Reads quiet_reads(Service& s, const Config& c, bool paced, double seconds, uint6
                                std::chrono::duration<double>(seconds));
   const auto interval = std::chrono::nanoseconds(1'000'000'000 / c.paced_rate);
   auto next = start;
+  const double cpu0 = thread_cpu_seconds();
   out.ns.reserve(paced ? static_cast<std::size_t>(seconds * c.paced_rate) + 16 : 1 << 20);
   for (;;) {
     if (paced) {
@@ -551,6 +560,7 @@ Reads quiet_reads(Service& s, const Config& c, bool paced, double seconds, uint6
                           UINT32_MAX)));
   }
   out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  out.cpu_seconds = thread_cpu_seconds() - cpu0;
   return out;
 }
 
@@ -641,6 +651,8 @@ void phase(Service& s, const Config& c, const std::string& name, bool paced, dou
   const std::string p = name + "_";
   out[p + "reads"] = static_cast<double>(reads.ns.size());
   out[p + "reads_s"] = static_cast<double>(reads.ns.size()) / reads.seconds;
+  out[p + "reads_cpu_s"] =
+      reads.cpu_seconds > 0 ? static_cast<double>(reads.ns.size()) / reads.cpu_seconds : 0;
   out[p + "failed"] = static_cast<double>(reads.failed);
   out[p + "p50_us"] = percentile(reads.ns, 0.50) / 1000;
   out[p + "p99_us"] = percentile(reads.ns, 0.99) / 1000;
@@ -913,10 +925,12 @@ int run_parent(Config c) {
   row("alone, paced: latency", lat("alone_paced"));
   row("alone, paced: hit ratio", num("alone_paced_hit", "%.3f"));
   row("alone, hot: reads/s", num("alone_hot_reads_s", "%.0f"));
+  row("alone, hot: reads per CPU-second", num("alone_hot_reads_cpu_s", "%.0f"));
   row("alone, hot: latency", lat("alone_hot"));
   row("noisy, paced: latency", lat("noisy_paced"));
   row("noisy, paced: hit ratio", num("noisy_paced_hit", "%.3f"));
   row("noisy, hot: reads/s", num("noisy_hot_reads_s", "%.0f"));
+  row("noisy, hot: reads per CPU-second", num("noisy_hot_reads_cpu_s", "%.0f"));
   row("noisy, hot: latency", lat("noisy_hot"));
   row("noisy, hot: hit ratio", num("noisy_hot_hit", "%.3f"));
   row("failed quiet reads (4 phases)", [&](const std::string& v) {
@@ -940,7 +954,8 @@ int run_parent(Config c) {
   // The hot reads against RocksDB's own, per round (the variants ran next to each other).
   for (const char* base : {"r1", "r2"}) {
     if (!runs.count(base) || !runs.count("byte")) continue;
-    for (const char* p : {"alone_hot_reads_s", "noisy_hot_reads_s"}) {
+    for (const char* p : {"alone_hot_reads_s", "noisy_hot_reads_s", "alone_hot_reads_cpu_s",
+                          "noisy_hot_reads_cpu_s"}) {
       std::vector<double> ratios;
       std::string list;
       for (std::size_t i = 0; i < runs["byte"].size() && i < runs[base].size(); ++i) {
