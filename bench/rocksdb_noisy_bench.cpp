@@ -26,6 +26,8 @@
 //
 //   rocksdb_noisy_bench [--rounds=3] [--phase=3] [--quiet-keys=50000] [--noisy-keys=600000]
 //                       [--budget-mib=96] [--variants=byte,arena,r1,r2] [--smoke]
+// A profile of one variant's hot reads (docs/BENCHMARKS-rocksdb.md): --build=DIR writes the data
+// sets, then --child=byte|arena|r1|r2 --dir=DIR --hot-only runs that variant's hot reads alone.
 // --smoke: small data, short phases, one round; exits non-zero unless every variant completed,
 // the quiet tenant's reads all succeeded in byte and arena mode, their groups went back to 0,
 // and the 64 MiB batch was refused by Tenant::write() and counted when written with DB::Write.
