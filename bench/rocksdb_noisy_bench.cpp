@@ -637,7 +637,8 @@ void phase(Service& s, const Config& c, const std::string& name, bool paced, dou
   int samples = 0;
   double fit_ms = -1;
   while (!done.load()) {
-    const uint64_t rss = rss_bytes() - std::min(rss_bytes(), rss0);
+    const uint64_t now_rss = rss_bytes();
+    const uint64_t rss = now_rss - std::min(now_rss, rss0);
     const uint64_t counted = s.counted();
     rss_max = std::max(rss_max, rss);
     counted_max = std::max(counted_max, counted);
@@ -663,7 +664,8 @@ void phase(Service& s, const Config& c, const std::string& name, bool paced, dou
   out[p + "rss_mib"] = mib(static_cast<double>(rss_max));
   out[p + "counted_mib"] = mib(static_cast<double>(counted_max));
   out[p + "gap_mib"] = samples ? mib(gap_sum / samples) : 0;
-  out[p + "rss_end_mib"] = mib(static_cast<double>(rss_bytes() - std::min(rss_bytes(), rss0)));
+  const uint64_t end_rss = rss_bytes();
+  out[p + "rss_end_mib"] = mib(static_cast<double>(end_rss - std::min(end_rss, rss0)));
   out[p + "counted_end_mib"] = mib(static_cast<double>(s.counted()));
   if (fit_under != 0) out[p + "fit_ms"] = fit_ms;
 }
@@ -806,6 +808,7 @@ Run spawn(const std::string& exe, const Config& c, const std::string& variant, i
   close(fds[1]);
   Run run;
   FILE* f = fdopen(fds[0], "r");
+  if (f == nullptr) die("fdopen");
   char line[512];
   while (std::fgets(line, sizeof line, f) != nullptr) {
     char name[128];
