@@ -327,6 +327,17 @@ class MemcgService final : public Service {
       out[p + "raised"] = static_cast<double>(gs.raised);
       out[p + "deferred"] = static_cast<double>(bc.deferred());
       out[p + "group_mib"] = mib(static_cast<double>(groups_[r]->current()));
+      out[p + "cache_usage_mib"] = mib(static_cast<double>(bc.cache()->GetUsage()));
+      out[p + "blocks_mib"] = mib(static_cast<double>(bc.allocator().live_bytes()));
+      out[p + "blocks"] = static_cast<double>(bc.allocator().live_blocks());
+#ifdef MEMCG_NOISY_ARENA
+      if (arena_mode_) {
+        const memcg::jemalloc::ArenaStats as = arenas_[r]->stats();
+        out[p + "arena_active_mib"] = mib(static_cast<double>(as.active));
+        out[p + "arena_dirty_mib"] = mib(static_cast<double>(as.dirty));
+        out[p + "arena_metadata_mib"] = mib(static_cast<double>(as.metadata));
+      }
+#endif
     }
   }
   ::rocksdb::Status write(::rocksdb::WriteBatch* b) override {
