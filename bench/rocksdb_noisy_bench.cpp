@@ -90,7 +90,8 @@ struct Config {
   std::string dir;    // the data sets (children)
   std::string child;  // the variant a child runs
   std::string build;  // --build=DIR: write the data sets there and exit
-  bool hot_only = false;  // a child: open, warm, the hot reads alone, teardown (for profiles)
+  bool hot_only = false;
+  int64_t arena_decay_ms = -2;  // arena mode: the arenas' dirty_decay_ms (-2: kArenaOptions')  // a child: open, warm, the hot reads alone, teardown (for profiles)
   int round = 0;
 };
 
@@ -278,8 +279,9 @@ class MemcgService final : public Service {
       memcg::rocksdb::TenantOptions to;
 #ifdef MEMCG_NOISY_ARENA
       if (arena_mode_) {
-        if (memcg::jemalloc::Arena::create(*groups_[r], &arenas_[r],
-                                           memcg::rocksdb::kArenaOptions) != 0)
+        memcg::jemalloc::ArenaOptions ao = memcg::rocksdb::kArenaOptions;
+        if (c.arena_decay_ms >= -1) ao.dirty_decay_ms = c.arena_decay_ms;
+        if (memcg::jemalloc::Arena::create(*groups_[r], &arenas_[r], ao) != 0)
           die("Arena::create");
         to = memcg::rocksdb::arena_options(*arenas_[r], to);
       }
@@ -801,7 +803,8 @@ Run spawn(const std::string& exe, const Config& c, const std::string& variant, i
                                    "--settle=" + std::to_string(c.settle_s),
                                    "--quiet-keys=" + std::to_string(c.quiet_keys),
                                    "--noisy-keys=" + std::to_string(c.noisy_keys),
-                                   "--budget-mib=" + std::to_string(c.budget / kMiB)};
+                                   "--budget-mib=" + std::to_string(c.budget / kMiB),
+                                   "--arena-decay-ms=" + std::to_string(c.arena_decay_ms)};
   int fds[2];
   if (pipe(fds) != 0) die("pipe");
   const pid_t pid = fork();
@@ -1099,6 +1102,7 @@ bool parse(int argc, char** argv, Config& c) {
     else if (k == "--round") c.round = std::stoi(v);
     else if (k == "--build") c.build = v;
     else if (k == "--hot-only") c.hot_only = true;
+    else if (k == "--arena-decay-ms") c.arena_decay_ms = std::stoll(v);
     else if (k == "--smoke") {
       c.smoke = true;
       c.rounds = 1;
