@@ -298,6 +298,13 @@ bool internal::run_member_callback(KillEntry& e, Member& m, CancelReason reason,
   return ok;
 }
 
+// Spill before kill asks only a member within or near its expected peak (oom.hpp).
+static bool near_expected_peak(const Member& m) noexcept {
+  const int64_t tolerated = m.tolerated_peak();
+  if (tolerated <= 0) return true;  // no expectation to be past
+  return m.charged() <= std::max(tolerated, m.admitted());
+}
+
 bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
   // The charging member was killed: its charge fails rather than waiting for itself or choosing
   // another victim (the kernel lets a dying task through at once).
@@ -429,7 +436,8 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       Member* victim = candidates.front().member;
       // ---- spill before kill: the chosen member asked to be asked first ----
       const uint64_t grace = victim->spill_grace_ns_.load(std::memory_order_relaxed);
-      if (grace > 0 && victim->spilled_in_ != serial && spills < kMaxSpillsPerOom &&
+      if (grace > 0 && near_expected_peak(*victim) && victim->spilled_in_ != serial &&
+          spills < kMaxSpillsPerOom &&
           !victim->preempting_ && !held_by_this_thread(state, victim)) {
         ++spills;
         victim->spilled_in_ = serial;
