@@ -420,8 +420,7 @@ TEST(GrowthPastAdmission, NothingComingGoesToTheKillerAtOnce) {
   EXPECT_EQ(admit_stats(*g).growth_waits, 0u);
 }
 
-// Growth past the reservation's own tolerated peak (here its expected peak: a fixed factor and
-// no history) may take only memory that is not promised to other admitted reservations
+// Growth past the reservation's own tolerated peak (here its expected peak: no spread) may take only memory that is not promised to other admitted reservations
 // (usage + their promise + need <= max on every limited level); otherwise the OOM killer is
 // asked for that room, and the excess order chooses the member furthest past its admitted size.
 // Before this rule, such growth took the promised headroom.
@@ -431,13 +430,14 @@ TEST(GrowthPastExpectedPeak, MayNotTakeOthersPromisesAndGoesToTheKiller) {
   GroupRef g;
   ASSERT_EQ(ctl.create("pool", &g), 0);
   g->set_max(100 * kUnit);
-  ASSERT_EQ(set_admit_growth(*g, 2000), 0);
+  for (int i = 0; i < 12; ++i) run_one(*g, 10, 20);  // factor 2, tolerance 2 (no spread)
+  ASSERT_EQ(admit_stats(*g).tolerance_permille, 2000u);
   SlowQuery other(*g, "other", OomPolicy::kPieces);
   SlowQuery q(*g, "q", OomPolicy::kPieces);
   SlowQuery never(*g, "never", OomPolicy::kNever);
   ASSERT_EQ(other.mem.reserve_for(20 * kUnit, 1s), ReserveStatus::kOk);  // expects 40
   ASSERT_EQ(q.mem.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);      // expects 20
-  EXPECT_EQ(q.member.tolerated_peak(), 20);  // a fixed factor, no history: its expected peak
+  EXPECT_EQ(q.member.tolerated_peak(), 20);  // no spread: its expected peak
   EXPECT_EQ(admit_stats(*g).promised_units, 30);
   ASSERT_EQ(q.mem.grow(40 * kUnit), ReserveStatus::kOk);  // to 50: 70 used + 20 promised fits
   EXPECT_EQ(admit_stats(*g).promised_units, 20);          // other's alone
@@ -467,7 +467,7 @@ TEST(GrowthPastExpectedPeak, TheLargestExcessIsKilledAndTheGrowthServed) {
   GroupRef g;
   ASSERT_EQ(ctl.create("pool", &g), 0);
   g->set_max(100 * kUnit);
-  ASSERT_EQ(set_admit_growth(*g, 2000), 0);
+  for (int i = 0; i < 12; ++i) run_one(*g, 10, 20);  // factor 2, tolerance 2 (no spread)
   std::atomic<bool> run_killed{false};
   Member run(*g, "runaway", [&](Member& self) {
     run_killed = true;
@@ -498,7 +498,7 @@ TEST(GrowthPastExpectedPeak, TheLargestExcessIsKilledAndTheGrowthServed) {
 // growth up to the tolerated peak may take promised memory (as before), growth past it may not.
 TEST_F(AdmitTest, LearnsTheToleranceAndGrowthPastItRespectsPromises) {
   testing::Watchdog dog("LearnsTheToleranceAndGrowthPastItRespectsPromises");
-  EXPECT_EQ(admit_stats(*g).tolerance_permille, 1000u);  // no history
+  EXPECT_EQ(admit_stats(*g).tolerance_permille, kAdmitMaxGrowthPermille);  // no history
   double sum = 0, sum2 = 0, total = 0;
   for (int i = 0; i < 20; ++i) {
     const int64_t peak = i % 2 == 0 ? 10 : 15;  // 1.0 and 1.5
@@ -540,6 +540,28 @@ TEST_F(AdmitTest, LearnsTheToleranceAndGrowthPastItRespectsPromises) {
   EXPECT_EQ(q.grow(static_cast<uint64_t>(free_units) * kUnit), ReserveStatus::kKilled);
   EXPECT_TRUE(q_killed.load());
   EXPECT_EQ(q.units(), tolerated);
+}
+
+// The excess order chooses a member past its tolerated peak before one within it, even one with
+// a larger excess: growth past what the group's work reaches is the runaway's signature.
+TEST_F(AdmitTest, ExcessOrderChoosesThePastTheToleratedPeakFirst) {
+  testing::Watchdog dog("ExcessOrderChoosesThePastTheToleratedPeakFirst");
+  for (int i = 0; i < 12; ++i) run_one(*g, 10, 15);  // factor 1.5, tolerance 1.5
+  ASSERT_EQ(admit_stats(*g).tolerance_permille, 1500u);
+  g->set_max(200 * kUnit);
+  SlowQuery big(*g, "big", OomPolicy::kPieces);
+  SlowQuery run(*g, "runaway", OomPolicy::kPieces);
+  ASSERT_EQ(big.mem.reserve_for(60 * kUnit, 1s), ReserveStatus::kOk);  // tolerates 90
+  ASSERT_EQ(big.mem.grow(28 * kUnit), ReserveStatus::kOk);             // excess 28, within
+  ASSERT_EQ(run.mem.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);  // tolerates 15
+  ASSERT_EQ(run.mem.grow(20 * kUnit), ReserveStatus::kOk);             // excess 20, 15 past
+  EXPECT_EQ(big.member.tolerated_peak(), 90);
+  EXPECT_EQ(run.member.tolerated_peak(), 15);
+  OomReport r;
+  ASSERT_TRUE(OomKiller::kill(*g, 200, &r));
+  EXPECT_EQ(r.victim, "runaway");
+  EXPECT_TRUE(run.killed.load());
+  EXPECT_FALSE(big.killed.load());
 }
 
 TEST(GrowthPastAdmission, WaitIsBoundedWhenTheMemoryDoesNotCome) {

@@ -585,7 +585,12 @@ TEST(OomSpill, FarPastItsToleratedPeakIsKilledNotAsked) {
     Sim s;
     GroupRef d = s.make("d");
     d->set_max(kDomainBytes);
-    ASSERT_EQ(set_admit_growth(*d, 1500), 0);  // no history: tolerates its expected peak
+    for (int i = 0; i < 12; ++i) {  // teaches 1.5 twelve times: tolerance 1.5 (no spread)
+      Reservation r(*d);
+      ASSERT_EQ(r.reserve_for(10 * 4096, 1s), ReserveStatus::kOk);
+      ASSERT_EQ(r.grow(5 * 4096), ReserveStatus::kOk);
+    }
+    ASSERT_EQ(admit_stats(*d).tolerance_permille, 1500u);
     Query q(*d, "q", /*spill_frees=*/10);
     Reservation mem(q.m);
     ASSERT_EQ(mem.reserve_for(40 * 4096, 1s), ReserveStatus::kOk);  // tolerates 60

@@ -32,7 +32,7 @@ struct AdmitState {
   // alone; the admission check itself runs under the admission mutex (below).
   std::atomic<uint32_t> fixed_permille{0};
   std::atomic<uint32_t> learned_permille{1000};
-  std::atomic<uint32_t> tolerance_permille{1000};
+  std::atomic<uint32_t> tolerance_permille{kAdmitMaxGrowthPermille};
   std::atomic<int64_t> promised{0};
   std::atomic<uint64_t> admit_waits{0};
   std::atomic<uint64_t> growth_waits{0};
@@ -89,7 +89,8 @@ uint32_t mean_permille(const AdmitState& s) noexcept {
 
 // The decayed mean plus kAdmitToleranceSd decayed standard deviations of the ratios.
 uint32_t tolerance_of(const AdmitState& s) noexcept {
-  if (s.total < kAdmitMinWeight) return 1000;  // no history: the prior
+  // Too little history to know the spread: nothing is past the tolerance.
+  if (s.total < kAdmitMinSpreadWeight) return kAdmitMaxGrowthPermille;
   const double mean = s.sum / s.total;
   const double sd = std::sqrt(std::max(0.0, s.sum2 / s.total - mean * mean));
   const double t = std::round(1000.0 * (mean + kAdmitToleranceSd * sd));
@@ -107,7 +108,7 @@ uint32_t factor(const Group& g) noexcept {
 // The tolerance in force: the learned one, at least the factor in force.
 uint32_t tolerance(const Group& g) noexcept {
   const AdmitState* s = AdmitAccess::peek(g);
-  if (s == nullptr) return 1000;
+  if (s == nullptr) return kAdmitMaxGrowthPermille;  // no history
   return std::max(factor(g), s->tolerance_permille.load(std::memory_order_relaxed));
 }
 

@@ -63,14 +63,17 @@ struct Candidate {
   int64_t admitted;
   int64_t excess;  // charged past admitted; 0 when nothing was admitted
   int cls;         // wait priority class of its group
+  int64_t beyond;  // charged past its tolerated peak; 0 within it or with none
 };
 
 // The kernel's order: highest badness first; on a tie the later member in walk order.
 bool kernel_first(const Candidate& a, const Candidate& b) {
   return a.badness != b.badness ? a.badness > b.badness : a.order > b.order;
 }
-// The excess order: largest excess first, then the lower class, then the kernel's order.
+// The excess order: furthest past the tolerated peak first, then the largest excess, then the
+// lower class, then the kernel's order.
 bool excess_first(const Candidate& a, const Candidate& b) {
+  if (a.beyond != b.beyond) return a.beyond > b.beyond;
   if (a.excess != b.excess) return a.excess > b.excess;
   if (a.cls != b.cls) return a.cls < b.cls;
   return kernel_first(a, b);
@@ -382,8 +385,11 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         const int64_t excess = admitted > 0 ? std::max<int64_t>(0, charged - admitted) : 0;
         any_admitted |= admitted > 0;
         const int cls = internal::wait_class_of(m->group(), WaitPriority::kDefault);
+        const int64_t tolerated = m->tolerated_peak();
+        const int64_t beyond =
+            tolerated > 0 ? std::max<int64_t>(0, charged - std::max(tolerated, admitted)) : 0;
         candidates.push_back({m, charged + static_cast<int64_t>(adj) * (total / 1000), i,
-                              admitted, excess, cls});
+                              admitted, excess, cls, beyond});
       }
 
       if (dying != nullptr) {

@@ -33,7 +33,9 @@
 //     (the prior: a request is expected to stay at its admitted size, as before this rule).
 //   - The tolerance: the decayed mean plus kAdmitToleranceSd (2) decayed standard deviations of
 //     the same ratios (a third decayed sum, of their squares), rounded and clamped as the
-//     factor, never below the factor in force (1.0 with no history). A waiting admission of T
+//     factor, never below the factor in force. With a total weight below kAdmitMinSpreadWeight
+//     (about 9 ratios) the spread is not known and the tolerance is the clamp (4.0): nothing is
+//     judged past it on a guess (a few similar first ratios would give a spread of about 0). A waiting admission of T
 //     units tolerates the peak T x tolerance (clamped like E below): about as far as the group's
 //     work that ran its course grew (uniform growth of 0-50 %: mean 1.25, tolerance about 1.54).
 //     Growth past the tolerated peak is no longer the group's usual spread around its mean but
@@ -88,6 +90,9 @@ inline constexpr double kAdmitMinWeight = 2.5;
 inline constexpr uint64_t kAdmitPollNs = 1'000'000;  // 1 ms of the controller's clock
 // The tolerance: the decayed mean plus this many decayed standard deviations of the ratios.
 inline constexpr double kAdmitToleranceSd = 2.0;
+// The spread is known from this total weight on (about 9 ratios); before, the tolerance is the
+// clamp, kAdmitMaxGrowthPermille.
+inline constexpr double kAdmitMinSpreadWeight = 8.0;
 
 // Growth past admission waits for memory on its way for at most twice the decayed mean (weight
 // 1/8 per sample) of the waits that got it on that limit, clamped to these (reservation.hpp);
@@ -109,7 +114,7 @@ uint32_t admit_growth(const Group& group) noexcept;
 // What admission and growth know about one group (memory.wait's admit_* and growth_* lines).
 struct AdmitStats {
   uint32_t growth_permille = 1000;  // the factor in force
-  uint32_t tolerance_permille = 1000;  // the tolerance in force (at least the factor)
+  uint32_t tolerance_permille = kAdmitMaxGrowthPermille;  // in force (at least the factor)
   bool fixed = false;               // set by set_admit_growth, not learned
   uint64_t samples = 0;             // ratios learned (ever)
   uint64_t skipped = 0;             // admissions that ended cut short and taught nothing

@@ -41,8 +41,10 @@
 //
 // Victim choice, excess order (for admitted work that grows): a member's excess is what it holds
 // past the units its reservations were admitted with (charged - admitted; 0 for a member with
-// nothing admitted, which gave no estimate to be past). Members with an excess go first, the
-// largest excess first; then the lower wait priority class (memory.wait.priority of the member's
+// nothing admitted, which gave no estimate to be past). Members past their tolerated peak
+// (tolerated_peak(): past what nearly all of their group's work that ran its course reached,
+// admission.hpp) go first, furthest past it first; then members with an excess, the largest
+// excess first; then the lower wait priority class (memory.wait.priority of the member's
 // group); then the kernel's badness; then the later member in walk order. Immune members are never
 // chosen in either order. The OOM domain's memory.oom.order picks the order: "kernel", "excess",
 // or "auto" (the default: excess when any candidate has admitted units, else kernel), so a member
