@@ -1,12 +1,24 @@
 // A three-tenant query service whose queries grow past their estimates.
 //
 // The service has a 512 MiB budget split between three tenants: etl (max 320M), dash (max 256M,
-// min 128M, with an 84M cache of its own) and adhoc (max 256M, low 32M). Worker threads run
-// one query after another. Each query is a memcg::Member whose kill callback tells it to stop
-// (it notices between two steps of its work, like a real query), admitted with
-// Reservation::reserve_for(estimate, 2s), then growing in steps past its estimate: well-behaved
+// min 128M, with an 84M cache of its own) and adhoc (max 256M, low 32M). Each query is a
+// memcg::Member whose kill callback tells it to stop (it notices between two steps of its work,
+// like a real query), admitted with Reservation::reserve_for, then growing in steps past its
+// estimate: well-behaved
 // queries end at their estimate plus 0-50 %, and 5 % of etl's queries are runaways that grow
 // until the OOM killer stops them. A few etl queries ask for more than etl can ever hold.
+//
+// The admission front-end, the same for every policy (how a service should use reserve_for):
+// each tenant has a queue of queries not yet admitted. 16 worker threads each take the next query
+// of a tenant picked at random (40 % etl, 30 % dash, 30 % adhoc; a new query when the queue is
+// empty) and try its admission with reserve_for for at most 5 ms (kAdmitTry). If it is not
+// admitted by then, the worker puts the query back at the front of its tenant's queue and takes
+// a query of another tenant: a worker does not sit in one tenant's admission queue while other
+// tenants' queries are ready. A query's admission deadline is 2 s from its first try
+// (kAdmitTimeout) over all its tries; past it, it counts as timed out. (Before this front-end
+// every worker blocked in reserve_for(estimate, 2s) of the query it drew, so once etl's
+// admissions queued, the workers gathered there and the service ran at etl's rate:
+// docs/BENCHMARKS-policy.md.)
 //
 // Policies (--policy): today's behaviour, each new part of the library alone, all of them (the
 // library's defaults), and growth that waits 200 ms:
@@ -29,18 +41,21 @@
 // Prints per run: finished queries/s (every admitted query that ended: completed, killed,
 // preempted, stopped at a limit), completed queries/s (well-behaved queries that ran to their
 // end: the service's real output, the figure its goals use), kills of runaways and of
-// well-behaved queries, spills, never-fits, timed-out admissions, the longest wait, and the share
-// of the workers' time spent waiting for admission. Exits non-zero unless every runaway was
+// well-behaved queries, spills, never-fits, timed-out admissions, the longest wait (a query's
+// whole wait for admission, over its tries), and the share of the workers' time spent waiting
+// for admission. Exits non-zero unless every runaway was
 // stopped, the budget held, and every counter was back to 0 at the end. Run without arguments it
 // runs `all` for 3 s (the CI test). --verbose adds completed queries per tenant and MiB of
-// completed work per second, the runaways' life and size, svc's mean usage and promised headroom,
-// and each group's admission figures (admit_stats).
+// completed work per second, kills of well-behaved queries per tenant, the runaways' life and
+// size, svc's mean usage and promised headroom, and each group's admission figures
+// (admit_stats).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -86,13 +101,15 @@ memcg::OomOrder oom_order(Policy p) {
 }
 
 constexpr auto kSpillGrace = std::chrono::milliseconds(20);
-constexpr auto kAdmitTimeout = std::chrono::seconds(2);
+constexpr auto kAdmitTimeout = std::chrono::seconds(2);  // a query's whole admission deadline
+constexpr auto kAdmitTry = std::chrono::milliseconds(5);  // one worker's try at it
 
 struct Counters {
   std::atomic<uint64_t> done{0}, runaways{0}, killed_runaway{0}, killed_good{0}, spills{0},
       never_fits{0}, timed_out{0}, failed{0}, runaway_unstopped{0}, longest_wait_ns{0}, forced{0},
       preempted_runaway{0}, preempted_good{0}, limited_runaway{0}, admit_wait_ns{0}, done_etl{0},
       done_mib{0}, runaway_ns{0}, runaway_peak_mib{0};
+  std::atomic<uint64_t> killed_good_of[3] = {0, 0, 0};  // by tenant: etl, dash, adhoc
   void wait(uint64_t ns) {
     for (uint64_t w = longest_wait_ns.load(); ns > w && !longest_wait_ns.compare_exchange_weak(w, ns);) {
     }
@@ -119,9 +136,22 @@ struct QueryState {
   std::atomic<uint64_t> spilled{0};  // bytes written to disk by a spill, not needed any more
 };
 
-// One query on `g`: admitted at `estimate`, growing to `final_bytes` (0: a runaway).
-void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool can_spill,
-               Policy policy, Counters& c) {
+// One query of a tenant's queue: admitted at `estimate`, growing to `final_bytes` (0: a
+// runaway); `first_ns` is when a worker first tried to admit it (0: not yet), the start of its
+// admission deadline (kAdmitTimeout).
+struct Pending {
+  int tenant = 0;  // 0 etl, 1 dash, 2 adhoc
+  uint64_t estimate = 0, final_bytes = 0, first_ns = 0;
+};
+
+enum class Outcome { kEnded, kRequeue };
+
+// Runs `p` on `g`: tries its admission for at most kAdmitTry (never past its deadline); if it
+// is not admitted in that time, kRequeue (nothing counted but the wait), else the query runs to
+// its end (kEnded).
+Outcome run_query(memcg::Group& g, const Pending& p, bool can_spill, Policy policy,
+                  Counters& c) {
+  const uint64_t estimate = p.estimate, final_bytes = p.final_bytes;
   const auto q = std::make_shared<QueryState>();
   // The callback runs on the killer's (or the preempting waiter's) thread. A kill or a
   // preemption only tells the query to stop: it gives its memory back when it unwinds
@@ -171,18 +201,24 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool ca
   std::unique_lock<std::mutex> lock(mu);
   res = memcg::Reservation(member, options);
   const uint64_t t0 = now_ns();
-  const memcg::ReserveStatus st = res.reserve_for(estimate, kAdmitTimeout);
+  const uint64_t deadline = p.first_ns + static_cast<uint64_t>(
+                                             std::chrono::nanoseconds(kAdmitTimeout).count());
+  const auto left = std::chrono::nanoseconds(deadline > t0 ? deadline - t0 : 0);
+  const memcg::ReserveStatus st = res.reserve_for(estimate, std::min<std::chrono::nanoseconds>(
+                                                                left, kAdmitTry));
   lock.unlock();
-  const uint64_t waited = now_ns() - t0;
+  const uint64_t t1 = now_ns();
+  c.admit_wait_ns += t1 - t0;
+  if (st == memcg::ReserveStatus::kTimedOut && t1 < deadline) return Outcome::kRequeue;
+  const uint64_t waited = t1 - p.first_ns;  // the query's whole wait, over its tries
   c.wait(waited);
-  c.admit_wait_ns += waited;
   if (st == memcg::ReserveStatus::kNeverFits) {
     ++c.never_fits;
-    return;
+    return Outcome::kEnded;
   }
   if (!memcg::held(st)) {
     ++(st == memcg::ReserveStatus::kTimedOut ? c.timed_out : c.failed);
-    return;
+    return Outcome::kEnded;
   }
   const bool runaway = final_bytes == 0;
   if (runaway) ++c.runaways;
@@ -240,11 +276,12 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool ca
   }
   lock.lock();
   if (runaway) {
-    c.runaway_ns += now_ns() - t0 - waited;
+    c.runaway_ns += now_ns() - t1;
     c.runaway_peak_mib += res.bytes() / kMiB;
   }
   if (member.killed()) {
     ++(runaway ? c.killed_runaway : c.killed_good);
+    if (!runaway) ++c.killed_good_of[p.tenant];
   } else if (preempted.load(std::memory_order_relaxed)) {
     ++(runaway ? c.preempted_runaway : c.preempted_good);  // cancelled to make room
   } else if (limited && runaway) {
@@ -259,7 +296,16 @@ void run_query(memcg::Group& g, uint64_t estimate, uint64_t final_bytes, bool ca
     c.done_mib += final_bytes / kMiB;
   }
   res.release();
+  return Outcome::kEnded;
 }
+
+// The tenants' queues of queries not yet admitted: a worker takes the next query of a tenant (a
+// new one when its queue is empty) and puts it back at the front when its admission try ends
+// without memory.
+struct Queues {
+  std::mutex mu;
+  std::deque<Pending> q[3];
+};
 
 struct Result {
   double finished_qps = 0, completed_qps = 0, admit_wait_share = 0;
@@ -318,23 +364,49 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbo
   const auto start = std::chrono::steady_clock::now();
   const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                std::chrono::duration<double>(seconds));
+  Queues queues;
   std::vector<std::jthread> pool;
   for (int w = 0; w < workers; ++w) {
     pool.emplace_back([&, w] {
       std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(w));
       std::uniform_real_distribution<double> u(0.0, 1.0);
+      int skip = -1;  // the tenant whose query this worker just put back
       while (std::chrono::steady_clock::now() < end) {
-        const double pick = u(rng);
-        memcg::Group& g = pick < 0.4 ? *t.etl : pick < 0.7 ? *t.dash : *t.adhoc;
-        const bool is_etl = pick < 0.4;
-        uint64_t estimate = (is_etl ? 16 : 8) * kMiB +
-                            static_cast<uint64_t>(u(rng) * static_cast<double>((is_etl ? 48 : 24) * kMiB));
-        uint64_t final_bytes = estimate + static_cast<uint64_t>(u(rng) * 0.5 * static_cast<double>(estimate));
-        const double kind = u(rng);
-        if (is_etl && kind < 0.05) final_bytes = 0;                   // a runaway
-        if (is_etl && kind > 0.995) estimate = 400 * kMiB;            // can never fit in etl
-        if (estimate > final_bytes && final_bytes != 0) final_bytes = estimate;
-        run_query(g, estimate, final_bytes, is_etl && spills(policy), policy, c);
+        int tenant = -1;
+        while (tenant < 0 || tenant == skip) {
+          const double pick = u(rng);
+          tenant = pick < 0.4 ? 0 : pick < 0.7 ? 1 : 2;
+        }
+        skip = -1;
+        Pending p;
+        bool queued = false;
+        {
+          std::lock_guard<std::mutex> lock(queues.mu);
+          if (!queues.q[tenant].empty()) {
+            p = queues.q[tenant].front();
+            queues.q[tenant].pop_front();
+            queued = true;
+          }
+        }
+        const bool is_etl = tenant == 0;
+        if (!queued) {  // a new query of that tenant
+          p.tenant = tenant;
+          p.estimate = (is_etl ? 16 : 8) * kMiB +
+                       static_cast<uint64_t>(u(rng) * static_cast<double>((is_etl ? 48 : 24) * kMiB));
+          p.final_bytes =
+              p.estimate + static_cast<uint64_t>(u(rng) * 0.5 * static_cast<double>(p.estimate));
+          const double kind = u(rng);
+          if (is_etl && kind < 0.05) p.final_bytes = 0;         // a runaway
+          if (is_etl && kind > 0.995) p.estimate = 400 * kMiB;  // can never fit in etl
+          if (p.estimate > p.final_bytes && p.final_bytes != 0) p.final_bytes = p.estimate;
+        }
+        if (p.first_ns == 0) p.first_ns = now_ns();
+        memcg::Group& g = tenant == 0 ? *t.etl : tenant == 1 ? *t.dash : *t.adhoc;
+        if (run_query(g, p, is_etl && spills(policy), policy, c) == Outcome::kRequeue) {
+          std::lock_guard<std::mutex> lock(queues.mu);
+          queues.q[tenant].push_front(p);
+          skip = tenant;  // and takes another tenant's query
+        }
       }
     });
   }
@@ -387,6 +459,11 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbo
                 static_cast<double>(c.done_etl) / elapsed,
                 static_cast<double>(c.done - c.done_etl) / elapsed,
                 static_cast<double>(c.done_mib) / elapsed);
+  if (verbose)
+    std::printf("  well-behaved kills: etl %llu, dash %llu, adhoc %llu\n",
+                static_cast<unsigned long long>(c.killed_good_of[0].load()),
+                static_cast<unsigned long long>(c.killed_good_of[1].load()),
+                static_cast<unsigned long long>(c.killed_good_of[2].load()));
   if (verbose && c.runaways > 0)
     std::printf("  runaways: %.1f ms from admission to their end, %.0f MiB at the end, on "
                 "average\n",
@@ -400,9 +477,10 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbo
   if (verbose)
     for (memcg::Group* g : {t.svc.get(), t.etl.get(), t.dash.get(), t.adhoc.get()}) {
       const memcg::AdmitStats a = memcg::admit_stats(*g);
-      std::printf("  %-5s admit.growth %.3f (%s)  learned %llu  cut short %llu  admit_waits %llu  "
-                  "growth_waits %llu (granted %llu)\n",
+      std::printf("  %-5s admit.growth %.3f (%s)  tolerance %.3f  learned %llu  cut short %llu  "
+                  "admit_waits %llu  growth_waits %llu (granted %llu)\n",
                   g->name().c_str(), a.growth_permille / 1000.0, a.fixed ? "fixed" : "auto",
+                  a.tolerance_permille / 1000.0,
                   static_cast<unsigned long long>(a.samples),
                   static_cast<unsigned long long>(a.skipped),
                   static_cast<unsigned long long>(a.admit_waits),

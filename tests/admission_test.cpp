@@ -420,6 +420,150 @@ TEST(GrowthPastAdmission, NothingComingGoesToTheKillerAtOnce) {
   EXPECT_EQ(admit_stats(*g).growth_waits, 0u);
 }
 
+// Growth past the reservation's own tolerated peak (here its expected peak: no spread) may take only memory that is not promised to other admitted reservations
+// (usage + their promise + need <= max on every limited level); otherwise the OOM killer is
+// asked for that room, and the excess order chooses the member furthest past its admitted size.
+// Before this rule, such growth took the promised headroom.
+TEST(GrowthPastExpectedPeak, MayNotTakeOthersPromisesAndGoesToTheKiller) {
+  testing::Watchdog dog("MayNotTakeOthersPromisesAndGoesToTheKiller");
+  Controller ctl(testing_wait::with_batch(1));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("pool", &g), 0);
+  g->set_max(100 * kUnit);
+  for (int i = 0; i < 12; ++i) run_one(*g, 10, 20);  // factor 2, tolerance 2 (no spread)
+  ASSERT_EQ(admit_stats(*g).tolerance_permille, 2000u);
+  SlowQuery other(*g, "other", OomPolicy::kPieces);
+  SlowQuery q(*g, "q", OomPolicy::kPieces);
+  SlowQuery never(*g, "never", OomPolicy::kNever);
+  ASSERT_EQ(other.mem.reserve_for(20 * kUnit, 1s), ReserveStatus::kOk);  // expects 40
+  ASSERT_EQ(q.mem.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);      // expects 20
+  EXPECT_EQ(q.member.tolerated_peak(), 20);  // no spread: its expected peak
+  EXPECT_EQ(admit_stats(*g).promised_units, 30);
+  ASSERT_EQ(q.mem.grow(40 * kUnit), ReserveStatus::kOk);  // to 50: 70 used + 20 promised fits
+  EXPECT_EQ(admit_stats(*g).promised_units, 20);          // other's alone
+  // kNever: past its expected peak, 5 more would take other's promise: refused, nobody killed.
+  ASSERT_EQ(never.mem.reserve_for(1 * kUnit, 1s), ReserveStatus::kOk);  // expects 2
+  ASSERT_EQ(never.mem.grow(1 * kUnit), ReserveStatus::kOk);             // within it
+  EXPECT_EQ(never.mem.grow(10 * kUnit), ReserveStatus::kNoMem);         // 72 + 20 + 10 > 100
+  EXPECT_FALSE(never.killed.load());
+  // 20 more for q are free (92 <= 100) but promised to other: the killer, not the memory; q is
+  // the one past its admitted size, and is killed.
+  EXPECT_EQ(q.mem.grow(20 * kUnit), ReserveStatus::kKilled);
+  EXPECT_TRUE(q.killed.load());
+  EXPECT_FALSE(other.killed.load());
+  EXPECT_EQ(q.mem.units(), 50);  // nothing charged for the refused growth
+  EXPECT_EQ(g->memory().usage(), 72);
+  // other grows within its promise at once.
+  EXPECT_EQ(other.mem.grow(20 * kUnit), ReserveStatus::kOk);
+  EXPECT_FALSE(other.killed.load());
+}
+
+// The killer asked for room beside the promises chooses by excess: a member further past its
+// admitted size than the grower is killed, and once it has given its memory back the growth is
+// served. With no promise on the path, growth past the expected peak takes what is free.
+TEST(GrowthPastExpectedPeak, TheLargestExcessIsKilledAndTheGrowthServed) {
+  testing::Watchdog dog("TheLargestExcessIsKilledAndTheGrowthServed");
+  Controller ctl(testing_wait::with_batch(1));
+  GroupRef g;
+  ASSERT_EQ(ctl.create("pool", &g), 0);
+  g->set_max(100 * kUnit);
+  for (int i = 0; i < 12; ++i) run_one(*g, 10, 20);  // factor 2, tolerance 2 (no spread)
+  std::atomic<bool> run_killed{false};
+  Member run(*g, "runaway", [&](Member& self) {
+    run_killed = true;
+    self.uncharge(self.charged());  // unwinds in its callback
+  });
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(charged(run.charge(1)));
+  run.add_admitted(5);  // 35 past its admitted size
+  SlowQuery other(*g, "other", OomPolicy::kPieces);
+  SlowQuery q(*g, "q", OomPolicy::kPieces);
+  ASSERT_EQ(other.mem.reserve_for(20 * kUnit, 1s), ReserveStatus::kOk);  // expects 40
+  ASSERT_EQ(q.mem.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);      // 60 + 20 + 20 fits
+  ASSERT_EQ(q.mem.grow(10 * kUnit), ReserveStatus::kOk);                 // to its peak, 20
+  // 5 more: 85 used <= 100, but 85 + other's 20 > 100.
+  EXPECT_EQ(q.mem.grow(5 * kUnit), ReserveStatus::kOk);
+  EXPECT_TRUE(run_killed.load());
+  EXPECT_FALSE(q.killed.load());
+  EXPECT_FALSE(other.killed.load());
+  EXPECT_EQ(g->memory().usage(), 45);
+  // No promise left on the path: q may grow past its expected peak into what is free.
+  other.mem.release();
+  EXPECT_EQ(admit_stats(*g).promised_units, 0);
+  EXPECT_EQ(q.mem.grow(70 * kUnit), ReserveStatus::kOk);
+  EXPECT_EQ(g->memory().usage(), 95);
+  EXPECT_FALSE(q.killed.load());
+}
+
+// The tolerance is the decayed mean plus two decayed standard deviations of the ratios learned;
+// growth up to the tolerated peak may take promised memory (as before), growth past it may not.
+TEST_F(AdmitTest, LearnsTheToleranceAndGrowthPastItRespectsPromises) {
+  testing::Watchdog dog("LearnsTheToleranceAndGrowthPastItRespectsPromises");
+  EXPECT_EQ(admit_stats(*g).tolerance_permille, kAdmitMaxGrowthPermille);  // no history
+  double sum = 0, sum2 = 0, total = 0;
+  for (int i = 0; i < 20; ++i) {
+    const int64_t peak = i % 2 == 0 ? 10 : 15;  // 1.0 and 1.5
+    run_one(*g, 10, peak);
+    const double r = static_cast<double>(peak) / 10.0;
+    sum = sum * kAdmitDecay + r;
+    sum2 = sum2 * kAdmitDecay + r * r;
+    total = total * kAdmitDecay + 1;
+  }
+  const double mean = sum / total;
+  const double sd = std::sqrt(sum2 / total - mean * mean);
+  const uint32_t want = static_cast<uint32_t>(std::lround(1000.0 * (mean + 2 * sd)));
+  const AdmitStats st = admit_stats(*g);
+  EXPECT_EQ(st.tolerance_permille, want);
+  EXPECT_GT(want, 1700u);  // mean about 1.25, sd about 0.25
+  EXPECT_LT(want, 1800u);
+  EXPECT_EQ(st.growth_permille, static_cast<uint32_t>(std::lround(1000.0 * mean)));
+  // 100 units: a query admitted with 40 expects 50 (factor about 1.25) and tolerates 70.
+  g->set_max(100 * kUnit);
+  std::atomic<bool> q_killed{false};
+  Member qm(*g, "q", [&](Member&) { q_killed = true; });
+  Reservation q(qm, {.oom = OomPolicy::kPieces});
+  ASSERT_EQ(q.reserve_for(40 * kUnit, 1s), ReserveStatus::kOk);
+  const int64_t expected = (40 * static_cast<int64_t>(st.growth_permille) + 999) / 1000;
+  const int64_t tolerated = (40 * static_cast<int64_t>(want) + 999) / 1000;
+  EXPECT_EQ(qm.tolerated_peak(), tolerated);
+  Member om(*g, "other", nullptr);
+  Reservation other(om, {.oom = OomPolicy::kPieces});
+  ASSERT_EQ(other.reserve_for(8 * kUnit, 1s), ReserveStatus::kOk);  // promises 2 more
+  const int64_t others = admit_stats(*g).promised_units - (expected - 40);
+  ASSERT_GT(others, 0);
+  // Up to its tolerated peak q takes what is free, promised or not.
+  ASSERT_EQ(q.grow(static_cast<uint64_t>(tolerated - 40) * kUnit), ReserveStatus::kOk);
+  // Past it, only the free memory beside others' promise: all that is free is asked for, of
+  // which `others` units are promised to other: refused to the killer, which chooses q (the
+  // only member past its admitted size). Before the rule, q took it.
+  const int64_t free_units = 100 - g->memory().usage();
+  ASSERT_GT(free_units, others);
+  EXPECT_EQ(q.grow(static_cast<uint64_t>(free_units) * kUnit), ReserveStatus::kKilled);
+  EXPECT_TRUE(q_killed.load());
+  EXPECT_EQ(q.units(), tolerated);
+}
+
+// The excess order chooses a member past its tolerated peak before one within it, even one with
+// a larger excess: growth past what the group's work reaches is the runaway's signature.
+TEST_F(AdmitTest, ExcessOrderChoosesThePastTheToleratedPeakFirst) {
+  testing::Watchdog dog("ExcessOrderChoosesThePastTheToleratedPeakFirst");
+  for (int i = 0; i < 12; ++i) run_one(*g, 10, 15);  // factor 1.5, tolerance 1.5
+  ASSERT_EQ(admit_stats(*g).tolerance_permille, 1500u);
+  g->set_max(200 * kUnit);
+  SlowQuery big(*g, "big", OomPolicy::kPieces);
+  SlowQuery run(*g, "runaway", OomPolicy::kPieces);
+  ASSERT_EQ(big.mem.reserve_for(60 * kUnit, 1s), ReserveStatus::kOk);  // tolerates 90
+  ASSERT_EQ(big.mem.grow(28 * kUnit), ReserveStatus::kOk);             // excess 28, within
+  ASSERT_EQ(run.mem.reserve_for(10 * kUnit, 1s), ReserveStatus::kOk);  // tolerates 15
+  ASSERT_EQ(run.mem.grow(20 * kUnit), ReserveStatus::kOk);             // excess 20, 15 past
+  EXPECT_EQ(big.member.tolerated_peak(), 90);
+  EXPECT_EQ(run.member.tolerated_peak(), 15);
+  OomReport r;
+  ASSERT_TRUE(OomKiller::kill(*g, 200, &r));
+  EXPECT_EQ(r.victim, "runaway");
+  EXPECT_TRUE(run.killed.load());
+  EXPECT_FALSE(big.killed.load());
+}
+
 TEST(GrowthPastAdmission, WaitIsBoundedWhenTheMemoryDoesNotCome) {
   testing::Watchdog dog("WaitIsBoundedWhenTheMemoryDoesNotCome");
   ManualClock clock(1'000'000);

@@ -20,6 +20,8 @@
 #include "memcg/base/clock.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
+#include "memcg/core/admission.hpp"
+#include "memcg/core/reservation.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
@@ -572,6 +574,45 @@ TEST(OomSpill, OnlyTheChosenMemberIsAsked) {
   EXPECT_TRUE(fine.reasons.empty());
   EXPECT_TRUE(runaway.m.killed());
   EXPECT_TRUE(r.spilled.empty());
+}
+
+// A member far past its expected peak (past its tolerated peak, admission.hpp) is killed without
+// being asked to spill: a runaway asked to spill gives back part and grows on. Within it, or
+// with no tolerated peak (nothing admitted by a waiting admission), it is asked.
+TEST(OomSpill, FarPastItsToleratedPeakIsKilledNotAsked) {
+  for (const int64_t extra : {int64_t{61}, int64_t{60}}) {
+    SCOPED_TRACE(extra);
+    Sim s;
+    GroupRef d = s.make("d");
+    d->set_max(kDomainBytes);
+    for (int i = 0; i < 12; ++i) {  // teaches 1.5 twelve times: tolerance 1.5 (no spread)
+      Reservation r(*d);
+      ASSERT_EQ(r.reserve_for(10 * 4096, 1s), ReserveStatus::kOk);
+      ASSERT_EQ(r.grow(5 * 4096), ReserveStatus::kOk);
+    }
+    ASSERT_EQ(admit_stats(*d).tolerance_permille, 1500u);
+    Query q(*d, "q", /*spill_frees=*/10);
+    Reservation mem(q.m);
+    ASSERT_EQ(mem.reserve_for(40 * 4096, 1s), ReserveStatus::kOk);  // tolerates 60
+    EXPECT_EQ(q.m.tolerated_peak(), 60);
+    for (int64_t i = 40; i < extra; ++i) ASSERT_TRUE(charged(q.m.charge(1)));
+    Query filler(*d, "filler");
+    while (d->memory().usage() < 100) ASSERT_TRUE(charged(filler.m.charge(1)));
+    ASSERT_EQ(q.m.set_spill_grace(100ms), 0);
+    OomReport r;
+    ASSERT_TRUE(OomKiller::kill(*d, 4, &r));
+    if (extra == 61) {
+      EXPECT_EQ(q.reasons, (std::vector<CancelReason>{CancelReason::kOomKill}));
+      EXPECT_TRUE(r.spilled.empty());
+    } else {
+      EXPECT_EQ(q.reasons, (std::vector<CancelReason>{CancelReason::kSpill}));
+      EXPECT_EQ(r.spilled, (std::vector<std::string>{"q"}));
+      EXPECT_EQ(r.decider, OomDecider::kSpill);
+    }
+    q.m.uncharge(q.m.charged());
+    mem.release();
+    filler.m.uncharge(filler.m.charged());
+  }
 }
 
 TEST(OomSpill, Arguments) {

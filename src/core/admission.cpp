@@ -24,6 +24,7 @@ struct AdmitState {
   // Guarded by mu (a leaf): the decayed sums of the ratios (sum) and of their weights (total).
   std::mutex mu;
   double sum = 0;
+  double sum2 = 0;  // of the squared ratios: their spread (the tolerance)
   double total = 0;
   uint64_t samples = 0;
   uint64_t skipped = 0;
@@ -31,6 +32,7 @@ struct AdmitState {
   // alone; the admission check itself runs under the admission mutex (below).
   std::atomic<uint32_t> fixed_permille{0};
   std::atomic<uint32_t> learned_permille{1000};
+  std::atomic<uint32_t> tolerance_permille{kAdmitMaxGrowthPermille};
   std::atomic<int64_t> promised{0};
   std::atomic<uint64_t> admit_waits{0};
   std::atomic<uint64_t> growth_waits{0};
@@ -85,11 +87,29 @@ uint32_t mean_permille(const AdmitState& s) noexcept {
       std::clamp(mean, 1000.0, static_cast<double>(kAdmitMaxGrowthPermille)));
 }
 
+// The decayed mean plus kAdmitToleranceSd decayed standard deviations of the ratios.
+uint32_t tolerance_of(const AdmitState& s) noexcept {
+  // Too little history to know the spread: nothing is past the tolerance.
+  if (s.total < kAdmitMinSpreadWeight) return kAdmitMaxGrowthPermille;
+  const double mean = s.sum / s.total;
+  const double sd = std::sqrt(std::max(0.0, s.sum2 / s.total - mean * mean));
+  const double t = std::round(1000.0 * (mean + kAdmitToleranceSd * sd));
+  return static_cast<uint32_t>(
+      std::clamp(t, 1000.0, static_cast<double>(kAdmitMaxGrowthPermille)));
+}
+
 uint32_t factor(const Group& g) noexcept {
   const AdmitState* s = AdmitAccess::peek(g);
   if (s == nullptr) return 1000;
   const uint32_t fixed = s->fixed_permille.load(std::memory_order_relaxed);
   return fixed != 0 ? fixed : s->learned_permille.load(std::memory_order_relaxed);
+}
+
+// The tolerance in force: the learned one, at least the factor in force.
+uint32_t tolerance(const Group& g) noexcept {
+  const AdmitState* s = AdmitAccess::peek(g);
+  if (s == nullptr) return kAdmitMaxGrowthPermille;  // no history
+  return std::max(factor(g), s->tolerance_permille.load(std::memory_order_relaxed));
 }
 
 // True when `need` more units fit by expectation on every limited level of the path.
@@ -144,15 +164,17 @@ void admit_learn(Group& g, int64_t admitted, int64_t peak, bool cut_short) noexc
       static_cast<double>(std::max(peak, admitted)) / static_cast<double>(admitted);
   const double r = std::min(ratio, static_cast<double>(kAdmitMaxGrowthPermille) / 1000.0);
   s->sum = s->sum * kAdmitDecay + r;
+  s->sum2 = s->sum2 * kAdmitDecay + r * r;
   s->total = s->total * kAdmitDecay + 1.0;
   ++s->samples;
   s->learned_permille.store(mean_permille(*s), std::memory_order_relaxed);
+  s->tolerance_permille.store(tolerance_of(*s), std::memory_order_relaxed);
 }
 
 void admit_uncharged() noexcept { wake_admissions(); }
 
-int64_t admit_expected(const Group& g, int64_t total) noexcept {
-  const uint32_t f = factor(g);
+namespace {
+int64_t scaled(const Group& g, int64_t total, uint32_t f) noexcept {
   int64_t e = total;
   if (f > 1000 && total > 0) {
     // ceil(total * f / 1000), saturating (the path's limits clamp it below).
@@ -163,6 +185,15 @@ int64_t admit_expected(const Group& g, int64_t total) noexcept {
   for (const Group* a = &g; a != nullptr && !a->is_root(); a = a->parent())
     e = std::min(e, a->memory().max());
   return std::max(e, total);
+}
+}  // namespace
+
+int64_t admit_expected(const Group& g, int64_t total) noexcept {
+  return scaled(g, total, factor(g));
+}
+
+int64_t admit_tolerated(const Group& g, int64_t total) noexcept {
+  return scaled(g, total, tolerance(g));
 }
 
 void admit_promise_add(Group& g, int64_t delta) noexcept {
@@ -211,6 +242,21 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
     w.count.store(l.size(), std::memory_order_release);
   }
   return result;
+}
+
+Group* promised_level(Group& g, int64_t need, int64_t own, int64_t* want) noexcept {
+  for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
+    const int64_t max = a->memory().max();
+    if (max >= g.controller().max_units()) continue;  // no memory.max here
+    const AdmitState* s = AdmitAccess::peek(*a);
+    const int64_t promised = s ? s->promised.load(std::memory_order_relaxed) : 0;
+    const int64_t others = std::max<int64_t>(0, promised - std::max<int64_t>(own, 0));
+    if (others > 0 && a->memory().usage() + others + need > max) {
+      *want = need + others;
+      return a;
+    }
+  }
+  return nullptr;
 }
 
 Group* full_level(Group& g, int64_t units) noexcept {
@@ -273,6 +319,7 @@ uint32_t admit_growth(const Group& group) noexcept { return internal::factor(gro
 AdmitStats admit_stats(const Group& group) noexcept {
   AdmitStats st;
   st.growth_permille = internal::factor(group);
+  st.tolerance_permille = internal::tolerance(group);
   st.growth_bound_ns = internal::growth_bound_ns(group);
   internal::AdmitState* s = internal::AdmitAccess::peek(group);
   if (s == nullptr) return st;

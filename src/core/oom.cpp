@@ -63,14 +63,17 @@ struct Candidate {
   int64_t admitted;
   int64_t excess;  // charged past admitted; 0 when nothing was admitted
   int cls;         // wait priority class of its group
+  int64_t beyond;  // charged past its tolerated peak; 0 within it or with none
 };
 
 // The kernel's order: highest badness first; on a tie the later member in walk order.
 bool kernel_first(const Candidate& a, const Candidate& b) {
   return a.badness != b.badness ? a.badness > b.badness : a.order > b.order;
 }
-// The excess order: largest excess first, then the lower class, then the kernel's order.
+// The excess order: furthest past the tolerated peak first, then the largest excess, then the
+// lower class, then the kernel's order.
 bool excess_first(const Candidate& a, const Candidate& b) {
+  if (a.beyond != b.beyond) return a.beyond > b.beyond;
   if (a.excess != b.excess) return a.excess > b.excess;
   if (a.cls != b.cls) return a.cls < b.cls;
   return kernel_first(a, b);
@@ -298,6 +301,13 @@ bool internal::run_member_callback(KillEntry& e, Member& m, CancelReason reason,
   return ok;
 }
 
+// Spill before kill asks only a member within or near its expected peak (oom.hpp).
+static bool near_expected_peak(const Member& m) noexcept {
+  const int64_t tolerated = m.tolerated_peak();
+  if (tolerated <= 0) return true;  // no expectation to be past
+  return m.charged() <= std::max(tolerated, m.admitted());
+}
+
 bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
   // The charging member was killed: its charge fails rather than waiting for itself or choosing
   // another victim (the kernel lets a dying task through at once).
@@ -375,8 +385,11 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         const int64_t excess = admitted > 0 ? std::max<int64_t>(0, charged - admitted) : 0;
         any_admitted |= admitted > 0;
         const int cls = internal::wait_class_of(m->group(), WaitPriority::kDefault);
+        const int64_t tolerated = m->tolerated_peak();
+        const int64_t beyond =
+            tolerated > 0 ? std::max<int64_t>(0, charged - std::max(tolerated, admitted)) : 0;
         candidates.push_back({m, charged + static_cast<int64_t>(adj) * (total / 1000), i,
-                              admitted, excess, cls});
+                              admitted, excess, cls, beyond});
       }
 
       if (dying != nullptr) {
@@ -429,7 +442,8 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       Member* victim = candidates.front().member;
       // ---- spill before kill: the chosen member asked to be asked first ----
       const uint64_t grace = victim->spill_grace_ns_.load(std::memory_order_relaxed);
-      if (grace > 0 && victim->spilled_in_ != serial && spills < kMaxSpillsPerOom &&
+      if (grace > 0 && near_expected_peak(*victim) && victim->spilled_in_ != serial &&
+          spills < kMaxSpillsPerOom &&
           !victim->preempting_ && !held_by_this_thread(state, victim)) {
         ++spills;
         victim->spilled_in_ = serial;

@@ -46,7 +46,9 @@ Reservation::Reservation(Reservation&& o) noexcept
       promised_(std::exchange(o.promised_, 0)),
       learn_base_(std::exchange(o.learn_base_, 0)),
       peak_(std::exchange(o.peak_, 0)),
-      cut_short_(std::exchange(o.cut_short_, false)) {}
+      cut_short_(std::exchange(o.cut_short_, false)),
+      tolerated_(std::exchange(o.tolerated_, 0)),
+      member_tolerated_(std::exchange(o.member_tolerated_, 0)) {}
 
 Reservation& Reservation::operator=(Reservation&& o) noexcept {
   if (this != &o) {
@@ -64,6 +66,8 @@ Reservation& Reservation::operator=(Reservation&& o) noexcept {
     learn_base_ = std::exchange(o.learn_base_, 0);
     peak_ = std::exchange(o.peak_, 0);
     cut_short_ = std::exchange(o.cut_short_, false);
+    tolerated_ = std::exchange(o.tolerated_, 0);
+    member_tolerated_ = std::exchange(o.member_tolerated_, 0);
   }
   return *this;
 }
@@ -181,6 +185,11 @@ void Reservation::update_promise() noexcept {
   const int64_t p = expected_ > reached ? expected_ - reached : 0;
   if (p != promised_) internal::admit_promise_add(*group_, p - promised_);
   promised_ = p;
+  // The member's tolerated peak (oom.hpp): this one's, while a waiting admission is in force.
+  const int64_t t = expected_ > 0 ? std::max(tolerated_, admitted_) : 0;
+  if (member_ != nullptr && t != member_tolerated_)
+    member_->tolerated_.fetch_add(t - member_tolerated_, std::memory_order_relaxed);
+  member_tolerated_ = t;
 }
 
 void Reservation::end_admission() noexcept {
@@ -194,6 +203,7 @@ void Reservation::end_admission() noexcept {
   cut_short_ = false;
   peak_ = 0;
   expected_ = 0;
+  tolerated_ = 0;
   update_promise();
 }
 
@@ -218,10 +228,38 @@ ReserveStatus Reservation::admit_units(int64_t need, uint64_t deadline_ns) noexc
     promised_ += need + extra;  // admit_wait promised it on the path
   }
   expected_ = expected;
+  tolerated_ = std::max(expected, internal::admit_tolerated(*group_, total));
   const ReserveStatus r = wait_units(need, deadline_ns);
-  if (!held(r)) expected_ = 0;
+  if (!held(r)) expected_ = tolerated_ = 0;
   update_promise();
   return r;
+}
+
+// Growth past the tolerated peak (reservation.hpp): the OOM killer is asked, on the level whose
+// promises the growth would take, for room beside them; at most this many times per request
+// (each time it kills, or waits for an earlier victim to unwind).
+constexpr int kPromiseOomRounds = 4;
+
+ReserveStatus Reservation::respect_promises(int64_t need) noexcept {
+  Controller& ctl = group_->controller();
+  for (int round = 0;; ++round) {
+    int64_t want = 0;
+    Group* level = internal::promised_level(*group_, need, promised_, &want);
+    if (level == nullptr) return ReserveStatus::kOk;  // room beside every promise
+    if (member_ != nullptr && member_->killed()) return ReserveStatus::kKilled;
+    if (stop_.stop_requested()) return ReserveStatus::kCancelled;
+    if (options_.oom == OomPolicy::kNever) return ReserveStatus::kNoMem;
+    if (options_.oom == OomPolicy::kKernel && need > costly_charge_units(ctl))
+      return ReserveStatus::kNoMemCostly;  // the costly-order rule: no kill for it
+    if (round == kPromiseOomRounds) return ReserveStatus::kNoMem;
+    // As a charge of the member would: the killer lets a killed member through at once.
+    const std::atomic<bool>* outer = internal::tl_charging_member_killed;
+    if (member_ != nullptr) internal::tl_charging_member_killed = &member_->killed_;
+    const bool progress = ctl.out_of_memory(*level, want);
+    internal::tl_charging_member_killed = outer;
+    if (member_ != nullptr && member_->killed()) return ReserveStatus::kKilled;
+    if (!progress) return ReserveStatus::kNoMem;  // no victim: refused, nothing charged
+  }
 }
 
 // Growth past admission without waiting (see grow() in reservation.hpp).
@@ -279,11 +317,18 @@ ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_
       r = admit_units(need, deadline_ns);
     else if (wait)
       r = wait_units(need, deadline_ns);
-    else if (!admit && options_.growth_wait && options_.oom != OomPolicy::kNever &&
-             admitted_ > 0 && units_ + need > admitted_)
-      r = grow_past(need);
-    else
-      r = charge_units(need);
+    else {
+      // Past its tolerated peak, growth may not take what is promised to others.
+      if (!admit && tolerated_ > 0 && units_ + need > tolerated_) r = respect_promises(need);
+      if (r != ReserveStatus::kOk) {
+        // refused (or this member killed) before any charge
+      } else if (!admit && options_.growth_wait && options_.oom != OomPolicy::kNever &&
+               admitted_ > 0 && units_ + need > admitted_) {
+        r = grow_past(need);
+      } else {
+        r = charge_units(need);
+      }
+    }
     if (!admit && (r == ReserveStatus::kNoMem || r == ReserveStatus::kNoMemCostly ||
                    r == ReserveStatus::kKilled))
       cut_short_ = true;  // growth refused: the work did not get the peak it would have reached

@@ -25,12 +25,38 @@
 //     sums per group. The mean, not a high percentile: the promises of the running reservations
 //     are summed on each level, and a sum of peaks is governed by their mean (a per-request
 //     p90, summed over the running queries, held back headroom that their growth never used at
-//     once; docs/BENCHMARKS-policy.md). A request that grows past its expected peak is still
-//     served by what is free (other requests' unused promises included), then by memory on its
-//     way, then the OOM killer, whose excess order chooses the ones past their admitted size
-//     first (oom.hpp).
+//     once; docs/BENCHMARKS-policy.md). A request that grows past its expected peak, up to its
+//     tolerated peak (below), is still served by what is free (other requests' unused promises
+//     included), then by memory on its way, then the OOM killer, whose excess order chooses the
+//     ones past their admitted size first (oom.hpp).
 //   - No history (total weight below kAdmitMinWeight, i.e. fewer than about 3 ratios): factor 1.0
 //     (the prior: a request is expected to stay at its admitted size, as before this rule).
+//   - The tolerance: the decayed mean plus kAdmitToleranceSd (2) decayed standard deviations of
+//     the same ratios (a third decayed sum, of their squares), rounded and clamped as the
+//     factor, never below the factor in force. With a total weight below kAdmitMinSpreadWeight
+//     (about 9 ratios) the spread is not known and the tolerance is the clamp (4.0): nothing is
+//     judged past it on a guess (a few similar first ratios would give a spread of about 0). A waiting admission of T
+//     units tolerates the peak T x tolerance (clamped like E below): about as far as the group's
+//     work that ran its course grew (uniform growth of 0-50 %: mean 1.25, tolerance about 1.54).
+//     Growth past the tolerated peak is no longer the group's usual spread around its mean but
+//     work that is going somewhere else: it may take only memory nobody else was promised
+//     (reservation.hpp), and it is not asked to spill before a kill (oom.hpp).
+//
+// Growth past the tolerated peak (Reservation::grow, OomPolicy kKernel or kPieces): it may take
+// only memory that is neither promised to the other admitted reservations nor needed by them,
+// i.e. on every level L of the path with a memory.max where others have a promise,
+//       usage(L) + (promised(L) - its own promise) + need <= max(L).
+// Otherwise the growth goes to the OOM killer of the first such level, asked for room for
+// need + the others' promise there, as a charge that does not fit would (kKernel over the costly
+// size: kNoMemCostly without a kill; kNever: kNoMem), and the admission-aware (excess) order
+// chooses the member furthest past its admitted size, which is the growing runaway itself as
+// soon as it is the largest excess; it then fails with kKilled, having charged nothing. A
+// victim other than the grower unwinds (the killer waits for it as usual) and the growth looks
+// again, at most 4 times. Why: admission keeps the promised headroom free, and before this rule
+// a runaway grew into it unopposed until the limit (and the killer) stopped it, while its
+// usage kept its tenant's admissions waiting (docs/BENCHMARKS-policy.md). Growth between the
+// expected and the tolerated peak is served as before (what is free, promised or not, then
+// memory on its way, then the killer): the group's usual spread costs no kill.
 // A non-waiting reserve() states an admitted size too (Member::admitted(), the OOM killer's
 // excess order) but neither teaches nor is admitted by expectation: it is a try, not a queue.
 //
@@ -62,6 +88,11 @@ inline constexpr uint32_t kAdmitMaxGrowthPermille = 4000;  // the clamp of every
 inline constexpr double kAdmitDecay = 31.0 / 32.0;
 inline constexpr double kAdmitMinWeight = 2.5;
 inline constexpr uint64_t kAdmitPollNs = 1'000'000;  // 1 ms of the controller's clock
+// The tolerance: the decayed mean plus this many decayed standard deviations of the ratios.
+inline constexpr double kAdmitToleranceSd = 2.0;
+// The spread is known from this total weight on (about 9 ratios); before, the tolerance is the
+// clamp, kAdmitMaxGrowthPermille.
+inline constexpr double kAdmitMinSpreadWeight = 8.0;
 
 // Growth past admission waits for memory on its way for at most twice the decayed mean (weight
 // 1/8 per sample) of the waits that got it on that limit, clamped to these (reservation.hpp);
@@ -83,6 +114,7 @@ uint32_t admit_growth(const Group& group) noexcept;
 // What admission and growth know about one group (memory.wait's admit_* and growth_* lines).
 struct AdmitStats {
   uint32_t growth_permille = 1000;  // the factor in force
+  uint32_t tolerance_permille = kAdmitMaxGrowthPermille;  // in force (at least the factor)
   bool fixed = false;               // set by set_admit_growth, not learned
   uint64_t samples = 0;             // ratios learned (ever)
   uint64_t skipped = 0;             // admissions that ended cut short and taught nothing

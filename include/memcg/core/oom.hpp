@@ -21,7 +21,13 @@
 //      in registration order within a group. Each may free memory and says how much it freed.
 //   2. The victim choice (below). If the chosen member asked for it (Member::set_spill_grace), it
 //      is first asked to spill (its callback with CancelReason::kSpill) and given its grace time
-//      to make room; a member is asked at most once per OOM.
+//      to make room; a member is asked at most once per OOM. Only a member within or near its
+//      expected peak is asked: one that holds more than its tolerated peak (tolerated_peak(),
+//      at least admitted(): past what nearly all of its group's work that ran its course
+//      reached, admission.hpp) is far past what its work was admitted for, and is killed
+//      without being asked (a runaway asked to spill gives back part and grows on; measured:
+//      docs/BENCHMARKS-policy.md). A member with no tolerated peak (none of its reservations was
+//      admitted by a waiting admission) is asked as before.
 //   3. The kill (its callback with CancelReason::kOomKill), memory.oom.group as in the kernel.
 // The OomReport names what decided: a handler (by name), a spill, the excess or the kernel order.
 //
@@ -35,8 +41,10 @@
 //
 // Victim choice, excess order (for admitted work that grows): a member's excess is what it holds
 // past the units its reservations were admitted with (charged - admitted; 0 for a member with
-// nothing admitted, which gave no estimate to be past). Members with an excess go first, the
-// largest excess first; then the lower wait priority class (memory.wait.priority of the member's
+// nothing admitted, which gave no estimate to be past). Members past their tolerated peak
+// (tolerated_peak(): past what nearly all of their group's work that ran its course reached,
+// admission.hpp) go first, furthest past it first; then members with an excess, the largest
+// excess first; then the lower wait priority class (memory.wait.priority of the member's
 // group); then the kernel's badness; then the later member in walk order. Immune members are never
 // chosen in either order. The OOM domain's memory.oom.order picks the order: "kernel", "excess",
 // or "auto" (the default: excess when any candidate has admitted units, else kernel), so a member
@@ -93,6 +101,7 @@
 // middle of the member's own charge, which then fails and leaves nothing charged.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -195,6 +204,12 @@ class Member {
   // themselves): adds `delta` units (negative to take back) to what it was admitted with, so that
   // the OOM killer's excess order sees its estimate. The result never goes below 0.
   void add_admitted(int64_t delta) noexcept;
+  // Units this member's reservations tolerate peaking at: the sum over those with a waiting
+  // admission in force (Reservation::reserve_for, reserve_until) of their tolerated peak
+  // (admission.hpp: the admitted size times the group's learned mean plus two standard
+  // deviations of peak/admitted, at least its expected peak). 0 when none has one (add_admitted()
+  // states no such peak). Spill before kill looks at it (below).
+  int64_t tolerated_peak() const noexcept { return tolerated_.load(std::memory_order_relaxed); }
 
   // Spill before kill: when the OOM killer chooses this member, it first calls its callback with
   // CancelReason::kSpill and waits up to `grace` (on the controller's clock) for the domain to
@@ -236,6 +251,7 @@ class Member {
   std::atomic<int> adj_;
   std::atomic<int64_t> charged_{0};
   std::atomic<int64_t> admitted_{0};  // sum of its reservations' admitted units
+  std::atomic<int64_t> tolerated_{0};  // sum of its reservations' tolerated peaks
   std::atomic<bool> killed_{false};
   std::atomic<bool> preempt_asked_{false};  // set under the OOM lock; cleared when it holds 0
   std::atomic<uint64_t> spill_grace_ns_{0};

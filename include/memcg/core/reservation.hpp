@@ -67,6 +67,13 @@
 //      as on its way (a query that may finish soon cannot be told from one that will not);
 //   3. the OOM killer, per the policy (whose admission-aware order chooses the members past
 //      their admitted size first, oom.hpp).
+// Before these steps, growth past the reservation's tolerated peak (admission.hpp: its admitted
+// size times the group's learned mean plus two standard deviations of peak/admitted, at least
+// its expected peak) may take only memory not promised to other admitted reservations
+// (usage + their promise + need <= max on every limited level where they have one); otherwise
+// it goes to the OOM killer of that level (kKernel over the costly size: kNoMemCostly; kNever:
+// kNoMem), whose excess order chooses the largest excess, a runaway, early. grow_for() is not
+// subject to it (it never kills, admission.hpp).
 // Growth within the admitted size, and grow() on a reservation never admitted, charge at once
 // per the policy, as before. kNever skips step 2 (and has no step 3), and so does
 // ReserveOptions::growth_wait = false (steps 1 and 3 become the one charge per the policy).
@@ -219,6 +226,9 @@ class Reservation {
   void set_admitted(int64_t units) noexcept;
   ReserveStatus admit_units(int64_t need, uint64_t deadline_ns) noexcept;
   ReserveStatus grow_past(int64_t need) noexcept;
+  // Growth past the expected peak: kOk once `need` fits beside the others' promises (the OOM
+  // killer asked for that room as needed), else the refusal.
+  ReserveStatus respect_promises(int64_t need) noexcept;
   // Keeps the promise on the path (admission.hpp) at max(0, expected_ - max(units_, peak_)).
   void update_promise() noexcept;
   // Ends a waiting admission: teaches the group its peak ratio, gives the promise back.
@@ -237,6 +247,8 @@ class Reservation {
   int64_t learn_base_ = 0;  // the units a waiting admission admitted (0: nothing to teach)
   int64_t peak_ = 0;        // the most units held since that admission
   bool cut_short_ = false;  // a growth since that admission was refused (it teaches nothing)
+  int64_t tolerated_ = 0;        // tolerated peak of the waiting admission in force (0: none)
+  int64_t member_tolerated_ = 0;  // what this reservation adds to Member::tolerated_peak()
 };
 
 }  // namespace memcg

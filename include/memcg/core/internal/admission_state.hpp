@@ -26,6 +26,11 @@ void admit_uncharged() noexcept;
 // smallest memory.max of its path, never below `total`).
 int64_t admit_expected(const Group& group, int64_t total) noexcept;
 
+// The tolerated peak, in units, of a request for `total` units on `group`: total times the
+// group's tolerance (admission.hpp), clamped to the smallest memory.max of its path, never below
+// `total`.
+int64_t admit_tolerated(const Group& group, int64_t total) noexcept;
+
 // Adds `delta` to the promised units of `group` and each ancestor but the root. A negative delta
 // re-checks the waiting admissions.
 void admit_promise_add(Group& group, int64_t delta) noexcept;
@@ -35,6 +40,14 @@ enum class AdmitWait : uint8_t { kOk, kTimedOut, kCancelled };
 // memory.max, then promises `need` units (admit_promise_add) under the admission mutex.
 AdmitWait admit_wait(Group& group, int64_t need, uint64_t deadline_ns,
                      const std::stop_token& stop) noexcept;
+
+// Growth past the tolerated peak (reservation.hpp): the first level of `group`'s path (root
+// excluded) with a memory.max where others = promised - own > 0 and usage + others + need >
+// max, i.e. where `need` more units would take memory promised to other admitted reservations
+// (`own`: what the asking reservation itself has promised on its path); null when every level
+// has room beside the promises (a level without others' promises is the ordinary limit). `*want` is set to need + the others' promise on that level: the room the OOM killer
+// is asked to make there.
+Group* promised_level(Group& group, int64_t need, int64_t own, int64_t* want) noexcept;
 
 // Growth past admission (Reservation::grow): the level of `group`'s path (root excluded) that has
 // no room for `units` more, the lowest limit first; null when all have room.
