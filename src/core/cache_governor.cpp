@@ -62,7 +62,8 @@ uint64_t CacheGovernor::protection_under(const Group& root) const noexcept {
   pin.children_low_usage += std::min(grown, self.low) - std::min(self.usage, self.low);
   self.usage = grown;
   if (self.usage == 0) return 0;
-  const EffectiveProtection pe = effective_under(root, *g.parent(), input_of(*g.parent()), recursive);
+  const EffectiveProtection pe =
+      effective_under(root, *g.parent(), input_of(*g.parent()), recursive);
   const EffectiveProtection e = compute_protection(self, pin, pe, recursive);
   return g.controller().to_bytes(std::max<int64_t>(0, std::max(e.emin, e.elow)));
 }
