@@ -328,6 +328,9 @@ class MemcgService final : public Service {
       out[p + "lowered"] = static_cast<double>(gs.lowered);
       out[p + "raised"] = static_cast<double>(gs.raised);
       out[p + "deferred"] = static_cast<double>(bc.deferred());
+      // The governor's own figures, in the group's bytes (the capacity above is RocksDB's).
+      out[p + "gov_capacity_mib"] = mib(static_cast<double>(bc.governor().capacity()));
+      out[p + "gov_target_mib"] = mib(static_cast<double>(bc.governor().target()));
       out[p + "group_mib"] = mib(static_cast<double>(groups_[r]->current()));
       out[p + "cache_usage_mib"] = mib(static_cast<double>(bc.cache()->GetUsage()));
       out[p + "blocks_mib"] = mib(static_cast<double>(bc.allocator().live_bytes()));
@@ -544,8 +547,16 @@ double thread_cpu_seconds() {
 // The quiet tenant's point reads for `seconds`, on a thread bound as quiet: paced at
 // c.paced_rate (a missed slot is not made up), or hot. A failed read: an error, a missing key or
 // a wrong value.
+//
+// The latencies' buffer is reserved before the thread is bound: in arena mode, memory allocated on
+// a bound thread is the tenant's (a hot phase's 4 MiB of latencies, and the same again as freed
+// pages after it, were charged to quiet and spent its memory.min). It holds a read per
+// microsecond of the phase (a hot Get takes about 4); a phase that fills it ends there.
 Reads quiet_reads(Service& s, const Config& c, bool paced, double seconds, uint64_t seed) {
   Reads out;
+  const std::size_t capacity = paced ? static_cast<std::size_t>(seconds * c.paced_rate) + 16
+                                     : static_cast<std::size_t>(seconds * 1e6) + 16;
+  out.ns.reserve(capacity);
   std::shared_ptr<void> bound = s.bind(kQuiet);
   ::rocksdb::DB& db = s.db(kQuiet);
   std::mt19937_64 rng(seed);
@@ -556,8 +567,7 @@ Reads quiet_reads(Service& s, const Config& c, bool paced, double seconds, uint6
   const auto interval = std::chrono::nanoseconds(1'000'000'000 / c.paced_rate);
   auto next = start;
   const double cpu0 = thread_cpu_seconds();
-  out.ns.reserve(paced ? static_cast<std::size_t>(seconds * c.paced_rate) + 16 : 1 << 20);
-  for (;;) {
+  while (out.ns.size() < capacity) {
     if (paced) {
       next += interval;
       const auto now = Clock::now();

@@ -151,6 +151,100 @@ TEST_F(CacheGovernorTest, AncestorPressureStopsAtTheGroupsLow) {
   EXPECT_EQ(a->events().get(Event::kLow), 0u);
 }
 
+// A group below its memory.min is never reclaimed: under an ancestor's pressure the governor
+// keeps all of its cache (and lets it fill up to the protection).
+TEST_F(CacheGovernorTest, BelowItsMinTheCacheIsNotShrunk) {
+  GroupRef parent = make("/p");
+  GroupRef a = make("/p/a");
+  GroupRef b = make("/p/b");
+  parent->set_max(2048 * kUnit);
+  a->set_min(1024 * kUnit);
+  LruCache lru(*a, "c");
+  GovernedLru cache(lru);
+  CacheGovernorOptions o;
+  o.headroom_bytes = kUnit;
+  o.grow_delay_ns = 0;
+  CacheGovernor gov(*a, cache, o);
+  cache.fill();
+  lru.shrink(lru.size() - 700);  // a working set of 700 units, below the 1024 of memory.min
+  LruCache noisy(*b, "noisy");
+  for (int round = 0; round < 8; ++round) {
+    noisy.grow(512);
+    gov.update();
+    EXPECT_EQ(lru.size(), 700) << "round " << round;
+  }
+  EXPECT_GE(gov.capacity(), (1024 - 64) * kUnit);  // the protection, less a stock batch
+  EXPECT_EQ(gov.stats().reclaims, 0u);
+  EXPECT_LE(parent->current(), 2048 * kUnit);
+}
+
+// The protection that counts is the effective one, shared out down the tree from the level whose
+// limit presses (protection.hpp), as reclaim computes it. With recursive protection a group
+// without a memory.min of its own is protected by its parent's: its cache stays.
+TEST(CacheGovernorEffective, RecursiveProtectionOfTheParentKeepsTheCache) {
+  ManualClock clock{1'000'000'000};
+  Options opts;
+  opts.clock = &clock;
+  opts.recursive_protection = true;
+  Controller ctl(opts);
+  GroupRef parent, t, a, b;
+  ASSERT_EQ(ctl.create("/p", &parent), 0);
+  ASSERT_EQ(ctl.create("/p/t", &t), 0);
+  ASSERT_EQ(ctl.create("/p/t/a", &a), 0);
+  ASSERT_EQ(ctl.create("/p/b", &b), 0);
+  parent->set_max(2048 * kUnit);
+  t->set_min(1024 * kUnit);  // a's only through recursive protection
+  LruCache lru(*a, "c");
+  GovernedLru cache(lru);
+  CacheGovernorOptions o;
+  o.headroom_bytes = kUnit;
+  o.grow_delay_ns = 0;
+  CacheGovernor gov(*a, cache, o);
+  cache.fill();
+  lru.shrink(lru.size() - 700);
+  LruCache noisy(*b, "noisy");
+  for (int round = 0; round < 8; ++round) {
+    noisy.grow(512);
+    gov.update();
+    EXPECT_EQ(lru.size(), 700) << "round " << round;
+  }
+  EXPECT_GE(gov.capacity(), (1024 - 64) * kUnit);
+  EXPECT_LE(parent->current(), 2048 * kUnit);
+}
+
+// And a memory.min that the parent does not hand out (its own is 0) protects nothing against
+// the grandparent's limit: the governor does not keep the cache for it.
+TEST(CacheGovernorEffective, MinNotHandedOutByTheParentDoesNotKeepTheCache) {
+  ManualClock clock{1'000'000'000};
+  Options opts;
+  opts.clock = &clock;
+  Controller ctl(opts);
+  GroupRef parent, t, a, b;
+  ASSERT_EQ(ctl.create("/p", &parent), 0);
+  ASSERT_EQ(ctl.create("/p/t", &t), 0);
+  ASSERT_EQ(ctl.create("/p/t/a", &a), 0);
+  ASSERT_EQ(ctl.create("/p/b", &b), 0);
+  parent->set_max(2048 * kUnit);
+  a->set_min(1024 * kUnit);  // t has none: a's effective min under /p is 0
+  LruCache lru(*a, "c");
+  GovernedLru cache(lru);
+  CacheGovernorOptions o;
+  o.headroom_bytes = kUnit;
+  o.grow_delay_ns = 0;
+  CacheGovernor gov(*a, cache, o);
+  cache.fill();
+  ASSERT_GE(lru.size(), 1900);
+  ASSERT_EQ(try_charge(*b, 1536, kDefaultCharge | kNoSpin), ChargeStatus::kOk);
+  // Reclaim took from a's cache (the driver gives a no protection); update() does not bring the
+  // capacity back up to a's memory.min: the room /p leaves, 2048 - 1536 - headroom.
+  gov.update();
+  EXPECT_LE(gov.capacity(), (2048 - 1536) * kUnit);
+  cache.fill();
+  EXPECT_LE(static_cast<uint64_t>(lru.size()), 512u);
+  EXPECT_LE(parent->current(), 2048 * kUnit);
+  uncharge_direct(*b, 1536);
+}
+
 TEST_F(CacheGovernorTest, InvalidOptionsAreRefused) {
   GroupRef g = make("/t");
   LruCache lru(*g, "c");

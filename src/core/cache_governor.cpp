@@ -4,11 +4,30 @@
 #include <stdexcept>
 
 #include "memcg/core/controller.hpp"
+#include "memcg/counter/protection.hpp"
 
 namespace memcg {
 
 namespace {
 uint64_t sat_sub(uint64_t a, uint64_t b) noexcept { return a > b ? a - b : 0; }
+
+ProtectionInput input_of(const Group& g) noexcept {
+  const PageCounter& m = g.memory();
+  return {m.usage(), m.min(), m.low(), m.children_min_usage(), m.children_low_usage()};
+}
+
+// `g`'s effective protection (units) in a reclaim walk rooted at its ancestor `root`, computed
+// top-down as the walk does (reclaim.cpp): a child of the root gets its declared values, a deeper
+// group what compute_protection() shares out of its parent's. Recursion up the path, no
+// allocation (called from inside charges, through the deferred shrinks of BlockCache).
+EffectiveProtection effective_under(const Group& root, const Group& g, const ProtectionInput& self,
+                                    bool recursive) noexcept {
+  const Group* parent = g.parent();
+  if (parent == &root) return {self.min, self.low};
+  if (self.usage == 0) return {};
+  const ProtectionInput pin = input_of(*parent);
+  return compute_protection(self, pin, effective_under(root, *parent, pin, recursive), recursive);
+}
 }  // namespace
 
 CacheGovernor::CacheGovernor(Group& group, GovernedCache& cache, CacheGovernorOptions options)
@@ -26,10 +45,35 @@ CacheGovernor::~CacheGovernor() { registration_.reset(); }
 
 uint64_t CacheGovernor::target() const noexcept { return compute().target; }
 
+uint64_t CacheGovernor::protection_under(const Group& root) const noexcept {
+  const Group& g = *group_;
+  const bool recursive = g.controller().options().recursive_protection;
+  ProtectionInput self = input_of(g);
+  if (g.parent() == &root) {
+    // A child of the level that presses: its declared values, whatever its usage.
+    return g.controller().to_bytes(std::max(self.min, self.low));
+  }
+  // What the group may hold, not only what it holds: its usage taken as at least its own
+  // protection, and its parent's sums (its claims, its usage) as they would be then.
+  ProtectionInput pin = input_of(*g.parent());
+  const int64_t grown = std::max({self.usage, self.min, self.low});
+  pin.usage += grown - self.usage;
+  pin.children_min_usage += std::min(grown, self.min) - std::min(self.usage, self.min);
+  pin.children_low_usage += std::min(grown, self.low) - std::min(self.usage, self.low);
+  self.usage = grown;
+  if (self.usage == 0) return 0;
+  const EffectiveProtection pe =
+      effective_under(root, *g.parent(), input_of(*g.parent()), recursive);
+  const EffectiveProtection e = compute_protection(self, pin, pe, recursive);
+  return g.controller().to_bytes(std::max<int64_t>(0, std::max(e.emin, e.elow)));
+}
+
 CacheGovernor::Target CacheGovernor::compute() const noexcept {
   const uint64_t cache = cache_.usage_bytes();
+  const uint64_t own_other = sat_sub(group_->current(), cache);
   uint64_t own_room = UINT64_MAX;
-  uint64_t ancestor_room = UINT64_MAX;
+  uint64_t ancestor_target = UINT64_MAX;
+  uint64_t floor = UINT64_MAX;
   for (const Group* g = group_.get(); g != nullptr && !g->is_root(); g = g->parent()) {
     const uint64_t limit = std::min(g->high(), g->max());
     if (limit >= kUnlimited) continue;
@@ -37,15 +81,17 @@ CacheGovernor::Target CacheGovernor::compute() const noexcept {
     const uint64_t headroom =
         options_.headroom_bytes != 0 ? options_.headroom_bytes : limit / 32;
     const uint64_t room = sat_sub(sat_sub(limit, other), headroom);
-    if (g == group_.get())
-      own_room = room;
-    else
-      ancestor_room = std::min(ancestor_room, room);
+    if (g == group_.get()) {
+      own_room = room;  // the group's own limit: its protection does not count against it
+      continue;
+    }
+    // This level's pressure reclaims the group only above its effective protection there.
+    const uint64_t level_floor = sat_sub(protection_under(*g), own_other);
+    ancestor_target = std::min(ancestor_target, std::max(room, level_floor));
+    floor = std::min(floor, level_floor);
   }
-  const uint64_t protection = std::max(group_->min(), group_->low());
-  const uint64_t floor = sat_sub(protection, sat_sub(group_->current(), cache));
-  const uint64_t t = std::min(own_room, std::max(ancestor_room, floor));
-  const uint64_t protected_part = std::min(own_room, floor);
+  const uint64_t t = std::min(own_room, ancestor_target);
+  const uint64_t protected_part = floor == UINT64_MAX ? 0 : std::min(own_room, floor);
   return {std::clamp(t, options_.min_bytes, options_.max_bytes),
           std::clamp(protected_part, options_.min_bytes, options_.max_bytes)};
 }

@@ -8,13 +8,21 @@
 namespace memcg::rocksdb {
 
 namespace {
-// RocksDB's default shard count follows the configured capacity (one shard per 512 KiB, at most
-// 64). A governed cache runs at the group's room, often far below its configuration: 64 shards
-// of a 16 MiB room hold 256 KiB each, an index block larger than that is dropped after every
-// use and read again on the next Get. So the count follows the tightest limit above the group.
+// RocksDB's default shard count follows the configured capacity: the most shard bits (at most 6)
+// that leave each shard at least 512 KiB (GetDefaultCacheShardBits). LRUCache holds each shard to
+// its own 1/n of the capacity, so shards much smaller than that evict while the cache as a whole
+// has room: 64 shards of a 16 MiB room hold 256 KiB each, an index block larger than that is
+// dropped after every use, and a working set of a few thousand blocks spreads unevenly over them
+// (the fullest shards evict with the total below the capacity). A governed cache runs at the
+// group's room, often far below its configuration, and a protected group's cache under pressure
+// at its protection. So the same rule is applied to the smallest of the configured capacity, the
+// tightest memory.high/max above the group, and the group's protection (max of memory.min and
+// memory.low) where it has one.
 int default_shard_bits(const Group& group, uint64_t capacity) {
   for (const Group* g = &group; g != nullptr && !g->is_root(); g = g->parent())
     capacity = std::min({capacity, g->high(), g->max()});
+  const uint64_t protection = std::max(group.min(), group.low());
+  if (protection > 0) capacity = std::min(capacity, protection);
   int bits = 0;
   while (bits < 6 && (capacity >> (bits + 1)) >= (uint64_t{512} << 10)) ++bits;
   return bits;

@@ -30,6 +30,30 @@ TEST(RocksdbShards, LargeEntryStaysCachedWhenTheRoomIsFarBelowTheConfiguration) 
   cache.cache()->Erase("index");
 }
 
+// RocksDB's rule (shards of at least 512 KiB) applied to what a protected cache runs at under
+// pressure: its group's protection, not the parent's limit.
+TEST(RocksdbShards, ProtectedGroupIsShardedForItsProtection) {
+  memcg::Controller ctl;
+  memcg::GroupRef parent, g, plain;
+  ASSERT_EQ(ctl.create("/svc", &parent), 0);
+  ASSERT_EQ(ctl.create("/svc/quiet", &g), 0);
+  ASSERT_EQ(ctl.create("/svc/noisy", &plain), 0);
+  parent->set_max(96 * kMiB);
+  g->set_min(16 * kMiB);
+  memcg::rocksdb::BlockCache cache(*g);
+  EXPECT_NE(cache.cache()->GetPrintableOptions().find("num_shard_bits : 5"), std::string::npos)
+      << cache.cache()->GetPrintableOptions();
+  memcg::rocksdb::BlockCache unprotected(*plain);  // 96 MiB: 64 shards of 1.5 MiB
+  EXPECT_NE(unprotected.cache()->GetPrintableOptions().find("num_shard_bits : 6"),
+            std::string::npos)
+      << unprotected.cache()->GetPrintableOptions();
+  g->set_min(0);
+  g->set_low(5 * kMiB);  // 10 shards' worth: 8 shards of 640 KiB
+  memcg::rocksdb::BlockCache low(*g);
+  EXPECT_NE(low.cache()->GetPrintableOptions().find("num_shard_bits : 3"), std::string::npos)
+      << low.cache()->GetPrintableOptions();
+}
+
 TEST(RocksdbShards, ExplicitShardBitsAreKept) {
   memcg::Controller ctl;
   memcg::GroupRef g;

@@ -6,20 +6,30 @@
 // cache's. A governed cache instead has a capacity that follows the room the group leaves it:
 //
 //   room at a level   = min(memory.high, memory.max) - (usage - cache usage) - headroom
-//   target            = min(room of the group, max(room of its ancestors, protected floor)),
+//   floor at a level  = the group's effective protection against that level's reclaim
+//                       - the group's non-cache usage
+//   target            = min(room of the group, over each limited ancestor:
+//                           max(room of the ancestor, floor at the ancestor)),
 //                       clamped to [min_bytes, max_bytes]
-//   protected floor   = max(memory.min, memory.low) of the group - its non-cache usage
+//
+// The effective protection is the reclaim driver's (protection.hpp): the larger of emin and elow
+// of the group in a walk rooted at that ancestor, a child of it getting its declared memory.min/
+// low, a deeper group its share of what its parent gets (recursive protection included), and the
+// group's usage taken as at least its own protection, so that a protected cache under pressure
+// can fill up to it. The group's own limit is not held back by its protection (a reclaim root's
+// protection does not count against itself). So, as the kernel's reclaim skips a group under its
+// effective min, update() never shrinks a cache whose group is under its effective protection
+// at the level that presses; and a memory.min its parent does not hand out keeps nothing.
 //
 // update() lowers the capacity to the target at once and raises it only when the target passed
 // it by `hysteresis_bytes` and no reclaim lowered it in the last `grow_delay_ns`, so a cache that
-// pressure shrank does not grow straight back into it; a capacity below the protected floor (a
-// reclaim bite may take it there, as the kernel's reclaim may take a protected group one batch
-// below its protection) comes back to the floor at the next update, without either delay. As a Reclaimer on the group it answers
-// reclaim (memory.max, memory.high, memory.reclaim, an ancestor's pressure, with the group's
-// protection honoured by the driver) by lowering the capacity by what was asked; the cache
-// evicts down to it. The protected floor keeps an ancestor's pressure from shrinking the cache
-// below the group's own memory.min/low through update(); it reads the group's configured values,
-// not the effective protection its parent hands out (reclaim uses the effective one).
+// pressure shrank does not grow straight back into it; a capacity below the protected floor (the
+// smallest floor of the limited ancestors: a reclaim bite may take it there, as the kernel's
+// reclaim may take a protected group one batch below its protection) comes back to the floor at
+// the next update, without either delay. As a Reclaimer on the group it answers reclaim
+// (memory.max, memory.high, memory.reclaim, an ancestor's pressure, with the group's protection
+// honoured by the driver) by lowering the capacity by what was asked; the cache evicts down to
+// it.
 //
 // The kernel has no counterpart: its shrinkers are asked to scan objects. This is the capacity
 // a user-space cache already has (RocksDB's LRUCache::SetCapacity), driven by the group.
@@ -96,6 +106,9 @@ class CacheGovernor final : public Reclaimer {
     uint64_t floor;   // its protected part: restored without hysteresis
   };
   Target compute() const noexcept;
+  // The group's effective protection (bytes, the larger of emin and elow) against a reclaim
+  // rooted at its ancestor `root`, with the group grown to its own protection.
+  uint64_t protection_under(const Group& root) const noexcept;
   void apply(uint64_t bytes) noexcept;  // REQUIRES: apply_mu_ held
 
   GroupRef group_;

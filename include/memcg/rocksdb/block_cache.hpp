@@ -41,8 +41,13 @@ struct BlockCacheOptions {
   // refuses it, and update() counts it when the protection is raised later
   // (capacity_conflicts()).
   uint64_t capacity_bytes = 0;
-  // -1: one shard per 512 KiB (at most 64, RocksDB's rule) of the smaller of capacity_bytes and
-  // the tightest memory.high/max above the group at construction, not of capacity_bytes alone.
+  // -1: RocksDB's own rule (the most shard bits, at most 6, that leave each shard at least
+  // 512 KiB: LRUCache holds each shard to its 1/n of the capacity) applied to the capacity the
+  // cache is expected to run at, read at construction: the smallest of capacity_bytes, the
+  // tightest memory.high/max above the group, and the group's protection (max of memory.min and
+  // memory.low) if it has one. A group of memory.min 16 MiB under a 96 MiB parent: 32 shards, not
+  // 64 (a protection set after construction does not change the count; set it first, or pass
+  // num_shard_bits).
   int num_shard_bits = -1;
   CacheGovernorOptions governor;
   // The blocks' allocator; null: a ByteAllocator on the group. An allocator on another group
