@@ -3,9 +3,11 @@
 
 The same tenants, limits and cache; 16 worker lanes, each running queries one after another
 (`iterations` with `new_member`: each query a new member with a shape of its own). A query is
-what the service's run_query does, on the library's Reservation API: admitted with
-`reserve: { size: ESTIMATE, wait: 2s, oom: pieces }` (Reservation::reserve_for, so learned-peak
-admission and never-fits apply), then growing every 2 ms by a tenth of its growth
+what the service's run_query does, on the library's Reservation API: one try of the service's
+admission front-end, `reserve: { size: ESTIMATE, wait: 5ms, oom: pieces, ends_on: refused }`
+(Reservation::reserve_for for kAdmitTry, so learned-peak admission and never-fits apply; a try
+that times out ends the iteration: the query is put back and the lane takes its next query, so a
+lane does not sit in one tenant's admission), then growing every 2 ms by a tenth of its growth
 (`reserve: { grow: ... }`, Reservation::grow) to its estimate plus 0-50 %, and released when the
 query ends (the member exits). As in the service, each query draws its own tenant (etl 40 %,
 dash 30 %, adhoc 30 %), estimate (etl 16-64M, others 8-32M) and growth; 5 % of etl's queries are
@@ -16,9 +18,12 @@ fits). The draws use a fixed seed, so a file is one sample of the service's dist
   memcgctl run FILE --json | python3 examples/query_service_gen.py --summarize FILE
 
 The second form prints the prediction: kills of runaway and of well-behaved queries, runaways
-stopped at etl's limit (never-fits), waits not served (admissions and growth waits that timed
-out), queries and the virtual time they took (queries/s counts finished and killed queries, as
-the service does).
+stopped at etl's limit (never-fits), waits not served (growth waits that timed out), queries put
+back (admission tries that timed out), queries and the virtual time they took (queries/s counts
+finished and killed queries, as the service's finished rate does; completed q/s those that
+finished). A put-back query is not retried: the lane's next listed query (drawn as any other,
+so possibly the same tenant's) takes its place, where the service retries it, within its 2 s
+deadline, after another tenant's.
 
 Policies (as the service's --policy): `today` (memory.oom.order: kernel, memory.admit.growth: 1,
 growth by grow()), `excess` (memory.oom.order: excess, growth 1, grow()), `wait200` (kernel
@@ -36,6 +41,7 @@ import sys
 WORKERS = 16
 QUERIES = 30        # queries per worker
 STEP_MS = 2         # the service's kStepTime
+TRY_MS = 5          # one admission try of the service's front-end (kAdmitTry)
 STEPS = 10          # steps of work of a well-behaved query (kSteps)
 CHUNK = 4 << 20     # a runaway's growth step (kChunk)
 MIB = 1 << 20
@@ -70,8 +76,10 @@ def query(rng, w, wait200):
         est, shape = 400 * MIB, "never-fits"
     final = max(final, est)
     m = f"w{w}"
-    # Admission: a refusal (timed out, never fits) ends the query.
-    steps = [f"reserve: {{ member: {m}, size: {size(est)}, wait: 2s, oom: pieces, "
+    # Admission, one try of the service's front-end: reserve_for(estimate, 5 ms). A try that
+    # times out ends the iteration (the query is put back) and the lane takes its next query;
+    # never-fits ends it too (the query fails).
+    steps = [f"reserve: {{ member: {m}, size: {size(est)}, wait: {TRY_MS}ms, oom: pieces, "
              f"ends_on: refused }}"]
     if shape == "runaway":
         # 4M every step until killed or refused at etl's limit; a growth that finds no victim
@@ -109,17 +117,17 @@ def prediction(text, doc):
         if s["kind"] == "reserve" and s.get("lane"):
             steps.setdefault(s["lane"], []).append(r)
     c = dict.fromkeys(("done", "killed_runaway", "killed_good", "runaways", "limited",
-                       "unstopped", "never_fits", "timed_out", "failed", "waits_not_served"), 0)
+                       "unstopped", "never_fits", "put_back", "failed", "waits_not_served"), 0)
     for q, shape in shapes.items():
         rs = steps.get(q, [])
-        c["waits_not_served"] += sum(1 for r in rs if r.get("waited") == "timed-out")
+        c["waits_not_served"] += sum(1 for r in rs[1:] if r.get("waited") == "timed-out")
         admission = rs[0]["status"] if rs else "none"
         last = rs[-1]["status"] if rs else "none"
         if admission == "never-fits":
             c["never_fits"] += 1
             continue
-        if admission == "timed-out":
-            c["timed_out"] += 1
+        if admission == "timed-out":  # a front-end try that timed out: the query put back
+            c["put_back"] += 1
             continue
         if admission not in ("ok", "forced"):
             c["failed"] += 1
@@ -137,6 +145,7 @@ def prediction(text, doc):
     c["queries"] = c["done"] + c["killed_runaway"] + c["killed_good"]  # as the service counts
     c["seconds"] = elapsed / 1e9
     c["qps"] = c["queries"] / c["seconds"] if elapsed else 0.0
+    c["done_qps"] = c["done"] / c["seconds"] if elapsed else 0.0  # completed, as the service's
     c["good_kills_per_s"] = c["killed_good"] / c["seconds"] if elapsed else 0.0
     return c
 
@@ -147,8 +156,8 @@ def summarize(path):
           f"({c['good_kills_per_s']:.1f} well-behaved kills per virtual s), "
           f"runaways {c['runaways']} (limited {c['limited']}, unstopped {c['unstopped']}), "
           f"{c['waits_not_served']} waits not served, never-fits {c['never_fits']}, "
-          f"timed-out {c['timed_out']}, failed {c['failed']}, {c['queries']} queries in "
-          f"{c['seconds']:.3f} s virtual ({c['qps']:.0f} q/s)")
+          f"put back {c['put_back']}, failed {c['failed']}, {c['queries']} queries in "
+          f"{c['seconds']:.3f} s virtual ({c['qps']:.0f} q/s, {c['done_qps']:.0f} completed)")
 
 
 def main():
