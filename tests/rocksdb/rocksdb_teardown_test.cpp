@@ -29,8 +29,11 @@ TEST(RocksdbTeardown, EveryTenantGroupBackToZero) {
     EXPECT_EQ(random_reads(*db, 20'000, 200, 1, 5'000).failed, 0u);
     ta.safe_point();
     tb.safe_point();
-    ASSERT_GT(a->current(), kMiB);
-    ASSERT_GT(b->current(), kMiB);
+    // Both groups hold memory when the shutdown starts (cache blocks, and b's memtables); how
+    // much depends on when the governor flushed under the parent's 6 MiB (b was seen at 0.99 MiB
+    // once), so the check is that the teardown starts from a real charge, not its size.
+    ASSERT_GT(a->current(), kMiB / 4);
+    ASSERT_GT(b->current(), kMiB / 4);
     // 1. every database removed from its tenant and closed
     ta.remove(da.get());
     tb.remove(db.get());
