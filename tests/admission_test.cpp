@@ -168,6 +168,7 @@ TEST_F(AdmitTest, WorkCutShortTeachesNothing) {
     ASSERT_EQ(r.grow(2 * kUnit), ReserveStatus::kOk);
   }
   EXPECT_EQ(admit_stats(*g).skipped, 3u);
+  EXPECT_EQ(wait_line("admit_skipped"), "3");
   EXPECT_EQ(admit_stats(*g).samples, 6u);
   EXPECT_EQ(g->memory().usage(), 0);
   EXPECT_EQ(admit_stats(*g).promised_units, 0);
@@ -513,6 +514,7 @@ TEST_F(AdmitTest, LearnsTheToleranceAndGrowthPastItRespectsPromises) {
   const uint32_t want = static_cast<uint32_t>(std::lround(1000.0 * (mean + 2 * sd)));
   const AdmitStats st = admit_stats(*g);
   EXPECT_EQ(st.tolerance_permille, want);
+  EXPECT_EQ(wait_line("admit_tolerance_permille"), std::to_string(want));
   EXPECT_GT(want, 1700u);  // mean about 1.25, sd about 0.25
   EXPECT_LT(want, 1800u);
   EXPECT_EQ(st.growth_permille, static_cast<uint32_t>(std::lround(1000.0 * mean)));

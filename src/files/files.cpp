@@ -137,6 +137,9 @@ int read_wait(Group& g, std::string* out) {
   line("growth_waits", a.growth_waits);
   line("growth_granted", a.growth_granted);
   line("growth_bound_usec", a.growth_bound_ns / 1000);
+  // The tolerated peak's factor and the admissions cut short (admission.hpp), appended after.
+  line("admit_tolerance_permille", a.tolerance_permille);
+  line("admit_skipped", a.skipped);
   *out = std::move(s);
   return 0;
 }
