@@ -209,7 +209,8 @@ TEST(ChargeWaitPriority, MemoryWaitShowsClassesAndWaitTimes) {
             "low_timed_out 0\nlow_cancelled 0\nlow_removed 0\nnever_fits 0\n"
             "admit_growth_permille 1000\nadmit_samples 0\nadmit_promised_bytes 0\nadmit_waits 0\n"
             "growth_waits 0\ngrowth_granted 0\ngrowth_bound_usec 20000\n"
-            "admit_tolerance_permille 4000\nadmit_skipped 0\n");
+            "admit_tolerance_permille 4000\nadmit_skipped 0\nadmit_reclaims 0\n"
+                "admit_reclaimed_bytes 0\n");
   const WaitStats s = wait_stats(*pool.p);
   EXPECT_EQ(s.wait_ns_sum, 30'000'000u + 2'030'000'000u);
   // Cumulative buckets: 30 ms is in <= 100 ms and above; 2.03 s in <= 10 s and above.

@@ -133,7 +133,8 @@ TEST_F(Files, WaitFileWithoutWaiters) {
                 "never_fits 0\n"
                 "admit_growth_permille 1000\nadmit_samples 0\nadmit_promised_bytes 0\nadmit_waits 0\n"
                 "growth_waits 0\ngrowth_granted 0\ngrowth_bound_usec 20000\n"
-                "admit_tolerance_permille 4000\nadmit_skipped 0\n");
+                "admit_tolerance_permille 4000\nadmit_skipped 0\nadmit_reclaims 0\n"
+                "admit_reclaimed_bytes 0\n");
   std::unique_ptr<File> f;
   ASSERT_EQ(open_file(*a, "memory.wait", &f), 0);
   EXPECT_TRUE(f->readable());

@@ -16,6 +16,11 @@
 #include "memcg/core/group.hpp"
 #include "memcg/core/internal/admission_state.hpp"
 #include "memcg/core/oom.hpp"
+#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/reclaim.hpp"
+#include "memcg/percpu/internal/stock.hpp"
+
+#include "charge_ladder.hpp"
 
 namespace memcg {
 namespace internal {
@@ -35,6 +40,8 @@ struct AdmitState {
   std::atomic<uint32_t> tolerance_permille{kAdmitMaxGrowthPermille};
   std::atomic<int64_t> promised{0};
   std::atomic<uint64_t> admit_waits{0};
+  std::atomic<uint64_t> admit_reclaims{0};   // admissions that reclaimed on this level
+  std::atomic<uint64_t> admit_reclaimed{0};  // units they reclaimed there
   std::atomic<uint64_t> growth_waits{0};
   std::atomic<uint64_t> growth_granted{0};
   std::atomic<uint64_t> growth_mean_ns{kGrowthWaitPriorNs};
@@ -112,28 +119,78 @@ uint32_t tolerance(const Group& g) noexcept {
   return std::max(factor(g), s->tolerance_permille.load(std::memory_order_relaxed));
 }
 
+// What `need` more units lack by expectation on level `a` (admission.hpp):
+// usage + promised + need - max, where promised counts the admitted reservations under `a`.
+// Zero or less: they fit there. A level without memory.max lacks nothing.
+int64_t short_by(const Group& a, int64_t need) noexcept {
+  const int64_t max = a.memory().max();
+  if (max >= a.controller().max_units()) return 0;  // no memory.max here
+  const AdmitState* s = AdmitAccess::peek(a);
+  const int64_t promised = s ? s->promised.load(std::memory_order_relaxed) : 0;
+  return a.memory().usage() + std::max<int64_t>(promised, 0) + need - max;
+}
+
 // True when `need` more units fit by expectation on every limited level of the path.
 bool fits_expected(const Group& g, int64_t need) noexcept {
-  for (const Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
-    const int64_t max = a->memory().max();
-    if (max >= g.controller().max_units()) continue;  // no memory.max here
-    const AdmitState* s = AdmitAccess::peek(*a);
-    const int64_t promised = s ? s->promised.load(std::memory_order_relaxed) : 0;
-    if (a->memory().usage() + std::max<int64_t>(promised, 0) + need > max) return false;
-  }
+  for (const Group* a = &g; a != nullptr && !a->is_root(); a = a->parent())
+    if (short_by(*a, need) > 0) return false;
   return true;
 }
 
 void count_admit_wait(Group& g, int64_t need) noexcept {
   for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
-    const int64_t max = a->memory().max();
-    if (max >= g.controller().max_units()) continue;
-    const AdmitState* p = AdmitAccess::peek(*a);
-    const int64_t promised = p ? p->promised.load(std::memory_order_relaxed) : 0;
-    if (a->memory().usage() + std::max<int64_t>(promised, 0) + need > max) {
+    if (short_by(*a, need) > 0) {
       if (AdmitState* s = state(*a)) s->admit_waits.fetch_add(1, std::memory_order_relaxed);
       return;
     }
+  }
+}
+
+// Reclaim for admission (admission.hpp): when `need` units lack room by expectation only for
+// memory that reclaim can take at once, make that room as a charge's ladder would, without the
+// OOM killer: drain the stocks of the highest level that lacks room (pre-charged units count
+// against its limit and come back at once), then, lowest level first, reclaim in that level's
+// subtree what it still lacks (its reclaim lowers its ancestors' usage too), up to
+// kMaxReclaimRetries fruitless attempts a level. Nothing is reclaimed when some level lacks more
+// than its reclaimable_now(): reclaim could not admit the request there, and the caches would be
+// emptied for nothing. Returns true when anything was freed. REQUIRES: no library lock held
+// (reclaimers are called).
+bool admit_reclaim(Group& g, int64_t need) noexcept {
+  try {
+    Group* top = nullptr;
+    for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent())
+      if (short_by(*a, need) > 0) top = a;
+    if (top == nullptr) return true;  // room appeared meanwhile
+    Controller& ctl = g.controller();
+    const int64_t before = top->memory().usage();
+    ctl.obj_stock().drain_all(top);  // object reserves first: they return units
+    ctl.stock().drain_all(top);
+    bool freed = top->memory().usage() < before;
+    for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
+      const int64_t lack = short_by(*a, need);
+      if (lack > 0 && reclaimable_now(*a) < lack) return freed;  // reclaim cannot admit it
+    }
+    const int64_t min_reclaim = at_least_one(kMinReclaimBytes >> ctl.unit_shift());
+    for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
+      int64_t reclaimed = 0;
+      for (int attempt = 0; attempt < kMaxReclaimRetries; ++attempt) {
+        const int64_t lack = short_by(*a, need);
+        if (lack <= 0) break;
+        reclaimed += std::max<int64_t>(0, reclaim_stalled(g, *a, std::max(lack, min_reclaim)));
+      }
+      if (reclaimed > 0) {
+        freed = true;
+        if (AdmitState* s = state(*a)) {
+          s->admit_reclaims.fetch_add(1, std::memory_order_relaxed);
+          s->admit_reclaimed.fetch_add(static_cast<uint64_t>(reclaimed),
+                                       std::memory_order_relaxed);
+        }
+      }
+      if (short_by(*a, need) > 0) break;  // no room here: the levels above cannot admit it
+    }
+    return freed;
+  } catch (...) {  // the walk's bookkeeping could not be allocated: nothing more to do now
+    return false;
   }
 }
 
@@ -208,17 +265,30 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
   Clock& clock = g.controller().clock();
   Waiters& w = waiters();
   ClockWaiter me;
-  HookBypass bypass;  // the waiter list is library bookkeeping
   std::unique_lock<std::mutex> lock(w.mu);
   bool listed = false;
+  bool counted = false;
+  uint64_t reclaim_after_ns = 0;  // no reclaim before this time (after a fruitless one)
   AdmitWait result = AdmitWait::kOk;
-  for (bool first = true;; first = false) {
+  for (;;) {
     if (fits_expected(g, need)) {
       for (Group* a = &g; a != nullptr && !a->is_root(); a = a->parent())
         if (AdmitState* s = state(*a)) s->promised.fetch_add(need, std::memory_order_relaxed);
       break;
     }
-    if (first) count_admit_wait(g, need);
+    // Room that reclaim can make at once is room: take it rather than wait for it. Outside the
+    // admission mutex (reclaimers are called); then everything is looked at again.
+    if (clock.now_ns() >= reclaim_after_ns) {
+      lock.unlock();
+      const bool freed = admit_reclaim(g, need);
+      lock.lock();
+      if (freed) continue;
+      // Nothing to take: look again after a while, not at every wake-up (a cache refills, a
+      // protection changes; a reclaim that frees nothing costs a walk of the subtree).
+      reclaim_after_ns = Clock::after(clock.now_ns(), kAdmitReclaimRetryNs);
+    }
+    if (!counted) count_admit_wait(g, need);
+    counted = true;
     if (stop.stop_requested()) {
       result = AdmitWait::kCancelled;
       break;
@@ -229,6 +299,7 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
       break;
     }
     if (!listed) {
+      HookBypass bypass;  // the waiter list is library bookkeeping
       w.list.emplace_back(&me, &clock);
       w.count.store(w.list.size(), std::memory_order_release);
       listed = true;
@@ -326,6 +397,8 @@ AdmitStats admit_stats(const Group& group) noexcept {
   st.fixed = s->fixed_permille.load(std::memory_order_relaxed) != 0;
   st.promised_units = s->promised.load(std::memory_order_relaxed);
   st.admit_waits = s->admit_waits.load(std::memory_order_relaxed);
+  st.admit_reclaims = s->admit_reclaims.load(std::memory_order_relaxed);
+  st.admit_reclaimed_units = s->admit_reclaimed.load(std::memory_order_relaxed);
   st.growth_waits = s->growth_waits.load(std::memory_order_relaxed);
   st.growth_granted = s->growth_granted.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(s->mu);

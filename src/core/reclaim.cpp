@@ -344,4 +344,24 @@ int64_t reclaim(Group& root, int64_t nr_units, ReclaimReason reason, ReclaimStat
   return internal::confirmed_reclaim(st.reclaimed, usage_before, root.memory().usage());
 }
 
+int64_t internal::reclaimable_now(Group& root) {
+  std::vector<WalkNode> nodes = collect_subtree(root);
+  compute_walk_protection(nodes, root.controller().options().recursive_protection);
+  int64_t sum = 0;
+  for (const WalkNode& n : nodes) {
+    Group& g = *n.group;
+    const int64_t usage = g.memory().usage();
+    const int64_t protection = n.parent < 0 ? 0 : std::max(n.eff.emin, n.eff.elow);
+    if (usage <= protection) continue;  // protected: the driver skips it (or breaches only low)
+    int64_t size = 0;
+    for (const auto& entry : ReclaimAccess::snapshot(g)) {
+      CallGuard guard(*entry);  // keeps the reclaimer alive while its size is read
+      // Capped as it goes: no claimed size, however large, can overflow the sum.
+      if (guard.live()) size = std::min(usage, size + std::clamp<int64_t>(guard.size(), 0, usage));
+    }
+    sum += std::min(size, usage - protection);
+  }
+  return std::min(sum, std::max<int64_t>(0, root.memory().usage()));
+}
+
 }  // namespace memcg

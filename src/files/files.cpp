@@ -140,6 +140,9 @@ int read_wait(Group& g, std::string* out) {
   // The tolerated peak's factor and the admissions cut short (admission.hpp), appended after.
   line("admit_tolerance_permille", a.tolerance_permille);
   line("admit_skipped", a.skipped);
+  // Reclaim for admission (admission.hpp): admissions that reclaimed on this level, and what.
+  line("admit_reclaims", a.admit_reclaims);
+  line("admit_reclaimed_bytes", a.admit_reclaimed_units << g.controller().unit_shift());
   *out = std::move(s);
   return 0;
 }

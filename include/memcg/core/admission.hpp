@@ -60,6 +60,23 @@
 // A non-waiting reserve() states an admitted size too (Member::admitted(), the OOM killer's
 // excess order) but neither teaches nor is admitted by expectation: it is a try, not a queue.
 //
+// Reclaim for admission: memory that reclaim can take at once counts as room. A waiting
+// admission that does not fit computes, on each limited level L of its path, what it lacks
+// (usage + promised + need - max) and what reclaim rooted at L can free at once (the registered
+// reclaimers' sizes under L, each group's capped by its usage above its effective protection
+// against L: memory.min and memory.low honoured). When every level that lacks room can get it
+// that way, it drains the stocks of the highest such level, then reclaims what each level still
+// lacks, lowest first (the ladder a charge runs, without the OOM killer), and looks again; when
+// some level lacks more than reclaim could give there, it reclaims nothing and waits. A reclaim
+// that freed nothing is retried no sooner than kAdmitReclaimRetryNs. Counted in memory.wait
+// (admit_reclaims, admit_reclaimed_bytes) of the level reclaimed. Why: a charge in the same place
+// would reclaim those caches and go on; an admission that waited for them instead throttled a
+// service by its own caches (docs/charge_wait.md, docs/BENCHMARKS-policy.md).
+//
+// A promise on each level: a running admitted reservation of group G promises the same units on
+// G and each ancestor but the root (a parent's promised = the sum below it); on each level it is
+// headroom kept free, never charged, never protected, never reclaimable.
+//
 // Admission rule (waiting admissions only; on by default, memory.admit.growth "auto"):
 //   expected peak E = min(ceil(total units x factor), the smallest memory.max on the path)
 //   admitted when, on every level L of the path with a memory.max:
@@ -88,6 +105,9 @@ inline constexpr uint32_t kAdmitMaxGrowthPermille = 4000;  // the clamp of every
 inline constexpr double kAdmitDecay = 31.0 / 32.0;
 inline constexpr double kAdmitMinWeight = 2.5;
 inline constexpr uint64_t kAdmitPollNs = 1'000'000;  // 1 ms of the controller's clock
+// After a reclaim for admission that freed nothing, the same admission reclaims again no sooner
+// than this (a walk of the subtree per poll would be all cost: the caches are empty or protected).
+inline constexpr uint64_t kAdmitReclaimRetryNs = 10'000'000;  // 10 ms
 // The tolerance: the decayed mean plus this many decayed standard deviations of the ratios.
 inline constexpr double kAdmitToleranceSd = 2.0;
 // The spread is known from this total weight on (about 9 ratios); before, the tolerance is the
@@ -121,6 +141,8 @@ struct AdmitStats {
   double weight = 0;                // their decayed weight (kAdmitMinWeight to be used)
   int64_t promised_units = 0;       // promised, not charged, by admitted reservations under it
   uint64_t admit_waits = 0;         // waiting admissions that waited for an expected peak here
+  uint64_t admit_reclaims = 0;      // waiting admissions that reclaimed on this level to fit
+  uint64_t admit_reclaimed_units = 0;  // units they reclaimed here
   // Growth past admission (Reservation::grow) whose free memory ran out on this group's limit:
   uint64_t growth_waits = 0;        // waited for memory on its way (reservation.hpp)
   uint64_t growth_granted = 0;      // ...and got it without the killer

@@ -140,6 +140,13 @@ inline int64_t confirmed_reclaim(int64_t reported, int64_t usage_before,
   if (reported <= 0 || after >= before) return 0;
   return reported < before - after ? reported : before - after;
 }
+
+// What reclaim rooted at `root` could free at once (admission.hpp, reclaim for admission): over
+// `root`'s subtree, each group's registered reclaimers' reclaimable(), capped by the group's
+// usage above its effective protection in a walk rooted at `root` (the driver's computation,
+// memory.low honoured: the low-override pass is a last resort, not room), summed and capped by
+// `root`'s usage. An estimate, as the reclaimers' sizes are; a reclaimer in a call is skipped.
+int64_t reclaimable_now(Group& root);
 }  // namespace internal
 
 }  // namespace memcg

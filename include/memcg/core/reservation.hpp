@@ -174,7 +174,11 @@ class Reservation {
   // kOk). On any status but kOk/kForced nothing changed.
   ReserveStatus reserve(uint64_t total) noexcept;
   // The same, waiting up to `timeout` on the controller's clock when the limit holds (never
-  // OOM-kills), and first until its expected peak fits (admission by learned peak, above). A
+  // OOM-kills), and first until its expected peak fits (admission by learned peak, above). The
+  // rule: on every level of the path with a memory.max, usage + the running admissions' promises
+  // + (expected peak - held) <= max, where usage that reclaim can take at once (caches beyond
+  // their effective protection) is reclaimed rather than waited for (admission.hpp, "Reclaim
+  // for admission"); protected memory and memory held by running work are waited for. A
   // timeout of 0 tries once without waiting.
   ReserveStatus reserve_for(uint64_t total, std::chrono::nanoseconds timeout) noexcept;
   // The same with a deadline on the controller's clock (Controller::clock().now_ns() time), for a
