@@ -8,6 +8,8 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "charge_wait_support.hpp"
 #include "memcg/core/admission.hpp"
@@ -32,6 +34,13 @@ class Cache final : public Reclaimer {
   void fill(int64_t units) {
     ASSERT_EQ(try_charge(g_, units, kMayBlock | kNoSpin), ChargeStatus::kOk);
     held_ += units;
+  }
+  // A fill that may fail (the ladder without the OOM killer), as a cache's insert would.
+  bool try_fill(int64_t units) {
+    if (try_charge(g_, units, kMayBlock | kNoSpin | kRetryMayFail) != ChargeStatus::kOk)
+      return false;
+    held_ += units;
+    return true;
   }
   void clear() {
     reg_.reset();
@@ -201,6 +210,51 @@ TEST_F(AdmitReclaimTest, TheAdmittingLevelIsTheReclaimRoot) {
   EXPECT_EQ(admit_stats(*work).admit_reclaims, 1u);
   EXPECT_EQ(admit_stats(*svc).admit_reclaims, 0u);
   r.release();
+}
+
+TEST_F(AdmitReclaimTest, ConcurrentAdmissionsBesideARefillingCache) {
+  // Four workers admit, grow a little and release, while a fifth thread keeps refilling the
+  // cache: every admission ends admitted or timed out, the limit holds, and everything but the
+  // cache is given back (promises included).
+  svc->set_max(400 * kUnit);
+  Cache cache(*cache_group);
+  cache.fill(380);  // even one admission (expected 60) lacks room
+  cache.enable();
+  std::atomic<bool> stop{false};
+  std::atomic<int> admitted{0}, timed_out{0}, other{0};
+  std::thread filler([&] {
+    while (!stop.load()) {
+      if (cache.held() < 380) cache.try_fill(8);  // may reclaim (this cache too), never kills
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) {
+        Reservation r(*work);
+        switch (r.reserve_for(40 * kUnit, 200ms)) {
+          case ReserveStatus::kOk:
+            ++admitted;
+            (void)r.grow(5 * kUnit);
+            break;
+          case ReserveStatus::kTimedOut: ++timed_out; break;
+          default: ++other;
+        }
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  stop = true;
+  filler.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(admitted.load(), 0);
+  EXPECT_EQ(admitted.load() + timed_out.load(), 800);
+  EXPECT_LE(svc->memory().watermark(), 400);  // the limit held (no forced charge)
+  EXPECT_EQ(admit_stats(*svc).promised_units, 0);
+  EXPECT_EQ(work->memory().usage(), 0);
+  EXPECT_EQ(svc->memory().usage(), cache.held());
+  EXPECT_GT(admit_stats(*svc).admit_reclaims, 0u);
 }
 
 }  // namespace

@@ -287,8 +287,6 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
       // protection changes; a reclaim that frees nothing costs a walk of the subtree).
       reclaim_after_ns = Clock::after(clock.now_ns(), kAdmitReclaimRetryNs);
     }
-    if (!counted) count_admit_wait(g, need);
-    counted = true;
     if (stop.stop_requested()) {
       result = AdmitWait::kCancelled;
       break;
@@ -298,6 +296,8 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
       result = AdmitWait::kTimedOut;
       break;
     }
+    if (!counted) count_admit_wait(g, need);  // it sleeps: a try that did not fit is no wait
+    counted = true;
     if (!listed) {
       HookBypass bypass;  // the waiter list is library bookkeeping
       w.list.emplace_back(&me, &clock);
