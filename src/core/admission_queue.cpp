@@ -358,6 +358,9 @@ void AdmissionQueueCore::work() {
       continue;
     }
     const uint64_t seen = epoch;
+    // The poll period counts from this look: a clock that moved during the scan's tries
+    // already counts towards the next look.
+    const uint64_t looked = clock.now_ns();
     if (scan(lock, order, done)) {
       if (!done.empty()) {
         lock.unlock();
@@ -374,7 +377,7 @@ void AdmissionQueueCore::work() {
     // others sleep until woken.
     if (any && poller == nullptr) {
       poller = &me;
-      const uint64_t until = Clock::after(clock.now_ns(), options.poll_ns);
+      const uint64_t until = Clock::after(looked, options.poll_ns);
       bool woken = false;
       // A clock's wait may return early (a ManualClock's every ms of real time): the poll is
       // measured on the controller's clock.
