@@ -143,10 +143,11 @@ class AdmissionQueue {
   class Ticket {
    public:
     Ticket() = default;
-    // If the item has not started running: it never will, done(kCancelled) has run (on this
-    // thread, or on the worker trying it at this moment, before the item is dropped), and
-    // true is returned. False when it runs or ran, was completed otherwise, or for an empty
-    // ticket. No library lock is held while done runs.
+    // If the item has not started running: it never will, and true is returned. Its
+    // done(kCancelled) runs on this thread before cancel() returns or, when a worker is trying
+    // the item at this moment, on that worker right after the try (an admission it got is
+    // given back). False when it runs or ran, was completed otherwise, or for an empty ticket.
+    // No library lock is held while done runs.
     bool cancel() noexcept;
 
    private:
