@@ -249,7 +249,8 @@ Result run(const Config& cfg) {
   s.dash_cache = std::make_unique<memcg::LruCache>(dash, "dash-cache");
   const int64_t cached = s.dash_cache->grow(static_cast<int64_t>((84 * kMiB) / ctl.to_bytes(1)));
   if (cfg.caches)
-    for (int t = 0; t < kTenants; ++t) s.results[t] = std::make_unique<qs::ResultCache>(*s.tenant[t]);
+    for (int t = 0; t < kTenants; ++t)
+      s.results[t] = std::make_unique<qs::ResultCache>(*s.tenant[t]);
 
   std::atomic<bool> stop_sampler{false};
   uint64_t usage_sum = 0, promised_sum = 0, cache_sum = 0, samples = 0;

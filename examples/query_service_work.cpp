@@ -30,7 +30,8 @@ QuerySpec make_query(int tenant, std::mt19937_64& rng) {
   p.tenant = tenant;
   p.estimate = (is_etl ? 16 : 8) * kMiB +
                static_cast<uint64_t>(u(rng) * static_cast<double>((is_etl ? 48 : 24) * kMiB));
-  p.final_bytes = p.estimate + static_cast<uint64_t>(u(rng) * 0.5 * static_cast<double>(p.estimate));
+  p.final_bytes =
+      p.estimate + static_cast<uint64_t>(u(rng) * 0.5 * static_cast<double>(p.estimate));
   const double kind = u(rng);
   if (is_etl && kind < 0.05) p.final_bytes = 0;         // a runaway
   if (is_etl && kind > 0.995) p.estimate = 400 * kMiB;  // can never fit in etl

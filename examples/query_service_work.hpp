@@ -38,7 +38,8 @@ struct Counters {
   std::atomic<uint64_t> hits_of[kTenants] = {0, 0, 0};         // answered from the cache
   uint64_t done() const { return done_of[0] + done_of[1] + done_of[2]; }
   void wait(uint64_t ns) {
-    for (uint64_t w = longest_wait_ns.load(); ns > w && !longest_wait_ns.compare_exchange_weak(w, ns);) {
+    uint64_t w = longest_wait_ns.load();
+    while (ns > w && !longest_wait_ns.compare_exchange_weak(w, ns)) {
     }
   }
 };
