@@ -37,6 +37,7 @@ std::string valid_text(const std::string& name) {
   if (name == "memory.reclaim") return "0";
   if (name == "memory.oom.order") return "auto";
   if (name == "memory.admit.growth") return "auto";
+  if (name == "memory.admit.weight") return "100";
   return "max";
 }
 

@@ -14,6 +14,7 @@
 #include "memcg/percpu/stat_registry.hpp"
 // core: the tree, charge path, object layer, attachment, reclaim, OOM, limits, pressure, notify
 #include "memcg/core/admission.hpp"
+#include "memcg/core/admission_queue.hpp"
 #include "memcg/core/attach.hpp"
 #include "memcg/core/cache_governor.hpp"
 #include "memcg/core/charge.hpp"

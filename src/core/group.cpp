@@ -6,6 +6,7 @@
 #include <shared_mutex>
 
 #include "memcg/core/controller.hpp"
+#include "memcg/core/internal/admission_queue_state.hpp"
 #include "memcg/core/internal/admission_state.hpp"
 #include "memcg/core/internal/charge_wait_hooks.hpp"
 #include "pressure_state.hpp"
@@ -30,6 +31,7 @@ Group::Group(Controller& controller, Group* parent, std::string name, uint64_t i
 Group::~Group() {
   internal::charge_wait_group_freed(*this);
   internal::admit_group_freed(*this);
+  internal::admit_queue_group_freed(*this);
 }
 
 std::string Group::path() const {

@@ -7,6 +7,7 @@
 
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/core/admission.hpp"
+#include "memcg/core/admission_queue.hpp"
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/internal/file_node.hpp"
@@ -185,6 +186,45 @@ int write_admit_growth(Group& g, std::string_view text, bool) {
   return set_admit_growth(g, static_cast<uint32_t>(p));
 }
 
+// memory.admit.weight (an extension, admission_queue.hpp): the group's share of an admission
+// queue's admissions, an integer from 1 to 10000 (default 100), like cgroup's cpu.weight.
+int read_admit_weight(Group& g, std::string* out) {
+  *out = std::to_string(admit_weight(g)) + "\n";
+  return 0;
+}
+int write_admit_weight(Group& g, std::string_view text, bool) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.remove_suffix(1);
+  if (text.empty() || text.size() > 5) return EINVAL;
+  uint32_t v = 0;
+  for (char ch : text) {
+    if (ch < '0' || ch > '9') return EINVAL;
+    v = v * 10 + static_cast<uint32_t>(ch - '0');
+  }
+  return set_admit_weight(g, v);  // EINVAL outside 1..10000
+}
+
+// memory.admit.queue (an extension, read-only): what the admission queues did with the group's
+// items (admission_queue.hpp, admit_queue_stats()). The mean wait is over the admitted items.
+int read_admit_queue(Group& g, std::string* out) {
+  const AdmitQueueStats q = admit_queue_stats(g);
+  std::string s;
+  auto line = [&](std::string_view key, uint64_t v) { append_line(s, key, v); };
+  line("queued", q.queued);
+  line("running", q.running);
+  line("submitted", q.submitted);
+  line("admitted", q.admitted);
+  line("timed_out", q.timed_out);
+  line("cancelled", q.cancelled);
+  line("never_fits", q.never_fits);
+  line("refused", q.refused);
+  line("tries", q.tries);
+  line("errors", q.errors);
+  line("mean_wait_usec", q.admitted ? q.wait_ns_sum / q.admitted / 1000 : 0);
+  line("max_wait_usec", q.max_wait_ns / 1000);
+  *out = std::move(s);
+  return 0;
+}
+
 // memory.wait.priority (an extension): the class of the group's waiting charges that ask for
 // none ("low", "normal" or "high"; charge_wait.hpp).
 // memory.oom.order (an extension): the victim order of OOMs of this group's limit ("auto",
@@ -259,6 +299,8 @@ const std::vector<FileSpec>& specs() {
        write_oom_order},
       {"memory.wait", kNonRoot, read_wait, nullptr},
       {"memory.admit.growth", kNonRoot, read_admit_growth, write_admit_growth},
+      {"memory.admit.weight", kNonRoot, read_admit_weight, write_admit_weight},
+      {"memory.admit.queue", kNonRoot, read_admit_queue, nullptr},
       {"memory.wait.priority", kNonRoot,
        [](Group& g, std::string* out) {
          *out = std::string(wait_priority_name(wait_priority(g))) + "\n";

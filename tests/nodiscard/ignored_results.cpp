@@ -21,7 +21,8 @@ namespace {
 [[maybe_unused]] void drops_every_result(memcg::Controller& ctl, memcg::Group& g,
                                          memcg::Member& member, memcg::File& file,
                                          memcg::http::Server& server,
-                                         memcg::host::HostBinding& host) {
+                                         memcg::host::HostBinding& host,
+                                         memcg::AdmissionQueue& queue) {
   std::string text;
   uint64_t u64 = 0;
   int i = 0;
@@ -61,6 +62,9 @@ namespace {
   memcg::attach_current_thread(g);  // ignored
   memcg::set_wait_priority(g, memcg::WaitPriority::kHigh);  // ignored
   memcg::set_wait_preempt(g, true);  // ignored
+  memcg::set_admit_weight(g, 100);  // ignored
+  queue.submit(g, memcg::WorkItem{});  // ignored
+  queue.submit(member, memcg::WorkItem{});  // ignored
   mirror.set(4096);  // ignored
   memcg::open_file(g, "memory.max", &out_file);  // ignored
   memcg::read_file(g, "memory.max", &text);  // ignored

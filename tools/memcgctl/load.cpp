@@ -48,7 +48,8 @@ const char* reserve_status_text(memcg::ReserveStatus s) {
 
 bool is_keyed_file(std::string_view file) {
   return file == "memory.events" || file == "memory.events.local" || file == "memory.stat" ||
-         file == "memory.swap.events" || file == "memory.numa_stat" || file == "memory.wait";
+         file == "memory.swap.events" || file == "memory.numa_stat" || file == "memory.wait" ||
+         file == "memory.admit.queue";
 }
 
 bool parse_hundredths(std::string_view s, uint64_t* v) {

@@ -46,6 +46,8 @@ struct WaitAccess;  // charge_wait_hooks.hpp
 struct WaitQueue;   // charge_wait.cpp
 struct AdmitAccess; // admission.cpp
 struct AdmitState;  // admission.cpp
+struct QueueAccess;      // admission_queue.cpp
+struct QueueGroupState;  // admission_queue.cpp
 }
 
 // "max" in the typed, byte-denominated API.
@@ -171,6 +173,7 @@ class Group final : public StockOwner {
   friend struct internal::WaitAccess;
   friend struct internal::FileAccess;
   friend struct internal::AdmitAccess;
+  friend struct internal::QueueAccess;
   Group(Controller& controller, Group* parent, std::string name, uint64_t id);
   ~Group();
 
@@ -209,6 +212,8 @@ class Group final : public StockOwner {
   std::atomic<uint64_t> never_fits_{0};
   // Admission by learned peak (admission.hpp): created on first use, freed with the group.
   std::atomic<internal::AdmitState*> admit_{nullptr};
+  // Admission queues (admission_queue.hpp): weight and statistics, created on first use.
+  std::atomic<internal::QueueGroupState*> admit_queue_{nullptr};
   std::atomic<int64_t> refs_{1};  // the tree's reference
   std::atomic<int> attached_{0};  // attached threads (removal is refused while any)
   std::atomic<int64_t> thread_record_refs_{0};  // see thread_record_refs()
