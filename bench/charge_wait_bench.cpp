@@ -18,6 +18,7 @@
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
 #include "bench_check.hpp"
+#include "smoke.hpp"
 
 namespace memcg {
 namespace {
@@ -64,7 +65,7 @@ void BM_WaitWake(benchmark::State& state) {
   waiter.join();
   uncharge_direct(*g, 4);
 }
-BENCHMARK(BM_WaitWake)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_WaitWake)->UseManualTime()->Iterations(bench::fixed_iterations(2000));
 
 void BM_WaitNoWaiterPair(benchmark::State& state) {
   Controller ctl;
