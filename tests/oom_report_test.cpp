@@ -120,21 +120,20 @@ TEST(Utf8Cap, CutsOnACharacterBoundaryAndRepairsInvalidBytes) {
   EXPECT_EQ(s, std::string(255, 'a'));
 }
 
-// A 1 MiB handler name, group-free names and exception texts: every string of the entry the
+// A 1 MiB handler name, member name and exception text: every string of the entry the
 // OOM leaves in the log is at most kMaxName bytes, and the entry at most kMaxEntryText.
 TEST(OomReportBounds, HugeHandlerNamesAndMessagesAreCapped) {
   Scene s;
   const std::string huge_handler(kMiB, 'h');
   const std::string huge_what(kMiB, 'w');
-  OomHandler thrower, passer;
+  // One handler: a second one may be skipped when the first outlasts the chain's budget (1 MiB
+  // copies under a sanitizer on a loaded machine), which is not what this test is about.
+  OomHandler thrower;
   ASSERT_EQ(OomHandler::add(*s.d, huge_handler,
                             [&](const OomContext&) -> int64_t {
                               throw std::runtime_error(huge_what);
                             },
                             &thrower),
-            0);
-  ASSERT_EQ(OomHandler::add(*s.d, huge_handler + "2",
-                            [](const OomContext&) { return int64_t{0}; }, &passer),
             0);
   Query spiller(*s.d, std::string(kMiB, 's'), /*spill=*/0);  // spills nothing: then killed
   ASSERT_EQ(spiller.m.set_spill_grace(1ms), 0);
@@ -143,7 +142,7 @@ TEST(OomReportBounds, HugeHandlerNamesAndMessagesAreCapped) {
   ASSERT_TRUE(OomKiller::kill(*s.d, 4, &r));
   EXPECT_TRUE(spiller.m.killed());
   // The report itself carries the handler's strings at the cap already.
-  ASSERT_EQ(r.handlers.size(), 2u);
+  ASSERT_EQ(r.handlers.size(), 1u);
   EXPECT_EQ(r.handlers[0].handler.size(), OomLog::kMaxName);
   EXPECT_EQ(r.handlers[0].outcome.size(), OomLog::kMaxName);
   EXPECT_EQ(r.handlers[0].outcome.rfind("threw: www", 0), 0u) << r.handlers[0].outcome;
@@ -152,7 +151,7 @@ TEST(OomReportBounds, HugeHandlerNamesAndMessagesAreCapped) {
   ASSERT_EQ(log.size(), 1u);
   const OomLogEntry& e = log[0];
   expect_bounded(e);
-  ASSERT_EQ(e.oom.handlers.size(), 2u);
+  ASSERT_EQ(e.oom.handlers.size(), 1u);
   EXPECT_EQ(e.oom.handlers[0].handler, huge_handler.substr(0, OomLog::kMaxName));
   ASSERT_EQ(e.oom.spilled.size(), 1u);
   EXPECT_EQ(e.oom.spilled[0].size(), OomLog::kMaxName);
