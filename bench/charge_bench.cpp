@@ -50,6 +50,7 @@
 #include "memcg/counter/page_counter.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "bench_check.hpp"
+#include "smoke.hpp"
 
 namespace memcg::bench {
 namespace {
@@ -435,7 +436,7 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("Mixed/memcg", BM_MemcgMixed)->UseRealTime()->Threads(1);
   // A fixed count: each iteration also pins to both CPUs and refills, outside the timing.
   benchmark::RegisterBenchmark("DrainAll/memcg/2cpus_x_7groups", BM_MemcgDrainAll)
-      ->Iterations(20000)
+      ->Iterations(fixed_iterations(20000))
       ->UseRealTime();
 
   benchmark::Initialize(&argc, argv);

@@ -18,6 +18,7 @@
 #include "memcg/core/charge_wait.hpp"
 #include "memcg/core/controller.hpp"
 #include "bench_check.hpp"
+#include "smoke.hpp"
 
 namespace memcg {
 namespace {
@@ -64,7 +65,7 @@ void BM_WaitWake(benchmark::State& state) {
   waiter.join();
   uncharge_direct(*g, 4);
 }
-BENCHMARK(BM_WaitWake)->UseManualTime()->Iterations(2000);
+BENCHMARK(BM_WaitWake)->UseManualTime()->Iterations(bench::fixed_iterations(2000));
 
 void BM_WaitNoWaiterPair(benchmark::State& state) {
   Controller ctl;
@@ -79,17 +80,22 @@ BENCHMARK(BM_WaitNoWaiterPair);
 
 void BM_WaitUnchargeSlowWithWaiter(benchmark::State& state) {
   Controller ctl, other;
-  GroupRef g, full, top, under, full_other;
+  GroupRef g, full, top, under, fill, full_other;
   BENCH_CHECK(ctl.create("g", &g));
   BENCH_CHECK(ctl.create("full", &full));
   BENCH_CHECK(ctl.create("top", &top));
   BENCH_CHECK(ctl.create("top/under", &under));
+  BENCH_CHECK(ctl.create("top/fill", &fill));
   BENCH_CHECK(other.create("full", &full_other));
   for (Group* f : {full.get(), full_other.get()}) {
     f->set_max(ctl.unit_size());
     BENCH_CHECK(try_charge(*f, 1));
   }
   top->set_max(1024 * ctl.unit_size());
+  // `top` half full: a waiter for 600 units fits its limit (a request larger than the limit is
+  // refused at once, never queued) but not the room left, also while `under` holds nothing.
+  constexpr int64_t kFill = 512, kTopWaiter = 600;
+  BENCH_CHECK(try_charge(*fill, kFill));
   // 0: no waiter; 1: a waiter on another group of the controller; 2: a waiter in another
   // controller; 3: a waiter on the parent of the uncharging group (its path: the uncharge then
   // goes to the counters and serves the queue, for comparison).
@@ -100,20 +106,30 @@ void BM_WaitUnchargeSlowWithWaiter(benchmark::State& state) {
   Group& charged = state.range(0) == 3 ? *under : *g;
   std::jthread waiter;
   if (wait_on != nullptr) {
-    // On `top`: more than its limit, so it never fits and stays queued for the whole run.
-    const int64_t units = wait_on == top.get() ? 2048 : 1;
+    // On `top`: more than the room `fill` leaves, so it stays queued for the whole run.
+    const int64_t units = wait_on == top.get() ? kTopWaiter : 1;
     waiter = std::jthread([&, wait_on, units](std::stop_token st) {
       // Stays queued until the run ends and cancels it (kCancelled): nothing to check.
       static_cast<void>(try_charge_wait(*wait_on, units, Clk::now() + std::chrono::hours(1), st));
     });
-    while (wait_stats(*wait_on).waiters == 0) std::this_thread::yield();
+    // Bounded: a waiter that is refused instead of queued fails the set-up, it is not waited
+    // for forever.
+    for (int i = 0; wait_stats(*wait_on).waiters == 0; ++i) {
+      if (i == 10'000) bench::check_failed("queueing the waiter", "not queued within 10 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
+  BENCH_CHECK(try_charge(charged, 65));  // the measured charge succeeds beside the waiter
+  uncharge(charged, 65);
   for (auto _ : state) {
     benchmark::DoNotOptimize(try_charge(charged, 65));
     uncharge(charged, 65);
   }
+  if (wait_on != nullptr && wait_stats(*wait_on).waiters != 1)
+    bench::check_failed("the waiter", "served or gone during the run");
   waiter = {};
   for (Group* f : {full.get(), full_other.get()}) uncharge_direct(*f, 1);
+  uncharge(*fill, kFill);
 }
 BENCHMARK(BM_WaitUnchargeSlowWithWaiter)->Arg(0)->Arg(1)->Arg(2)->Arg(3);
 

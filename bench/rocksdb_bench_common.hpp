@@ -24,6 +24,7 @@
 #include <system_error>
 
 #include "memcg/rocksdb/tenant.hpp"
+#include "smoke.hpp"
 
 namespace memcg::bench::rocksdb_common {
 
@@ -84,7 +85,8 @@ inline int pick(std::mt19937_64& rng) {
 inline void warm(::rocksdb::DB& db) {
   std::string v;
   std::mt19937_64 rng(42);
-  for (int i = 0; i < 100'000; ++i) db.Get(::rocksdb::ReadOptions(), key(pick(rng)), &v);
+  const int n = memcg::bench::smoke_run() ? 1'000 : 100'000;
+  for (int i = 0; i < n; ++i) db.Get(::rocksdb::ReadOptions(), key(pick(rng)), &v);
 }
 
 // One data set, written once and copied, so every variant reads the same files: the copies are
@@ -208,13 +210,15 @@ using Bench = void (*)(benchmark::State&);
 template <class World>
 void register_pairs(const char* governed_name, Bench governed, const char* charged_name,
                     Bench charged) {
-  for (int i = 0; i < kPairs; ++i) {
-    benchmark::RegisterBenchmark("reads/plain_capacity", plain_capacity<World>)->MinTime(1.0);
-    benchmark::RegisterBenchmark(governed_name, governed)->MinTime(1.0);
+  const int pairs = memcg::bench::smoke_run() ? 1 : kPairs;
+  const double t = memcg::bench::min_time(1.0);
+  for (int i = 0; i < pairs; ++i) {
+    benchmark::RegisterBenchmark("reads/plain_capacity", plain_capacity<World>)->MinTime(t);
+    benchmark::RegisterBenchmark(governed_name, governed)->MinTime(t);
   }
-  for (int i = 0; i < kPairs; ++i) {
-    benchmark::RegisterBenchmark("misses/plain", misses_plain<World>)->MinTime(1.0);
-    benchmark::RegisterBenchmark(charged_name, charged)->MinTime(1.0);
+  for (int i = 0; i < pairs; ++i) {
+    benchmark::RegisterBenchmark("misses/plain", misses_plain<World>)->MinTime(t);
+    benchmark::RegisterBenchmark(charged_name, charged)->MinTime(t);
   }
 }
 

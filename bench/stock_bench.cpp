@@ -17,6 +17,7 @@
 
 #include "memcg/base/internal/cpu.hpp"
 #include "memcg/percpu/internal/stock.hpp"
+#include "smoke.hpp"
 
 namespace {
 
@@ -136,7 +137,7 @@ BENCHMARK(BM_DrainAll2Cpus7Owners)
     ->ArgName("fallback")
     ->Arg(0)
     ->Arg(1)
-    ->Iterations(20000)
+    ->Iterations(memcg::bench::fixed_iterations(20000))
     ->UseRealTime();
 
 void BM_CurrentCpu_Rseq(benchmark::State& state) {

@@ -205,7 +205,17 @@ TEST(Bounds, KnobsSaturateToMax) {
   Tree t;
   Group& a = *t.a;
   for (const char* file : {"memory.max", "memory.high", "memory.low", "memory.min"}) {
-    EXPECT_EQ(write_file(a, file, "99999999999999999999999"), 0) << file;
+    // Past 64 bits: refused, the knob unchanged (a wrapped or saturated limit must not turn
+    // memory.max off).
+    EXPECT_EQ(write_file(a, file, "1M"), 0) << file;
+    for (const char* huge : {"99999999999999999999999", "18446744073709551616", "16E"}) {
+      EXPECT_EQ(write_file(a, file, huge), ERANGE) << file << " " << huge;
+      std::string v;
+      EXPECT_EQ(read_file(a, file, &v), 0);
+      EXPECT_EQ(v, "1048576\n") << file << " " << huge;
+    }
+    // Within 64 bits, above the largest limit: `max`.
+    EXPECT_EQ(write_file(a, file, "18446744073709551615"), 0) << file;
     std::string v;
     EXPECT_EQ(read_file(a, file, &v), 0);
     EXPECT_EQ(v, "max\n") << file;

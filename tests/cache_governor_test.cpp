@@ -18,11 +18,12 @@ class GovernedLru final : public GovernedCache {
   uint64_t usage_bytes() const noexcept override {
     return static_cast<uint64_t>(lru_.size()) * kUnit;
   }
-  void set_capacity_bytes(uint64_t bytes) noexcept override {
+  bool set_capacity_bytes(uint64_t bytes) noexcept override {
     capacity_ = bytes;
     const int64_t cap_units = static_cast<int64_t>(bytes / kUnit);
     if (lru_.size() > cap_units) lru_.shrink(lru_.size() - cap_units);
     ++calls_;
+    return true;
   }
   // Adds units up to the capacity (a cache filling as it misses).
   void fill() {
@@ -32,6 +33,49 @@ class GovernedLru final : public GovernedCache {
   LruCache& lru_;
   uint64_t capacity_ = 0;
   int calls_ = 0;
+};
+
+// A cache whose memory is charged to the group and freed only by its own evictions (no reclaimer
+// of its own), and that can defer a capacity as a cache does whose locks reclaim may hold
+// (memcg::rocksdb's BlockCache): it keeps the capacity and applies it from its own thread.
+class DeferringCache final : public GovernedCache {
+ public:
+  explicit DeferringCache(Group& g) : g_(g) {}
+  ~DeferringCache() override { uncharge_direct(g_, units_); }
+  uint64_t usage_bytes() const noexcept override { return static_cast<uint64_t>(units_) * kUnit; }
+  bool set_capacity_bytes(uint64_t bytes) noexcept override {
+    if (defer_) {
+      pending_ = bytes;
+      return false;
+    }
+    evict_to(bytes);
+    return true;
+  }
+  void evict_to(uint64_t bytes) noexcept {
+    capacity_ = bytes;
+    const int64_t cap = static_cast<int64_t>(bytes / kUnit);
+    if (units_ > cap) {
+      uncharge_direct(g_, units_ - cap);
+      units_ = cap;
+    }
+  }
+  void fill() {
+    const int64_t cap = static_cast<int64_t>(capacity_ / kUnit);
+    if (units_ < cap && try_charge(g_, cap - units_, kDefaultCharge | kNoSpin) == ChargeStatus::kOk)
+      units_ = cap;
+  }
+  // The cache's own thread applies what it kept and tells the governor.
+  void apply_pending(CacheGovernor& gov) {
+    if (pending_ == UINT64_MAX) return;
+    evict_to(pending_);
+    gov.applied(pending_);
+    pending_ = UINT64_MAX;
+  }
+  Group& g_;
+  int64_t units_ = 0;
+  uint64_t capacity_ = 0;
+  bool defer_ = false;
+  uint64_t pending_ = UINT64_MAX;
 };
 
 struct Fixture : ::testing::Test {
@@ -104,6 +148,50 @@ TEST_F(CacheGovernorTest, GrowsOnlyPastTheHysteresisAndNotRightAfterReclaim) {
   clock.advance(6'000'000'000);
   EXPECT_EQ(gov.update(), 607 * kUnit);
   uncharge_direct(*g, 416);
+}
+
+// A cache that defers the cut: each reclaim asks again for memory that is not freed yet. The
+// governor records the cut when the cache applies it, once, not at every ask: capacity() stays
+// the capacity in force, and no update() counts a raise that never happened.
+TEST_F(CacheGovernorTest, ADeferredCutIsRecordedWhenItIsApplied) {
+  GroupRef g = make("/t");
+  g->set_max(1024 * kUnit);
+  DeferringCache cache(*g);
+  CacheGovernorOptions o;
+  o.headroom_bytes = kUnit;
+  o.hysteresis_bytes = 8 * kUnit;
+  CacheGovernor gov(*g, cache, o);
+  cache.fill();
+  const uint64_t full = gov.capacity();
+  ASSERT_EQ(full, 1023 * kUnit);
+  ASSERT_EQ(cache.usage_bytes(), full);
+  cache.defer_ = true;
+  // Three asks for 100 units before the cache's thread runs: nothing freed, nothing in force.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(reclaim(*g, 100, ReclaimReason::kProactive), 0);
+  EXPECT_EQ(gov.capacity(), full);
+  EXPECT_EQ(gov.stats().reclaims, 0u);
+  EXPECT_GE(gov.stats().deferred, 3u);
+  // Each ask is from the capacity in force (the driver asks in bites of at most 100 units).
+  const uint64_t cut = cache.pending_;
+  EXPECT_GE(cut, full - 100 * kUnit);
+  EXPECT_LT(cut, full);
+  // An update meanwhile sees the capacity in force: nothing to lower or raise.
+  EXPECT_EQ(gov.update(), full);
+  // The cache applies the cut: recorded now, once.
+  cache.defer_ = false;
+  cache.apply_pending(gov);
+  EXPECT_EQ(gov.capacity(), cut);
+  EXPECT_EQ(cache.usage_bytes(), cut);
+  EXPECT_EQ(gov.stats().reclaims, 1u);
+  // The grow delay runs from the cut: the room that came back is not taken at once...
+  EXPECT_EQ(gov.update(), cut);
+  EXPECT_EQ(gov.stats().raised, 0u);
+  EXPECT_EQ(gov.stats().lowered, 0u);
+  // ...but after it.
+  clock.advance(2'000'000'000);
+  EXPECT_EQ(gov.update(), full);
+  EXPECT_EQ(gov.stats().raised, 1u);
+  EXPECT_EQ(gov.stats().lowered, 0u);
 }
 
 TEST_F(CacheGovernorTest, ChargeAtMaxShrinksTheCacheInsteadOfFailing) {

@@ -72,7 +72,8 @@ TEST(OomLog, AKillIsLoggedWithTheLargestConsumersAtTheDecision) {
   const OomLogTotals t = oom_log(s.ctl).totals();
   EXPECT_EQ(t.reports, 1u);
   EXPECT_EQ(t.kills, 1u);
-  EXPECT_EQ(t.no_victim, 0u);
+  EXPECT_EQ(t.by_outcome[static_cast<int>(OomOutcome::kKill)], 1u);
+  EXPECT_EQ(t.by_outcome[static_cast<int>(OomOutcome::kNone)], 0u);
   EXPECT_EQ(t.by_decider[static_cast<int>(e.oom.decider)], 1u);
   EXPECT_TRUE(e.oom.decider == OomDecider::kKernelOrder ||
               e.oom.decider == OomDecider::kExcessOrder)
@@ -92,7 +93,7 @@ TEST(OomLog, NoVictimIsLoggedToo) {
   EXPECT_FALSE(charge_units(charger, 101));
   const OomLogTotals t = oom_log(s.ctl).totals();
   EXPECT_GE(t.reports, 1u);
-  EXPECT_EQ(t.reports, t.no_victim);
+  EXPECT_EQ(t.reports, t.by_outcome[static_cast<int>(OomOutcome::kNone)]);
   EXPECT_EQ(t.by_decider[static_cast<int>(OomDecider::kNone)], t.reports);
   const auto log = oom_log(s.ctl).snapshot();
   ASSERT_FALSE(log.empty());

@@ -104,14 +104,26 @@ TEST(ParseLimit, HexTakesEAsADigit) {
 }
 
 TEST(ParseLimit, SaturatesToSentinel) {
-  for (const char* text : {"99999999999999999999999", "8E", "16E", "17E", "8192P",
-                           "0xffffffffffffffffff", "077777777777777777777777", "8388608T"}) {
+  // Within 64 bits but above the largest limit: `max`, as the kernel clamps.
+  for (const char* text : {"8E", "15E", "8192P", "8388608T", "18446744073709551615",
+                           "0xffffffffffffffff", "01777777777777777777777"}) {
     EXPECT_EQ(limit_or_die(text, kShift4K), max_units(kShift4K)) << text;
     EXPECT_EQ(limit_or_die(text, kShift64K), max_units(kShift64K)) << text;
   }
   // 1E = 2^60 bytes is below the sentinel's 2^63 - 4096 bytes.
   EXPECT_EQ(limit_or_die("1E", kShift4K), uint64_t{1} << 48);
   EXPECT_EQ(limit_or_die("1E", kShift64K), uint64_t{1} << 44);
+}
+
+// Past 64 bits: refused, never taken as `max` (which would turn the limit off) nor wrapped.
+TEST(ParseLimit, PastSixtyFourBitsIsRangeError) {
+  for (const char* text : {"18446744073709551616", "99999999999999999999999", "16E", "17E",
+                           "16384P", "0xffffffffffffffffff", "077777777777777777777777",
+                           " 16E\n"}) {
+    uint64_t units = 12345;
+    EXPECT_EQ(parse_limit(text, kShift4K, &units), ERANGE) << text;
+    EXPECT_EQ(units, 12345u) << text;  // untouched
+  }
 }
 
 TEST(ParseLimit, StripsSurroundingWhitespace) {
@@ -222,7 +234,7 @@ TEST(FormatLimit, RoundTrips) {
   }
   // Unaligned writes read back floored.
   EXPECT_EQ(format_limit(limit_or_die("4097", kShift4K), kShift4K), "4096\n");
-  EXPECT_EQ(format_limit(limit_or_die("16E", kShift4K), kShift4K), "max\n");
+  EXPECT_EQ(format_limit(limit_or_die("8E", kShift4K), kShift4K), "max\n");
 }
 
 // ---- parse_bytes ----

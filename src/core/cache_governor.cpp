@@ -36,7 +36,8 @@ CacheGovernor::CacheGovernor(Group& group, GovernedCache& cache, CacheGovernorOp
     throw std::invalid_argument("CacheGovernor: min_bytes is above max_bytes");
   {
     std::lock_guard<std::mutex> lock(apply_mu_);
-    apply(target());
+    // A cache that defers even this first capacity reports it through applied().
+    static_cast<void>(apply(target()));
   }
   registration_ = ReclaimerRegistration(group, *this);
 }
@@ -96,9 +97,27 @@ CacheGovernor::Target CacheGovernor::compute() const noexcept {
           std::clamp(protected_part, options_.min_bytes, options_.max_bytes)};
 }
 
-void CacheGovernor::apply(uint64_t bytes) noexcept {
+bool CacheGovernor::apply(uint64_t bytes) noexcept {
+  if (!cache_.set_capacity_bytes(bytes)) {
+    // Kept by the cache for later: nothing is in force yet (applied() records it then).
+    deferred_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   capacity_.store(bytes, std::memory_order_relaxed);
-  cache_.set_capacity_bytes(bytes);
+  return true;
+}
+
+void CacheGovernor::note_cut() noexcept {
+  last_reclaim_ns_.store(group_->controller().clock().now_ns(), std::memory_order_relaxed);
+  reclaimed_once_.store(true, std::memory_order_relaxed);
+  reclaims_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void CacheGovernor::applied(uint64_t bytes) noexcept {
+  // Relaxed: an update() racing with this reads the old or the new capacity, and the next update
+  // follows the new one either way.
+  const uint64_t before = capacity_.exchange(bytes, std::memory_order_relaxed);
+  if (bytes < before) note_cut();
 }
 
 uint64_t CacheGovernor::update() noexcept {
@@ -107,7 +126,7 @@ uint64_t CacheGovernor::update() noexcept {
   const Target tt = compute();
   const uint64_t t = tt.target;
   if (t < cap) {
-    apply(t);
+    if (!apply(t)) return cap;
     lowered_.fetch_add(1, std::memory_order_relaxed);
     return t;
   }
@@ -120,7 +139,7 @@ uint64_t CacheGovernor::update() noexcept {
     if (now - last_reclaim_ns_.load(std::memory_order_relaxed) < options_.grow_delay_ns)
       return cap;
   }
-  apply(t);
+  if (!apply(t)) return cap;
   raised_.fetch_add(1, std::memory_order_relaxed);
   return t;
 }
@@ -145,10 +164,8 @@ ReclaimResult CacheGovernor::reclaim(int64_t nr_to_scan, int /*priority*/) {
   const uint64_t ask = static_cast<uint64_t>(nr_to_scan) << shift;
   const uint64_t base = std::min(before, capacity_.load(std::memory_order_relaxed));
   const uint64_t cap = std::max(sat_sub(base, ask), options_.min_bytes);
-  last_reclaim_ns_.store(group_->controller().clock().now_ns(), std::memory_order_relaxed);
-  reclaimed_once_.store(true, std::memory_order_relaxed);
-  apply(cap);
-  reclaims_.fetch_add(1, std::memory_order_relaxed);
+  // The cut is recorded when it is in force: now, or when a cache that deferred it applies it.
+  if (apply(cap)) note_cut();
   const uint64_t after = cache_.usage_bytes();
   const int64_t freed = static_cast<int64_t>(sat_sub(before, after) >> shift);
   r.scanned = nr_to_scan;
@@ -159,7 +176,8 @@ ReclaimResult CacheGovernor::reclaim(int64_t nr_to_scan, int /*priority*/) {
 CacheGovernor::Stats CacheGovernor::stats() const noexcept {
   return {lowered_.load(std::memory_order_relaxed), raised_.load(std::memory_order_relaxed),
           reclaims_.load(std::memory_order_relaxed),
-          reclaim_busy_.load(std::memory_order_relaxed)};
+          reclaim_busy_.load(std::memory_order_relaxed),
+          deferred_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace memcg

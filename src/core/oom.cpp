@@ -20,6 +20,7 @@
 #include "memcg/base/clock.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/base/internal/utf8.hpp"
 #include "memcg/core/oom_log.hpp"
 #include "charge_wait_internal.hpp"
 #include "oom_batch.hpp"
@@ -284,7 +285,8 @@ bool internal::run_member_callback(KillEntry& e, Member& m, CancelReason reason,
   } catch (const std::exception& ex) {
     ok = false;
     try {
-      *error = ex.what();
+      // A message of any size is kept at a report's cap (the OOM lock copies it later).
+      *error = internal::utf8_capped(ex.what(), OomLog::kMaxName);
     } catch (...) {
     }
   } catch (...) {

@@ -12,8 +12,10 @@
 #include "memcg/base/clock.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/base/internal/lock.hpp"
+#include "memcg/base/internal/utf8.hpp"
 #include "memcg/core/controller.hpp"
 #include "memcg/core/oom.hpp"
+#include "memcg/core/oom_log.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {
@@ -152,7 +154,10 @@ bool internal::run_oom_handlers(Group& domain, int64_t units, OomReport& report)
   const uint64_t start = clock.now_ns();
   bool resolved = false;
   for (const auto& h : chain) {
-    OomHandlerCall call{h->name, h->group->path(), 0, "passed"};
+    // The names and the outcome at a report's cap: a handler's name or message of any size is
+    // not copied into every report (nor under the OOM lock, where the report is published).
+    OomHandlerCall call{utf8_capped(h->name, OomLog::kMaxName),
+                        utf8_capped(h->group->path(), OomLog::kMaxName), 0, "passed"};
     const int64_t margin = domain.memory().margin();
     {
       LockGuard lock(state.mu);
@@ -169,6 +174,9 @@ bool internal::run_oom_handlers(Group& domain, int64_t units, OomReport& report)
       ++h->stats.calls;
     }
     const OomContext ctx{domain, *h->group, units, units - std::max<int64_t>(margin, 0)};
+    // The most it can have freed: what its group held when called (what it frees is charged
+    // there or below). A larger claim is not believed.
+    const int64_t held = std::max<int64_t>(0, h->group->memory().usage());
     HandlerFrame frame{h.get(), h->group.get(), tl_handler_frames};
     tl_handler_frames = &frame;
     const uint64_t t0 = clock.now_ns();
@@ -178,7 +186,9 @@ bool internal::run_oom_handlers(Group& domain, int64_t units, OomReport& report)
     } catch (const std::exception& ex) {
       threw = true;
       try {
-        call.outcome = std::string("threw: ") + ex.what();
+        constexpr std::string_view kThrew = "threw: ";
+        call.outcome = std::string(kThrew) +
+                       utf8_capped(ex.what(), OomLog::kMaxName - kThrew.size());
       } catch (...) {
       }
     } catch (...) {
@@ -187,6 +197,8 @@ bool internal::run_oom_handlers(Group& domain, int64_t units, OomReport& report)
     }
     const uint64_t t1 = clock.now_ns();
     tl_handler_frames = frame.outer;
+    const bool overclaimed = call.freed > held;
+    if (overclaimed) call.freed = held;
     const bool overran = !threw && t1 - t0 > h->budget_ns;
     const bool room = domain.memory().margin() >= units;
     if (overran) call.outcome = "overran";
@@ -194,17 +206,21 @@ bool internal::run_oom_handlers(Group& domain, int64_t units, OomReport& report)
     {
       LockGuard lock(state.mu);
       --h->running;
-      if (call.freed > 0) h->stats.freed_units += call.freed;
+      if (call.freed > 0)  // saturating: the total stays meaningful however long it runs
+        h->stats.freed_units = call.freed > INT64_MAX - h->stats.freed_units
+                                   ? INT64_MAX
+                                   : h->stats.freed_units + call.freed;
+      if (overclaimed) ++h->stats.overclaimed;
       if (threw) ++h->stats.threw;
       if (overran) ++h->stats.overran;
       if (threw || overran) h->skip_until_ns = t1 + kOomHandlerPenaltyNs;
       if (room) ++h->stats.made_room;
     }
     state.cv.notify_all();  // an unregistering thread may wait for this call
+    if (room) report.handler = call.handler;
     report.handlers.push_back(std::move(call));
     if (room) {
       report.decider = OomDecider::kHandler;
-      report.handler = h->name;
       resolved = true;
       break;
     }

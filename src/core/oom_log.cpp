@@ -6,15 +6,16 @@
 #include <cstdio>
 
 #include "memcg/base/internal/lock.hpp"
+#include "memcg/base/internal/utf8.hpp"
 #include "memcg/core/controller.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {
 namespace {
 
-std::string capped(const std::string& s) {
-  return s.size() <= OomLog::kMaxName ? s : s.substr(0, OomLog::kMaxName);
-}
+// The one cap of every string an entry keeps: kMaxName bytes, cut on a character boundary and
+// made valid UTF-8 (the names are the user's text; /v1/oom and the page carry them as they are).
+void cap(std::string& s) { internal::utf8_cap(s, OomLog::kMaxName); }
 
 template <typename T>
 void cap_list(std::vector<T>& v) {
@@ -74,15 +75,40 @@ void largest(Group& domain, OomLogEntry& e, const std::vector<OomCandidate>& dec
   std::partial_sort(gs.begin(), gs.begin() + static_cast<ptrdiff_t>(ng), gs.end(), by_size);
   gs.resize(ng);
   for (OomConsumer& c : ms) {
-    c.name = capped(c.name);
-    c.group = capped(c.group);
+    cap(c.name);
+    cap(c.group);
   }
-  for (OomConsumer& c : gs) c.name = c.group = capped(c.name);
+  for (OomConsumer& c : gs) {
+    cap(c.name);
+    c.group = c.name;
+  }
   e.members = std::move(ms);
   e.groups = std::move(gs);
 }
 
 }  // namespace
+
+OomOutcome oom_outcome_of(OomDecider d) noexcept {
+  switch (d) {
+    case OomDecider::kKernelOrder:
+    case OomDecider::kExcessOrder:
+    case OomDecider::kPreempt: return OomOutcome::kKill;
+    case OomDecider::kHandler: return OomOutcome::kHandled;
+    case OomDecider::kSpill: return OomOutcome::kSpilled;
+    case OomDecider::kNone: break;
+  }
+  return OomOutcome::kNone;
+}
+
+const char* oom_outcome_name(OomOutcome o) noexcept {
+  switch (o) {
+    case OomOutcome::kKill: return "kill";
+    case OomOutcome::kHandled: return "handled";
+    case OomOutcome::kSpilled: return "spilled";
+    case OomOutcome::kNone: break;
+  }
+  return "none";
+}
 
 const char* oom_log_kind_name(OomLogKind k) noexcept {
   return k == OomLogKind::kPreempt ? "preempt" : "oom_kill";
@@ -118,25 +144,28 @@ void OomLog::append(Group& domain, const OomReport& r) noexcept {
     ++totals_.reports;
     totals_.kills += r.killed.size();
     if (!r.oom_group.empty()) ++totals_.group_kills;
-    if (r.victim.empty()) ++totals_.no_victim;
     totals_.kill_failures += r.failed.size();
     const auto d = static_cast<size_t>(r.decider);
     if (d < static_cast<size_t>(kNumOomDeciders)) ++totals_.by_decider[d];
+    ++totals_.by_outcome[static_cast<size_t>(oom_outcome_of(r.decider))];
   }
   try {
     OomLogEntry e;
     e.time_ns = domain.controller().clock().now_ns();
     e.kind = OomLogKind::kOomKill;
     e.oom = r;
-    e.oom.domain = capped(e.oom.domain);
-    e.oom.victim = capped(e.oom.victim);
-    e.oom.oom_group = capped(e.oom.oom_group);
-    cap_list(e.oom.top);
-    cap_list(e.oom.killed);
-    cap_list(e.oom.failed);
-    for (auto& c : e.oom.top) c.member = capped(c.member), c.group = capped(c.group);
-    for (auto& k : e.oom.killed) k = capped(k);
-    for (auto& f : e.oom.failed) f.member = capped(f.member), f.error = capped(f.error);
+    OomReport& o = e.oom;
+    for (std::string* s : {&o.domain, &o.victim, &o.oom_group, &o.handler}) cap(*s);
+    cap_list(o.top);
+    cap_list(o.killed);
+    cap_list(o.failed);
+    cap_list(o.handlers);
+    cap_list(o.spilled);
+    for (auto& c : o.top) cap(c.member), cap(c.group);
+    for (auto& k : o.killed) cap(k);
+    for (auto& f : o.failed) cap(f.member), cap(f.error);
+    for (auto& h : o.handlers) cap(h.handler), cap(h.group), cap(h.outcome);
+    for (auto& m : o.spilled) cap(m);
     largest(domain, e, r.top);
     push(std::move(e));
   } catch (...) {
@@ -155,12 +184,13 @@ void OomLog::append(Group& domain, const PreemptReport& r) noexcept {
     e.time_ns = domain.controller().clock().now_ns();
     e.kind = OomLogKind::kPreempt;
     e.preempt = r;
-    e.preempt.domain = capped(e.preempt.domain);
-    e.preempt.waiter_group = capped(e.preempt.waiter_group);
-    cap_list(e.preempt.asked);
-    cap_list(e.preempt.failed);
-    for (auto& a : e.preempt.asked) a.member = capped(a.member), a.group = capped(a.group);
-    for (auto& f : e.preempt.failed) f.member = capped(f.member), f.error = capped(f.error);
+    PreemptReport& p = e.preempt;
+    cap(p.domain);
+    cap(p.waiter_group);
+    cap_list(p.asked);
+    cap_list(p.failed);
+    for (auto& a : p.asked) cap(a.member), cap(a.group);
+    for (auto& f : p.failed) cap(f.member), cap(f.error);
     largest(domain, e, {});
     push(std::move(e));
   } catch (...) {

@@ -121,12 +121,12 @@ int parse_bytes(std::string_view text, uint64_t* bytes) {
 }
 
 int parse_limit(std::string_view text, unsigned unit_shift, uint64_t* units) {
-  // The byte grammar with two differences: a value too large for 64 bits saturates instead of
-  // failing, and `max` (UINT64_MAX bytes) lands on the sentinel through the same clamp.
+  // The byte grammar, with the units clamped to the sentinel: `max` (UINT64_MAX bytes) and any
+  // value above the largest limit land on it. A value too large for 64 bits is ERANGE (as in
+  // parse_bytes): where the kernel wraps it, taking it as `max` would turn the limit off.
   uint64_t bytes;
-  const int err = parse_bytes(text, &bytes);
-  if (err == EINVAL) return EINVAL;
-  const uint64_t n = err == ERANGE ? UINT64_MAX : bytes >> unit_shift;
+  if (const int err = parse_bytes(text, &bytes)) return err;
+  const uint64_t n = bytes >> unit_shift;
   const uint64_t sentinel = max_units(unit_shift);
   *units = n < sentinel ? n : sentinel;
   return 0;

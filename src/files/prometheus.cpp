@@ -151,7 +151,9 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
     {"memcg_memory_vmpressure_windows_total", "counter",
      "Windows of the group's own reclaim completed, by vmpressure level (low, medium, critical)."},
     {"memcg_oom_reports_total", "counter",
-     "OOM killer decisions reported in the controller, by outcome (kill, no_victim)."},
+     "OOM killer decisions reported in the controller, by what happened: a kill, an OOM "
+     "handler made room, a spill made room, or none of these (outcome: kill, handled, spilled, "
+     "none)."},
     {"memcg_oom_decisions_total", "counter",
      "OOM killer decisions reported in the controller, by what ended them: a victim of the "
      "kernel's order or of the excess-over-admission order, an OOM handler, a spill, a kill left "
@@ -302,7 +304,7 @@ struct PrometheusExposition::State {
   std::string state_suffix[2];                   // ",state="some"}<space>
   std::string avg_suffix[2][3];                  // ",state="some",window="10s"}<space>
   std::string level_suffix[3];                   // ",level="low"}<space>
-  std::string outcome_suffix[2];                 // ",outcome="kill"}<space>
+  std::string outcome_suffix[kNumOomOutcomes];   // ",outcome="kill"}<space>
   std::string wait_outcome_suffix[kNumWaitOutcomes];  // ",outcome="granted"}<space>
   std::string decider_suffix[kNumOomDeciders];   // ",decider="kernel"}<space>
   ControllerCounts counts;
@@ -356,8 +358,8 @@ void PrometheusExposition::State::prepare_text() {
   level_suffix[0] = keyed("level", "low");
   level_suffix[1] = keyed("level", "medium");
   level_suffix[2] = keyed("level", "critical");
-  outcome_suffix[0] = keyed("outcome", "kill");
-  outcome_suffix[1] = keyed("outcome", "no_victim");
+  for (int o = 0; o < kNumOomOutcomes; ++o)
+    outcome_suffix[o] = keyed("outcome", oom_outcome_name(static_cast<OomOutcome>(o)));
   for (int i = 0; i < kNumWaitOutcomes; ++i)
     wait_outcome_suffix[i] = keyed("outcome", kWaitOutcomeNames[i]);
   for (int d = 0; d < kNumOomDeciders; ++d)
@@ -416,12 +418,11 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
       }
       return;
     case kOomReports:
-      start(prefix[f], outcome_suffix[0]);
-      out.u64(counts.oom.reports - counts.oom.no_victim);
-      out.put('\n');
-      start(prefix[f], outcome_suffix[1]);
-      out.u64(counts.oom.no_victim);
-      out.put('\n');
+      for (int o = 0; o < kNumOomOutcomes; ++o) {
+        start(prefix[f], outcome_suffix[o]);
+        out.u64(counts.oom.by_outcome[o]);
+        out.put('\n');
+      }
       return;
     case kOomDecisions:
       for (int d = 0; d < kNumOomDeciders; ++d) {

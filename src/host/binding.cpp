@@ -48,8 +48,11 @@ void close_fd(int& fd) noexcept {
 RootSettings compute_root_settings(const HostCgroup& cg, uint64_t root_current,
                                    const BindOptions& o) {
   RootSettings s;
-  const uint64_t usage = cg.chain.empty() ? 0 : cg.usage();
-  s.unaccounted = sub_sat(usage, root_current);
+  // The budget follows the working set, not memory.current: page cache that the kernel would
+  // drop first is not memory the tenants must give up.
+  s.kernel_usage = cg.chain.empty() ? 0 : cg.usage();
+  s.working_set = cg.chain.empty() ? 0 : cg.working_set();
+  s.unaccounted = sub_sat(s.working_set, root_current);
   // One headroom for both, from the limit that binds (the high when there is no max):
   // max(headroom_bytes, limit x permille / 1000), computed without overflow.
   const uint64_t base = cg.limit != kNoLimit ? cg.limit : cg.high;
@@ -115,7 +118,7 @@ int HostBinding::refresh(std::string* error) {
   const uint64_t after = root.current();
   std::lock_guard lock(mu_);
   status_.root_current = after;
-  status_.unaccounted = diff(cg.usage(), after);
+  status_.unaccounted = diff(cg.working_set(), after);
   status_.unaccounted_rss = diff(cg.rss, after);
   return 0;
 }

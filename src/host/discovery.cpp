@@ -48,6 +48,23 @@ bool has_word(const std::string& text, std::string_view word) {
   return false;
 }
 
+// inactive_file of the cgroup at `dir` (v1: total_inactive_file, the subtree's). 0 when there is
+// no memory.stat or no such key; a malformed value is EINVAL.
+int read_inactive_file(const std::string& dir, int version, uint64_t* v, std::string* error) {
+  const std::string f = dir + "/memory.stat";
+  std::string stat;
+  *v = 0;
+  if (int err = read_small_file(f, &stat))
+    return err == ENOENT ? 0 : fail(error, err, f + ": cannot read");
+  const int err =
+      find_stat_value(stat, version == 2 ? "inactive_file" : "total_inactive_file", v);
+  if (err == ENOENT) {
+    *v = 0;
+    return 0;
+  }
+  return err ? fail(error, EINVAL, f + ": malformed inactive_file") : 0;
+}
+
 struct Located {
   std::string path;  // the process's cgroup path
   std::string root;  // the mount's root
@@ -89,6 +106,7 @@ int walk_chain(const DiscoverOptions& o, int version, const Located& loc, HostCg
       if (version == 2)
         if (int err = read_value(l.dir + "/memory.high", true, &l.high, error)) return err;
       if (int err = read_value(l.dir + "/" + cur_file, false, &l.current, error)) return err;
+      if (int err = read_inactive_file(l.dir, version, &l.inactive_file, error)) return err;
       l.has_limits = true;
     }
     hc->chain.push_back(std::move(l));

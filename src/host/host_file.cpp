@@ -64,6 +64,7 @@ std::string HostBinding::format_file() const {
   line("limit", limit_text(cg.limit));
   line("high", limit_text(cg.high));
   line("usage", std::to_string(cg.usage()));
+  line("working_set", std::to_string(cg.working_set()));
   line("rss", std::to_string(cg.rss));
   line("root_current", std::to_string(s.root_current));
   line("unaccounted", std::to_string(s.unaccounted));
@@ -102,10 +103,14 @@ std::string HostBinding::render_prometheus() const {
     sample("memcg_host_limit_bytes", "{knob=\"high\"}", prom_value(cg.high));
     family(out, "memcg_host_usage_bytes", "gauge", "The kernel's usage of the binding cgroup");
     sample("memcg_host_usage_bytes", "", std::to_string(cg.usage()));
+    family(out, "memcg_host_working_set_bytes", "gauge",
+           "The binding cgroup's usage minus its inactive file pages (the budget's basis)");
+    sample("memcg_host_working_set_bytes", "", std::to_string(cg.working_set()));
     family(out, "memcg_host_rss_bytes", "gauge", "The process's resident set size");
     sample("memcg_host_rss_bytes", "", std::to_string(cg.rss));
     family(out, "memcg_host_unaccounted_bytes", "gauge",
-           "Kernel usage (source=cgroup) or RSS (source=rss) minus the root's memory.current");
+           "Kernel working set (source=cgroup) or RSS (source=rss) minus the root's "
+           "memory.current");
     sample("memcg_host_unaccounted_bytes", "{source=\"cgroup\"}", std::to_string(s.unaccounted));
     sample("memcg_host_unaccounted_bytes", "{source=\"rss\"}", std::to_string(s.unaccounted_rss));
     family(out, "memcg_host_root_limit_bytes", "gauge", "What the root was set to");

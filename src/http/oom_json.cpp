@@ -182,9 +182,16 @@ std::string render_oom_json(Controller& ctl, uint64_t after) {
   put_u64(out, t.kills);
   out += ",\"group_kills\":";
   put_u64(out, t.group_kills);
+  // Kept for older readers: the reports in which nothing was done (outcomes.none).
   out += ",\"no_victim\":";
-  put_u64(out, t.no_victim);
-  out += ",\"kill_failures\":";
+  put_u64(out, t.by_outcome[static_cast<int>(OomOutcome::kNone)]);
+  out += ",\"outcomes\":{";
+  for (int o = 0; o < kNumOomOutcomes; ++o) {
+    if (o) out += ',';
+    key(out, oom_outcome_name(static_cast<OomOutcome>(o)));
+    put_u64(out, t.by_outcome[o]);
+  }
+  out += "},\"kill_failures\":";
   put_u64(out, t.kill_failures);
   out += ",\"preemptions\":";
   put_u64(out, t.preemptions);

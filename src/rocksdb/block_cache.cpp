@@ -86,10 +86,16 @@ bool BlockCache::has_pending(const BlockCache* self) noexcept {
 
 void BlockCache::after_call(BlockCache* self) noexcept {
   const uint64_t pending = self->pending_.exchange(kNone, std::memory_order_acq_rel);
-  if (pending != kNone) self->apply(pending);
+  if (pending != kNone) self->apply_deferred(pending);
 }
 
-void BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
+void BlockCache::apply_deferred(uint64_t bytes) noexcept {
+  apply(bytes);
+  // The governor records the cut now that it is in force (null while it is being built).
+  if (CacheGovernor* g = governor_.get()) g->applied(applied_.load(std::memory_order_relaxed));
+}
+
+bool BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
   // Inside one of RocksDB's cache calls on this thread (a hooked operator new under a shard's
   // mutex): SetCapacity would take that mutex again. Deferred to the end of the call.
   if ((defer_reclaim_ && !t_direct) || internal::in_cache_call()) {
@@ -103,16 +109,17 @@ void BlockCache::set_capacity_bytes(uint64_t bytes) noexcept {
     pending_.store(bytes, std::memory_order_release);
     deferred_.fetch_add(1, std::memory_order_relaxed);
     if (wake_) wake_();
-    return;
+    return false;
   }
   apply(bytes);
+  return true;
 }
 
 void BlockCache::update() noexcept {
   DirectScope direct;
   const uint64_t before = applied_.load(std::memory_order_relaxed);
   const uint64_t pending = pending_.exchange(kNone, std::memory_order_acq_rel);
-  if (pending != kNone) apply(pending);
+  if (pending != kNone) apply_deferred(pending);
   governor_->update();
   if (applied_.load(std::memory_order_relaxed) < before) allocator_->trim();
   const bool conflict = below_protection();

@@ -163,6 +163,10 @@ static void test_files_and_charges(void) {
   CHECK_ERR(memcg_group_write(g, "memory.max", "bogus", 5, 0), EINVAL);
   CHECK_ERR(memcg_group_write(g, "memory.max", "-1", 2, 0), EINVAL);
   CHECK(read_number(g, "memory.max") == MIB(1)); /* unchanged */
+  /* Past 2^64: refused, never read back as "max" (the limit would be off). */
+  CHECK_ERR(memcg_group_write(g, "memory.max", "18446744073709551616", 20, 0), ERANGE);
+  CHECK_ERR(memcg_group_write(g, "memory.max", "16E", 3, 0), ERANGE);
+  CHECK(read_number(g, "memory.max") == MIB(1)); /* unchanged */
   CHECK_ERR(memcg_group_write(g, "memory.current", "0", 1, 0), EACCES);
   CHECK_ERR(memcg_group_write(g, "memory.nonexistent", "0", 1, 0), ENOENT);
   CHECK_ERR(memcg_group_write(NULL, "memory.max", "1M", 2, 0), EINVAL);

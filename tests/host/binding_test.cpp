@@ -54,6 +54,60 @@ bool wait_for(F&& f, std::chrono::seconds limit = std::chrono::seconds(20)) {
 
 uint64_t floor_unit(uint64_t b) { return b & ~uint64_t{4095}; }
 
+// Page cache larger than what the library holds: /svc's memory.current is 3G, of which 2.5G is
+// inactive file pages; the library holds 256M. The budget follows the working set (3G - 2.5G),
+// not memory.current, so the cache does not shrink the tenants' room.
+TEST(HostBinding, BudgetFollowsTheWorkingSetNotThePageCache) {
+  FixtureTree t;
+  container(t, 8 * G, 3 * G);
+  const uint64_t inactive = 2 * G + 512 * M;
+  t.write("sys/fs/cgroup/svc/memory.stat",
+          "anon 402653184\nfile 2818572288\nkernel 0\nsock 0\nactive_anon 402653184\n"
+          "inactive_anon 0\nactive_file 134217728\ninactive_file " +
+              std::to_string(inactive) + "\n");
+  Controller ctl;
+  GroupRef a;
+  ASSERT_EQ(ctl.create("a", &a), 0);
+  ASSERT_EQ(try_charge(*a, static_cast<int64_t>(256 * M / 4096)), ChargeStatus::kOk);
+  const uint64_t root_now = ctl.root().current();
+  HostBinding b(ctl, fixture_options(t));
+  std::string err;
+  ASSERT_EQ(b.refresh(&err), 0) << err;
+  const uint64_t headroom = 8 * G / 1000 * 50 + 8 * G % 1000 * 50 / 1000;
+  const uint64_t working_set = 3 * G - inactive;  // 512M
+  const HostStatus s = b.status();
+  EXPECT_EQ(s.cgroup.usage(), 3 * G);
+  EXPECT_EQ(s.cgroup.working_set(), working_set);
+  EXPECT_EQ(s.applied.kernel_usage, 3 * G);
+  EXPECT_EQ(s.applied.working_set, working_set);
+  EXPECT_EQ(s.applied.unaccounted, working_set - root_now);
+  EXPECT_EQ(s.applied.max, 8 * G - headroom - (working_set - root_now));
+  EXPECT_EQ(s.unaccounted, static_cast<int64_t>(working_set - root_now));
+  // Both figures in the file and the exposition.
+  const std::string text = b.format_file();
+  EXPECT_NE(text.find("usage 3221225472\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("working_set " + std::to_string(working_set) + "\n"), std::string::npos)
+      << text;
+  const std::string prom = b.render_prometheus();
+  EXPECT_NE(prom.find("memcg_host_usage_bytes 3221225472\n"), std::string::npos) << prom;
+  EXPECT_NE(prom.find("memcg_host_working_set_bytes " + std::to_string(working_set) + "\n"),
+            std::string::npos)
+      << prom;
+
+  // More inactive file pages than usage (the counters are read at different instants): the
+  // working set is 0, not a wrapped huge number.
+  t.write("sys/fs/cgroup/svc/memory.stat", "inactive_file " + std::to_string(4 * G) + "\n");
+  ASSERT_EQ(b.refresh(&err), 0) << err;
+  EXPECT_EQ(b.status().applied.working_set, 0u);
+  EXPECT_EQ(b.status().applied.unaccounted, 0u);
+  EXPECT_EQ(b.status().applied.max, 8 * G - headroom);
+  // A malformed value is an error that leaves the root as it was.
+  t.write("sys/fs/cgroup/svc/memory.stat", "inactive_file lots\n");
+  EXPECT_EQ(b.refresh(&err), EINVAL);
+  EXPECT_EQ(b.status().applied.max, 8 * G - headroom);
+  uncharge(*a, static_cast<int64_t>(256 * M / 4096));
+}
+
 TEST(HostBinding, RootSettingsAreExact) {
   FixtureTree t;
   container(t);

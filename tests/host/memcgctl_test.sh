@@ -89,6 +89,13 @@ grep -q 'size: 41943040, bulk: true' "$t/root.yaml" || fail "user.slice's own ch
 printf 'anon 1\n' >"$r/memory.stat"
 "$bin" snapshot "$r" >"$t/root2.yaml" || fail "the root refused (children's sum)"
 grep -q "usage (104857600 bytes) is from the sum of its children" "$t/root2.yaml" || fail "children's sum"
+# No memory.stat at all (kernels before the root had one): accepted, the children's sum, said so.
+rm "$r/memory.stat"
+"$bin" snapshot "$r" >"$t/root3.yaml" || fail "the root without memory.stat refused"
+grep -q "usage (104857600 bytes) is from the sum of its children's memory.current (it has no" \
+  "$t/root3.yaml" || fail "children's sum without memory.stat"
+"$bin" validate "$t/root3.yaml" || fail "validate refused a root's snapshot without memory.stat"
+printf 'anon 1\n' >"$r/memory.stat"
 # A directory with memory.stat but without "memory" in cgroup.controllers is no root.
 echo "cpu pids" >"$r/cgroup.controllers"
 if "$bin" snapshot "$r" 2>"$t/err"; then fail "a root without the memory controller accepted"; fi

@@ -45,9 +45,12 @@ int run_host(const std::string& root_prefix, int version, std::ostream& out, std
                        l.has_limits ? std::to_string(l.current) : "-", l.dir,
                        i == cg.binding ? "  <- binds" : "");
   }
-  out << fmt::format("limit {}{}\nhigh {}\nusage {}\nrss {}\n", limit_text(cg.limit),
+  out << fmt::format("limit {}{}\nhigh {}\nusage {}\nworking_set {} (usage - inactive_file {})\n"
+                     "rss {}\n",
+                     limit_text(cg.limit),
                      cg.limit_above_mount ? " (hierarchical_memory_limit, above the mount)" : "",
-                     limit_text(cg.high), cg.usage(), cg.rss);
+                     limit_text(cg.high), cg.usage(), cg.working_set(),
+                     cg.bound().inactive_file, cg.rss);
   out << fmt::format("pressure {} {}\n", cg.pressure_file.empty() ? "-" : cg.pressure_file,
                      pressure_line(cg.pressure_file));
   if (!cg.pressure_level_file.empty())

@@ -137,9 +137,11 @@ bool collect(const std::string& dir, const std::string& path, bool root,
 }
 
 // A cgroup v2 root with the memory controller: cgroup.controllers lists "memory" and the
-// directory has memory.stat but no memory.current (the kernel keeps no counter for the root).
+// directory has no memory.current (the kernel keeps no counter for the root). Its memory.stat
+// is not required: kernels before 5.x's root memory.stat have none, and the usage can come from
+// the children's sum.
 bool is_memory_root(const std::string& dir) {
-  if (fs::exists(dir + "/memory.current") || !fs::exists(dir + "/memory.stat")) return false;
+  if (fs::exists(dir + "/memory.current")) return false;
   std::string controllers;
   if (memcg::host::read_small_file(dir + "/cgroup.controllers", &controllers) != 0) return false;
   size_t pos = 0;
@@ -194,7 +196,10 @@ int run_snapshot(const std::string& dir_arg, std::ostream& out, std::ostream& er
       root_source = "memory.stat (anon + file + kernel + sock)";
     } else {
       r.current = r.children + r.skipped;
-      root_source = "the sum of its children's memory.current (its memory.stat has no usable total)";
+      root_source = fs::exists(dir + "/memory.stat")
+                        ? "the sum of its children's memory.current (its memory.stat has no "
+                          "usable total)"
+                        : "the sum of its children's memory.current (it has no memory.stat)";
     }
   }
 

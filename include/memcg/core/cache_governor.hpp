@@ -29,7 +29,10 @@
 // the next update, without either delay. As a Reclaimer on the group it answers reclaim
 // (memory.max, memory.high, memory.reclaim, an ancestor's pressure, with the group's protection
 // honoured by the driver) by lowering the capacity by what was asked; the cache evicts down to
-// it.
+// it. A cache that defers the cut (set_capacity_bytes returns false: it cannot take its own locks
+// where reclaim runs) tells the governor when it applies it (applied()); the governor records the
+// cut then, not when it asked, so capacity() is the capacity in force and repeated asks for
+// memory not yet freed do not each lower it.
 //
 // The kernel has no counterpart: its shrinkers are asked to scan objects. This is the capacity
 // a user-space cache already has (RocksDB's LRUCache::SetCapacity), driven by the group.
@@ -51,10 +54,13 @@ class GovernedCache {
   virtual ~GovernedCache() = default;
   // Bytes of the group's usage that the cache holds now (what evicting everything would free).
   virtual uint64_t usage_bytes() const noexcept = 0;
-  // Evicts down to `bytes` (before returning, or soon) and admits no more than that afterwards.
-  // Called from update() and from reclaim (with no library lock held, under the governor's call
-  // mutex): it must not call back into this governor.
-  virtual void set_capacity_bytes(uint64_t bytes) noexcept = 0;
+  // Evicts down to `bytes` (before returning, or soon) and admits no more than that afterwards;
+  // returns true. A cache that cannot apply it now (reclaim may run while one of its own locks
+  // is held) may keep it to apply later and return false: it then calls
+  // CacheGovernor::applied() with the capacity it applies, when it does. Called from update()
+  // and from reclaim (with no library lock held, under the governor's call mutex): it must not
+  // call back into this governor.
+  virtual bool set_capacity_bytes(uint64_t bytes) noexcept = 0;
 };
 
 struct CacheGovernorOptions {
@@ -86,13 +92,19 @@ class CacheGovernor final : public Reclaimer {
   uint64_t update() noexcept;
   // The target from the group's counters now, without applying it.
   uint64_t target() const noexcept;
+  // The capacity in force: the last one the cache applied.
   uint64_t capacity() const noexcept { return capacity_.load(std::memory_order_relaxed); }
+  // From a cache whose set_capacity_bytes returned false: it applied `bytes` now. A cut below the
+  // capacity counts as a reclaim and starts the grow delay. Lock-free: may be called from inside
+  // the cache's own calls, on any thread, also while update() runs (which then follows it).
+  void applied(uint64_t bytes) noexcept;
 
   struct Stats {
     uint64_t lowered;         // capacity lowered by update()
     uint64_t raised;          // capacity raised by update()
-    uint64_t reclaims;        // reclaim() calls that lowered it
+    uint64_t reclaims;        // cuts by reclaim in force (at once, or when a deferred one applied)
     uint64_t reclaim_busy;    // reclaim() calls that found update() applying and did nothing
+    uint64_t deferred;        // capacities the cache kept to apply later (reclaim or update)
   };
   Stats stats() const noexcept;
 
@@ -109,7 +121,9 @@ class CacheGovernor final : public Reclaimer {
   // The group's effective protection (bytes, the larger of emin and elow) against a reclaim
   // rooted at its ancestor `root`, with the group grown to its own protection.
   uint64_t protection_under(const Group& root) const noexcept;
-  void apply(uint64_t bytes) noexcept;  // REQUIRES: apply_mu_ held
+  // Hands `bytes` to the cache; true (and capacity_ set) if it is in force now.
+  bool apply(uint64_t bytes) noexcept;  // REQUIRES: apply_mu_ held
+  void note_cut() noexcept;             // a reclaim's cut is in force: the grow delay starts
 
   GroupRef group_;
   GovernedCache& cache_;
@@ -120,7 +134,7 @@ class CacheGovernor final : public Reclaimer {
   std::atomic<uint64_t> capacity_{0};
   std::atomic<uint64_t> last_reclaim_ns_{0};
   std::atomic<bool> reclaimed_once_{false};
-  std::atomic<uint64_t> lowered_{0}, raised_{0}, reclaims_{0}, reclaim_busy_{0};
+  std::atomic<uint64_t> lowered_{0}, raised_{0}, reclaims_{0}, reclaim_busy_{0}, deferred_{0};
   ReclaimerRegistration registration_;  // last: registered once everything above is ready
 };
 

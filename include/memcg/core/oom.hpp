@@ -294,7 +294,7 @@ const char* oom_decider_name(OomDecider d) noexcept;  // "none", "kernel", "exce
 struct OomHandlerCall {
   std::string handler;
   std::string group;     // where it is registered
-  int64_t freed = 0;     // units it said it freed
+  int64_t freed = 0;     // units it said it freed (at most what its group held then)
   std::string outcome;   // "made_room", "passed", "threw: ...", "overran", "skipped"
 };
 // A kill that failed: the member's callback threw (the member was not killed).
@@ -340,10 +340,13 @@ using OomHandlerFn = std::function<int64_t(const OomContext&)>;
 struct OomHandlerStats {
   uint64_t calls = 0;
   uint64_t made_room = 0;  // OOMs it ended
-  int64_t freed_units = 0;  // what it said it freed, in total
+  // What it said it freed, in total (saturating at INT64_MAX), each claim clamped to what the
+  // handler's group held when it was called: nothing it frees can be more than that.
+  int64_t freed_units = 0;
   uint64_t threw = 0;
   uint64_t overran = 0;
   uint64_t skipped = 0;  // OOMs that skipped it (penalty after an overrun or a throw)
+  uint64_t overclaimed = 0;  // calls whose claim was above what its group held (clamped)
 };
 
 namespace internal {

@@ -8,9 +8,12 @@
 // groups (memory.current and the admitted sizes of the members in their subtree), largest first.
 // A member killed in that decision counts with what it held when chosen, and its groups with it.
 //
-// Bounds: at most capacity() entries (default 32, 1..1024), oldest dropped first; each entry's
-// strings and lists are capped (kMaxName bytes a name, the report's own lists at most
-// kMaxListed items), so the ring holds at most about capacity() x 8 KiB whatever the names are.
+// Bounds: at most capacity() entries (default 32, 1..1024), oldest dropped first. Every string
+// of an entry (names, paths, handler outcomes, error messages) is cut by one helper to kMaxName
+// bytes on a UTF-8 character boundary and made valid UTF-8 (an invalid byte becomes U+FFFD), and
+// every list to kMaxListed items, so an entry holds at most kMaxEntryText bytes of text (about
+// 37 KiB; a typical one well under 1 KiB) and the ring at most capacity() times that, whatever
+// the names and messages are.
 //
 // Thread safety: every call may be made from any thread. append() is called by the OOM killer
 // under the OOM lock; the ring has its own mutex, taken last, and no callback runs under it.
@@ -53,13 +56,23 @@ struct OomLogEntry {
   std::vector<OomConsumer> groups;   // largest first, at most 5 (the domain's subtree)
 };
 
+// How an OOM ended, by what happened (its OomDecider folded): a kill (a victim of either order,
+// also one whose kill was left to a preemption in progress), an OOM handler that made room, a
+// spill that made room with nobody killed, or nothing (no member could be killed and nothing
+// made room).
+enum class OomOutcome : uint8_t { kKill, kHandled, kSpilled, kNone };
+inline constexpr int kNumOomOutcomes = static_cast<int>(OomOutcome::kNone) + 1;
+OomOutcome oom_outcome_of(OomDecider d) noexcept;
+const char* oom_outcome_name(OomOutcome o) noexcept;  // "kill", "handled", "spilled", "none"
+
 // Totals since the controller was created; they count every report, also those dropped.
 struct OomLogTotals {
   uint64_t reports = 0;         // OOM reports (every OOM killer decision that was reported)
   uint64_t kills = 0;           // members killed in them
   uint64_t group_kills = 0;     // reports that killed a whole memory.oom.group
-  uint64_t no_victim = 0;       // reports in which no member could be killed
   uint64_t kill_failures = 0;   // kill callbacks that threw
+  // OOM reports by outcome (index: OomOutcome); they add up to `reports`.
+  uint64_t by_outcome[kNumOomOutcomes] = {};
   uint64_t preemptions = 0;     // preemption reports
   uint64_t preempt_asked = 0;   // members asked to give memory back in them
   // OOM reports by what ended them (OomReport::decider, index: OomDecider): the kernel's or the
@@ -74,6 +87,12 @@ class OomLog {
   static constexpr size_t kMaxName = 256;    // bytes kept of a name, path or error
   static constexpr size_t kMaxListed = 16;   // items kept of a report's killed/failed/asked lists
   static constexpr size_t kTopConsumers = 5;
+  // The strings an entry can hold: the report's 4 names (domain, victim, oom group, handler),
+  // 2 a candidate (at most 5), 1 a killed or spilled member, 2 a failure, 3 a handler call (the
+  // lists at most kMaxListed each), and 2 a top consumer (kTopConsumers members and groups).
+  static constexpr size_t kMaxEntryStrings =
+      4 + 2 * 5 + kMaxListed * (1 + 1 + 2 + 3) + 2 * 2 * kTopConsumers;
+  static constexpr size_t kMaxEntryText = kMaxEntryStrings * kMaxName;
 
   OomLog() = default;
   OomLog(const OomLog&) = delete;

@@ -44,13 +44,16 @@ constexpr uint64_t max_units(unsigned unit_shift) {
 // 2^unit_shift bytes. After stripping leading and trailing whitespace the text is either
 // exactly `max` (→ max_units(unit_shift)) or a size followed by end of text. Bytes become units
 // by floor division ("4097" → 1 unit of 4 KiB, "4095" → 0) and are clamped to the sentinel, so
-// huge values read back as `max`; a number too large for 64 bits, before or after its suffix,
-// saturates to the sentinel too ("16E", "99999999999999999999999").
-// Returns 0, or EINVAL for anything else ("1 G", "1KB", "-1", "+1", "1.5G", "MAX", "K").
+// a value above the largest limit ("8E", 2^63 bytes) reads back as `max`, as the kernel clamps
+// to its largest page count. A number too large for 64 bits, before or after its suffix ("16E",
+// "99999999999999999999999"), is ERANGE and changes nothing: the kernel lets it wrap (a huge
+// limit becomes a small one) and saturating it would turn the limit off, so it is refused.
+// Returns 0, ERANGE as above, or EINVAL for anything else ("1 G", "1KB", "-1", "+1", "1.5G",
+// "MAX", "K").
 // REQUIRES: unit_shift <= 62.
 // Kernel: an empty or whitespace-only write parses as 0 there (a bare newline written to
 // memory.max sets it to 0), and so does a suffix without digits ("K"); both are EINVAL here.
-// The kernel lets the number wrap silently on overflow ("16E" becomes 0); here it saturates.
+// The kernel lets the number wrap silently on overflow ("16E" becomes 0); here it is ERANGE.
 // Only ASCII whitespace is stripped (the kernel's isspace() also takes byte 0xA0).
 [[nodiscard]] int parse_limit(std::string_view text, unsigned unit_shift, uint64_t* units);
 
@@ -62,8 +65,8 @@ std::string format_limit(uint64_t units, unsigned unit_shift);
 
 // Parses a scenario size in bytes: the grammar of parse_limit without the unit conversion;
 // `max` → UINT64_MAX. Returns 0, EINVAL for a grammar violation, or ERANGE when the value does
-// not fit 64 bits (a scenario asking for more than 16 EiB is a mistake worth reporting, unlike a
-// file write, where the kernel's rule is to saturate to `max`).
+// not fit 64 bits (a scenario asking for more than 16 EiB is a mistake worth reporting, as it is
+// in a limit file).
 [[nodiscard]] int parse_bytes(std::string_view text, uint64_t* bytes);
 
 // Parses a scenario duration into nanoseconds: after stripping whitespace, a decimal number

@@ -24,7 +24,8 @@
 //   memcg_memory_stat_events_total{item}            counter  memory.stat event items (pgscan and
 //                                                            pgsteal as their sums, as in the file)
 // Controller-wide counters, once, with group="/" (from OomLog's totals and charge_stats()):
-//   memcg_oom_reports_total{outcome="kill"|"no_victim"},
+//   memcg_oom_reports_total{outcome="kill"|"handled"|"spilled"|"none"} (what happened,
+//   OomOutcome),
 //   memcg_oom_decisions_total{decider="none"|"kernel"|"excess"|"handler"|"spill"|"preempt"}
 //   (what ended each reported OOM: OomReport::decider), memcg_oom_killed_members_total,
 //   memcg_oom_group_kills_total, memcg_oom_kill_failures_total, memcg_preemptions_total,

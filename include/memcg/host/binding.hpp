@@ -7,9 +7,12 @@
 //        binding limit - headroom - unaccounted,   headroom = max(headroom_bytes,
 //                                                              limit x headroom_permille / 1000)
 //    (one headroom, from the max, or from the high when there is no max)
-//    where unaccounted = the kernel's usage of the binding cgroup - the root's memory.current
-//    (what the process holds outside every group: libraries, stacks, page cache, other
-//    processes of the cgroup), saturated at 0. The kernel's memory.high gives the root's high the
+//    where unaccounted = the working set of the binding cgroup - the root's memory.current
+//    (what the process holds outside every group: libraries, stacks, other processes of the
+//    cgroup), saturated at 0. The working set is the kernel's usage minus the inactive file
+//    pages of its memory.stat (cAdvisor's working set, HostCgroup::working_set()): page cache
+//    the kernel drops before it reclaims anything else must not shrink the tenants' budget and
+//    start reclaim or OOM kills in the process. The kernel's memory.high gives the root's high the
 //    same way; the library does not throttle at the root (the kernel has no root high either), so
 //    the binding reclaims the root's excess over it proactively instead. No kernel limit: the
 //    root is set to "max". Re-read every `period_ms` and, on cgroup v2, whenever the binding
@@ -88,7 +91,9 @@ struct RootSettings {
   uint64_t max = kNoLimit;
   uint64_t high = kNoLimit;
   uint64_t headroom = 0;
-  uint64_t unaccounted = 0;  // kernel usage - root usage, saturated at 0
+  uint64_t kernel_usage = 0;  // the binding cgroup's memory.current (usage_in_bytes on v1)
+  uint64_t working_set = 0;   // kernel_usage - its inactive_file, at least 0
+  uint64_t unaccounted = 0;   // working_set - root usage, saturated at 0
 };
 RootSettings compute_root_settings(const HostCgroup& cg, uint64_t root_current,
                                    const BindOptions& options);
@@ -98,7 +103,7 @@ struct HostStatus {
   HostCgroup cgroup;     // the last successful discovery
   RootSettings applied;  // what the root was last set to
   uint64_t root_current = 0;
-  int64_t unaccounted = 0;      // kernel usage of the binding - root usage (may be negative)
+  int64_t unaccounted = 0;      // working set of the binding - root usage (may be negative)
   int64_t unaccounted_rss = 0;  // process RSS - root usage
   uint64_t refreshes = 0, errors = 0;
   uint64_t pressure_events = 0, reclaims = 0, reclaims_suppressed = 0, reclaimed_bytes = 0;

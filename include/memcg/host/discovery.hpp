@@ -35,6 +35,10 @@ struct HostLevel {
   uint64_t max = kNoLimit;   // v2 memory.max; v1 memory.limit_in_bytes
   uint64_t high = kNoLimit;  // v2 memory.high; v1: none
   uint64_t current = 0;      // v2 memory.current; v1 memory.usage_in_bytes
+  // Page cache the kernel can drop without writing anything back: memory.stat's inactive_file
+  // (v1: total_inactive_file, hierarchical as usage_in_bytes is). 0 where memory.stat or the
+  // key is missing (the working set is then the whole usage).
+  uint64_t inactive_file = 0;
   bool has_limits = false;   // false at a hierarchy root, which has no limit files
 };
 
@@ -53,6 +57,13 @@ struct HostCgroup {
   const HostLevel& bound() const { return chain[binding]; }
   // The kernel's usage of the binding cgroup.
   uint64_t usage() const { return chain[binding].current; }
+  // Its working set: usage minus inactive_file, at least 0 (cAdvisor's and the kubelet's
+  // definition). What the process and its neighbours need, without the page cache that the
+  // kernel would drop before reclaiming anything else or OOM-killing anyone.
+  uint64_t working_set() const {
+    const HostLevel& b = chain[binding];
+    return b.current > b.inactive_file ? b.current - b.inactive_file : 0;
+  }
 };
 
 // Fills `out`, or returns an errno value and a sentence in `error` (out untouched):

@@ -2,8 +2,11 @@
 // and GET /v1/oom.txt (one line a report, for a log). Part of the optional component memcg::http.
 //
 //   {"version": 1, "capacity": 32, "last_seq": 7,
-//    "totals": {"reports": 5, "kills": 4, "group_kills": 0, "no_victim": 1, "kill_failures": 0,
-//               "preemptions": 2, "preempt_requests": 3},
+//    "totals": {"reports": 5, "kills": 4, "group_kills": 0, "no_victim": 1,
+//               "outcomes": {"kill": 3, "handled": 1, "spilled": 0, "none": 1},
+//               "kill_failures": 0, "preemptions": 2, "preempt_requests": 3},
+//    (outcomes: the reports by what happened, OomOutcome; they add up to "reports".
+//    "no_victim" is outcomes.none, kept for older readers.)
 //    "reports": [                                   oldest first
 //      {"seq": 6, "time_ns": 1250000000, "kind": "oom_kill",     or "preempt"
 //       "domain": "tenants/a", "request_units": 1,
@@ -16,6 +19,9 @@
 //       "top_groups": [{"name": "tenants/a", "bytes": 81920, "admitted_bytes": 32768}]}]}
 //   A "preempt" report has "waiter_group", "priority", "shortage_units" and "asked"
 //   ([{"member", "group", "priority", "charged_units"}]) instead of the kill fields.
+//
+// Every string is valid UTF-8: the log keeps its strings so (oom_log.hpp), and the writer
+// replaces any byte that is not UTF-8 by U+FFFD all the same.
 //
 // Thread safety: any thread; reads a snapshot of the ring.
 #pragma once

@@ -98,10 +98,11 @@ class BlockCache final : public GovernedCache {
 
   // GovernedCache
   uint64_t usage_bytes() const noexcept override { return allocator_->live_bytes(); }
-  void set_capacity_bytes(uint64_t bytes) noexcept override;
+  bool set_capacity_bytes(uint64_t bytes) noexcept override;
 
  private:
   void apply(uint64_t bytes) noexcept;
+  void apply_deferred(uint64_t bytes) noexcept;  // apply(), then tell the governor
   // GuardedCache's end of the outermost call: a shrink deferred there is applied now (only
   // without defer_reclaim, whose shrinks the governor thread applies).
   static bool has_pending(const BlockCache* self) noexcept;
