@@ -98,8 +98,8 @@ struct memcg_group {
 // *_destroy; the library holds one more for each reservation bound to a member and for each
 // reservation request in progress. The C++ object goes with the last reference.
 struct memcg_member {
-  explicit memcg_member(memcg_controller* owner) : count(owner),
-      abandoned(std::make_shared<std::atomic<bool>>(false)) {}
+  explicit memcg_member(memcg_controller* owner)
+      : count(owner), abandoned(std::make_shared<std::atomic<bool>>(false)) {}
   memcg::capi::HandleCount count;
   // The program's reference plus one per reservation bound to the member.
   std::atomic<int64_t> refs{1};

@@ -1,14 +1,17 @@
 /* Handle lifetimes of the C API (memcg/c/memcg.h) under the OOM killer: a kill callback that
  * destroys its member while a reservation is bound to it, one that destroys the reservation
- * whose own request ran the killer, and a member destroyed by the program while its reservations
- * live on. Each was a use-after-free before the handles were reference-counted; run it under
+ * whose own request ran the killer (on its thread or while it waits on another), and a member
+ * destroyed by the program while its reservations live on. Each was a use-after-free before the handles were reference-counted; run it under
  * ASan (the asan preset) or valgrind to see one come back. Prints "c_api_lifetime_test: ok". */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "memcg/c/memcg.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int failures = 0;
 #define CHECK(cond)                                                            \
@@ -142,12 +145,52 @@ static void test_member_destroyed_before_reservation(void) {
   teardown(c, g);
 }
 
+/* A query waits in a growth on its own thread; another thread's charge OOM-kills its member, and
+ * the kill callback (on that other thread) destroys the query's reservation and member while
+ * the wait is in progress: the wait ends KILLED, and both are freed when it returns. */
+struct waiting_query {
+  struct query q;
+  memcg_reserve_status status;
+};
+
+static void* wait_to_grow(void* arg) {
+  struct waiting_query* w = arg;
+  w->status = memcg_reservation_grow_for(w->q.reservation, KIB(64), 30ull * 1000000000ull);
+  return NULL;
+}
+
+static void test_kill_destroys_waiting_reservation(void) {
+  memcg_controller* c = NULL;
+  memcg_group* g = NULL;
+  struct waiting_query w = {{NULL, NULL, 0, 1}, MEMCG_RESERVE_OK};
+  setup(&c, &g, &w.q, MEMCG_OOM_PIECES); /* 228K of 256K */
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, wait_to_grow, &w) == 0);
+  for (int i = 0; i < 2000 && read_key(g, "memory.events", "wait") == 0; i++) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
+  CHECK(read_key(g, "memory.events", "wait") == 1); /* it waits */
+  memcg_member* other = NULL;
+  CHECK(memcg_member_create(g, "other", -1000, NULL, NULL, &other) == 0);
+  /* Past the limit: the waiting query's member is the only victim; its memory comes back once
+   * the wait returns and frees the reservation. */
+  CHECK(memcg_member_charge(other, KIB(32), MEMCG_CHARGE_DEFAULT) == MEMCG_CHARGE_OK);
+  CHECK(pthread_join(t, NULL) == 0);
+  CHECK(w.status == MEMCG_RESERVE_KILLED);
+  CHECK(w.q.kills == 1 && w.q.member == NULL && w.q.reservation == NULL);
+  CHECK(memcg_member_uncharge(other, KIB(32)) == KIB(32));
+  memcg_member_destroy(other);
+  teardown(c, g);
+}
+
 int main(void) {
   test_kill_destroys_member(MEMCG_OOM_PIECES);
   test_kill_destroys_member(MEMCG_OOM_KERNEL);
   test_kill_destroys_own_reservation(MEMCG_OOM_PIECES);
   test_kill_destroys_own_reservation(MEMCG_OOM_KERNEL);
   test_member_destroyed_before_reservation();
+  test_kill_destroys_waiting_reservation();
   if (failures != 0) {
     fprintf(stderr, "c_api_lifetime_test: %d check(s) failed\n", failures);
     return 1;
