@@ -41,7 +41,7 @@ extern "C" {
 
 /* The version of this header; memcg_version() is the library's, which may be a later compatible
  * one when it is a shared library. 0.x releases may change the interface at each minor version.
- * 0.2 added, and changed nothing of 0.1: memcg_controller_drain_stocks, _flush_stats,
+ * 0.2 added, changing no declaration of 0.1: memcg_controller_drain_stocks, _flush_stats,
  * memcg_group_list, memcg_oom_log_read, _last_seq, memcg_member_set_score_adj, _score_adj,
  * memcg_reservation_grow_until, the *_from_name lookups and MEMCG_CHARGE_NOWAIT. */
 #define MEMCG_C_VERSION_MAJOR 0
@@ -191,7 +191,7 @@ int memcg_charge_status_from_name(const char* name);
  * reclaims, may run the OOM killer (whose kill callbacks then run on this thread) and wait for
  * a victim to give its memory back; above memory.high it reclaims and then sleeps a penalty
  * that grows with the overage, up to 2 s per call, as the kernel throttles an allocating task
- * (memory.stat / memory.events `high` show it). MEMCG_CHARGE_NOWAIT never sleeps. */
+ * (memory.events `high` counts it). MEMCG_CHARGE_NOWAIT never sleeps. */
 memcg_charge_status memcg_charge(memcg_group* group, uint64_t bytes, unsigned flags);
 
 /* Uncharges `bytes` charged to this group by memcg_charge (the same rounding). */
