@@ -198,7 +198,9 @@ TEST(NeverFits, EveryReservationEntryPointRefusesAtOnce) {
   EXPECT_EQ(r.reserve(33 * kUnit), ReserveStatus::kNeverFits);
   ASSERT_EQ(r.reserve(20 * kUnit), ReserveStatus::kOk);
   EXPECT_EQ(r.limiting_group(), nullptr);
-  EXPECT_EQ(r.grow(13 * kUnit), ReserveStatus::kNeverFits);  // 33 in all
+  // grow(): the growth alone is the request (a total past the limit goes to the OOM killer);
+  // grow_for() never kills: its total is the request.
+  EXPECT_EQ(r.grow(33 * kUnit), ReserveStatus::kNeverFits);
   EXPECT_EQ(r.grow_for(13 * kUnit, std::chrono::seconds(10)), ReserveStatus::kNeverFits);
   EXPECT_EQ(r.units(), 20);
   EXPECT_EQ(m.charged(), 20);

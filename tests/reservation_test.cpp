@@ -209,6 +209,53 @@ TEST(Reservation, StopTokenCancelsBeforeCharging) {
   EXPECT_EQ(r.units(), 1);
 }
 
+// "Every later request returns kCancelled": those that would shrink too, and nothing changes;
+// shrink() and release() still give back.
+TEST(Reservation, StopTokenCancelsShrinkingRequestsToo) {
+  Controller ctl(one_shard());
+  GroupRef g;
+  ASSERT_EQ(ctl.create("q", &g), 0);
+  std::stop_source stop;
+  Reservation r(*g, {}, stop.get_token());
+  ASSERT_EQ(r.reserve(4 * kUnit), ReserveStatus::kOk);
+  stop.request_stop();
+  EXPECT_EQ(r.reserve(2 * kUnit), ReserveStatus::kCancelled);
+  EXPECT_EQ(r.reserve_for(kUnit, 1s), ReserveStatus::kCancelled);
+  EXPECT_EQ(r.reserve_until(0, ctl.clock().now_ns()), ReserveStatus::kCancelled);
+  EXPECT_EQ(r.grow(0), ReserveStatus::kCancelled);
+  EXPECT_EQ(r.units(), 4);
+  EXPECT_EQ(r.bytes(), 4 * kUnit);
+  r.shrink(kUnit);
+  EXPECT_EQ(r.units(), 3);
+  r.release();
+  EXPECT_EQ(used(*g), 0);
+}
+
+// A member alone in its group whose reservation grows past memory.max is OOM-killed, as the
+// kernel kills a task that grows past its limit: its kill callback runs and the growth fails
+// with kKilled. Only a single growth larger than the limit is never-fits.
+TEST(Reservation, MemberAloneGrowingPastTheLimitIsKilled) {
+  for (OomPolicy policy : {OomPolicy::kKernel, OomPolicy::kPieces}) {
+    Controller ctl(one_shard());
+    GroupRef g;
+    ASSERT_EQ(ctl.create("q", &g), 0);
+    g->set_max(16 * kUnit);
+    int kills = 0;
+    Member m(*g, "runaway", [&](Member&) { ++kills; });
+    Reservation r(m, {.oom = policy});
+    EXPECT_EQ(r.grow(17 * kUnit), ReserveStatus::kNeverFits);  // one request over the limit
+    ASSERT_EQ(r.reserve(4 * kUnit), ReserveStatus::kOk);
+    ReserveStatus s = ReserveStatus::kOk;
+    for (int i = 0; i < 32 && held(s); ++i) s = r.grow(2 * kUnit);  // a runaway, 8 KiB a step
+    EXPECT_EQ(s, ReserveStatus::kKilled) << reserve_status_name(s);
+    EXPECT_EQ(kills, 1);
+    EXPECT_TRUE(m.killed());
+    EXPECT_EQ(r.units(), 16);  // it grew up to the limit, then the growth past it killed it
+    EXPECT_EQ(g->events().get(Event::kOomKill), 1u);
+    EXPECT_EQ(wait_stats(*g).never_fits, 1u);
+  }
+}
+
 // Waiting: a timeout on the controller's clock, and a grant by another reservation's release.
 TEST(Reservation, WaitTimesOutOnTheControllersClock) {
   testing::Watchdog dog("WaitTimesOutOnTheControllersClock");

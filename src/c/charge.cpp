@@ -22,6 +22,11 @@ static_assert(same_bit(MEMCG_CHARGE_MAY_BLOCK, memcg::kMayBlock) &&
               same_bit(MEMCG_CHARGE_NO_FAIL, memcg::kNoFail) &&
               same_bit(MEMCG_CHARGE_HIGH_PRIO, memcg::kHighPrio));
 
+// More bytes than one charge may hold (charge.hpp, "Range"): MEMCG_CHARGE_INVALID.
+bool too_large(const memcg::Controller& ctl, uint64_t bytes) noexcept {
+  return bytes > (static_cast<uint64_t>(ctl.max_units()) << ctl.unit_shift());
+}
+
 // The one place C++ cancel reasons become C ones.
 memcg_cancel_reason to_c(memcg::CancelReason reason) noexcept {
   switch (reason) {
@@ -32,6 +37,15 @@ memcg_cancel_reason to_c(memcg::CancelReason reason) noexcept {
 }
 
 }  // namespace
+
+void memcg::capi::retain(memcg_member* member) noexcept {
+  member->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+void memcg::capi::release(memcg_member* member) noexcept {
+  // acq_rel: the thread that frees sees every use made through the other references.
+  if (member->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete member;
+}
 
 memcg_charge_status memcg::capi::to_c(ChargeStatus status) noexcept {
   switch (status) {
@@ -61,6 +75,10 @@ memcg_charge_status memcg_charge(memcg_group* group, uint64_t bytes, unsigned fl
   const memcg::ChargeStatus s = memcg::try_charge_bytes(*group->ref, bytes, flags);
   if (s == memcg::ChargeStatus::kOk) [[likely]]
     return MEMCG_CHARGE_OK;
+  // A size no counter can hold is a bad argument, told apart only once refused: no cost on the
+  // hot path.
+  if (too_large(group->ref->controller(), bytes)) [[unlikely]]
+    return MEMCG_CHARGE_INVALID;
   return memcg::capi::to_c(s);
 }
 
@@ -87,9 +105,14 @@ int memcg_member_create(memcg_group* group, const char* name, int score_adj,
     memcg::Member::KillFn fn;
     if (on_kill != nullptr) {
       // The function and its argument are captured by value: the callback may destroy the
-      // handle, and nothing here touches it after the call.
+      // handle, and nothing here touches it after the call. The flag is shared, not read
+      // through the handle: the killer may run this wrapper after the handle is gone. Once the
+      // program destroyed the member it is not called (the member may live on until its
+      // reservations go, and may still be killed, but its program is done with it).
       memcg_member* const self = handle.get();
-      fn = [self, on_kill, user](memcg::Member&) {
+      std::shared_ptr<std::atomic<bool>> abandoned = handle->abandoned;
+      fn = [self, on_kill, user, abandoned](memcg::Member&) {
+        if (abandoned->load(std::memory_order_acquire)) return;
         on_kill(self, to_c(memcg::Member::cancel_reason()), user);
       };
     }
@@ -100,14 +123,20 @@ int memcg_member_create(memcg_group* group, const char* name, int score_adj,
   });
 }
 
-void memcg_member_destroy(memcg_member* member) { delete member; }
+void memcg_member_destroy(memcg_member* member) {
+  if (member == nullptr) return;
+  // The program's reference, once: a second destroy of a member that reservations keep alive
+  // (a kill callback still running on another thread) drops nothing of theirs.
+  if (member->abandoned->exchange(true, std::memory_order_acq_rel)) return;
+  memcg::capi::release(member);
+}
 
 memcg_charge_status memcg_member_charge(memcg_member* member, uint64_t bytes, unsigned flags) {
   if (member == nullptr || (flags & ~kKnownChargeFlags) != 0) return MEMCG_CHARGE_INVALID;
   memcg::Member& m = *member->cpp;
   const memcg::Controller& ctl = m.group().controller();
   // The same range as a byte charge: more than max_units() units is refused, not truncated.
-  if (bytes > (static_cast<uint64_t>(ctl.max_units()) << ctl.unit_shift())) return MEMCG_CHARGE_NOMEM;
+  if (too_large(ctl, bytes)) return MEMCG_CHARGE_INVALID;
   return memcg::capi::to_c(m.charge(ctl.to_units_ceil(bytes), flags));
 }
 
@@ -117,6 +146,16 @@ uint64_t memcg_member_uncharge(memcg_member* member, uint64_t bytes) {
   const memcg::Controller& ctl = m.group().controller();
   const int64_t done = m.uncharge(ctl.to_units_ceil(bytes));
   return ctl.to_bytes(done);
+}
+
+int memcg_member_set_score_adj(memcg_member* member, int score_adj) {
+  if (member == nullptr || score_adj < memcg::Member::kImmune || score_adj > 1000) return EINVAL;
+  member->cpp->set_score_adj(score_adj);
+  return 0;
+}
+
+int memcg_member_score_adj(const memcg_member* member) {
+  return member == nullptr ? 0 : member->cpp->score_adj();
 }
 
 int memcg_member_killed(const memcg_member* member) {

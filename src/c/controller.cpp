@@ -1,5 +1,4 @@
 // The C API's version, error names, controller, groups and files (include/memcg/c/memcg.h).
-#include <cstring>
 #include <string>
 #include "memcg/base/errors.hpp"
 #include "memcg/base/version.hpp"
@@ -13,19 +12,7 @@ static_assert(MEMCG_C_VERSION_MAJOR == MEMCG_VERSION_MAJOR &&
                   MEMCG_C_VERSION_PATCH == MEMCG_VERSION_PATCH,
               "memcg/c/memcg.h's version must follow project() in CMakeLists.txt");
 
-namespace {
-
-// Copies `text` into `buf` of `size` bytes with a NUL, the length to `*length`; ERANGE (and `buf`
-// untouched) when it does not fit.
-int copy_out(const std::string& text, char* buf, size_t size, size_t* length) noexcept {
-  if (length != nullptr) *length = text.size();
-  if (buf == nullptr || text.size() >= size) return ERANGE;
-  std::memcpy(buf, text.data(), text.size());
-  buf[text.size()] = '\0';
-  return 0;
-}
-
-}  // namespace
+using memcg::capi::copy_out;
 
 extern "C" {
 

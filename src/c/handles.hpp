@@ -5,10 +5,12 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <stdexcept>
 #include <stop_token>
+#include <string>
 // The implementation defines every declaration, the experimental ones included.
 #ifndef MEMCG_C_EXPERIMENTAL
 #define MEMCG_C_EXPERIMENTAL
@@ -63,6 +65,16 @@ int guarded(Fn&& fn) noexcept {
   }
 }
 
+// Copies `text` into `buf` of `size` bytes with a NUL, the length to `*length`; ERANGE (and `buf`
+// untouched) when it does not fit.
+inline int copy_out(const std::string& text, char* buf, size_t size, size_t* length) noexcept {
+  if (length != nullptr) *length = text.size();
+  if (buf == nullptr || text.size() >= size) return ERANGE;
+  std::memcpy(buf, text.data(), text.size());
+  buf[text.size()] = '\0';
+  return 0;
+}
+
 // The one place C++ charge statuses become C ones.
 memcg_charge_status to_c(ChargeStatus status) noexcept;
 // The one place C++ reservation statuses become C ones: a status this file does not know maps
@@ -79,18 +91,64 @@ struct memcg_group {
   memcg::GroupRef ref;  // never empty
 };
 
+// Members and reservations are reference-counted, because the program may destroy them while
+// the library still uses them: a kill callback that destroys its member while a reservation is
+// bound to it (the reservation charges and uncharges through the member), or one that destroys
+// the reservation whose own request ran the OOM killer. The program's reference is dropped by
+// *_destroy; the library holds one more for each reservation bound to a member and for each
+// reservation request in progress. The C++ object goes with the last reference.
 struct memcg_member {
-  explicit memcg_member(memcg_controller* owner) noexcept : count(owner) {}
+  explicit memcg_member(memcg_controller* owner)
+      : count(owner), abandoned(std::make_shared<std::atomic<bool>>(false)) {}
   memcg::capi::HandleCount count;
+  // The program's reference plus one per reservation bound to the member.
+  std::atomic<int64_t> refs{1};
+  // Set by memcg_member_destroy: the kill callback is not called any more. Shared with the
+  // callback's wrapper, which the OOM killer moves out of the member while it runs and which
+  // may therefore outlive this handle.
+  const std::shared_ptr<std::atomic<bool>> abandoned;
   std::unique_ptr<memcg::Member> cpp;
 };
 
 struct memcg_reservation {
-  explicit memcg_reservation(memcg_controller* owner) noexcept : count(owner) {}
+  memcg_reservation(memcg_controller* owner, memcg_member* member) noexcept
+      : count(owner), member(member) {}
   memcg::capi::HandleCount count;
+  // The program's reference plus one per request in progress (memcg::capi::ReservationCall).
+  std::atomic<int64_t> refs{1};
+  std::atomic<bool> destroyed{false};  // memcg_reservation_destroy was called
+  // The member it is bound to (a reference of it, dropped after `cpp` is gone), or null.
+  memcg_member* const member;
   std::stop_source stop;  // memcg_reservation_cancel; before `cpp`, which holds its token
   memcg::Reservation cpp;
 };
+
+namespace memcg::capi {
+
+// Reference counting of the two handles above. The last release frees: a member's C++ object
+// uncharges what it still holds and leaves its group; a reservation gives back what it holds,
+// then releases its member.
+void retain(memcg_member* member) noexcept;
+void release(memcg_member* member) noexcept;
+void release(memcg_reservation* reservation) noexcept;
+
+// Holds a reference of a reservation for the length of a request, so that a callback run by
+// the request (a kill, a preemption) may destroy the reservation: it is freed when the request
+// returns. Two uncontended atomic operations; reservation requests are not the charge hot path.
+class ReservationCall {
+ public:
+  explicit ReservationCall(memcg_reservation* r) noexcept : r_(r) {
+    r_->refs.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~ReservationCall() { release(r_); }
+  ReservationCall(const ReservationCall&) = delete;
+  ReservationCall& operator=(const ReservationCall&) = delete;
+
+ private:
+  memcg_reservation* const r_;
+};
+
+}  // namespace memcg::capi
 
 struct memcg_listener {
   explicit memcg_listener(memcg_controller* owner) noexcept : count(owner) {}

@@ -296,9 +296,14 @@ ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_
   limiting_ = nullptr;
   const ReserveStatus s = prepare(total, &need);
   if (s != ReserveStatus::kOk) return s;
-  // A total over a limit of the path: refused before any charge, reclaim or wait.
+  // A request over a limit of the path: refused before any charge, reclaim or wait. The
+  // request is the total for the calls that state one (reserve*) and for a waiting growth
+  // (which cannot kill, so a total past the limit could never be served); for grow() it is the
+  // growth alone: a total that grows past the limit goes to the OOM killer per the policy, which
+  // may choose this very member, as the kernel kills a task that grows past its limit.
   if (need > 0) {
-    if (const Group* limit = never_fits(*group_, units_ + need)) {
+    const bool plain_growth = !wait && !admit;
+    if (const Group* limit = never_fits(*group_, plain_growth ? need : units_ + need)) {
       limiting_ = limit;
       internal::count_never_fits(*limit);
       if (!admit) cut_short_ = true;  // its growth was refused: it teaches nothing
@@ -346,29 +351,37 @@ ReserveStatus Reservation::grow_to(uint64_t total, bool wait, uint64_t deadline_
   return r;
 }
 
+// After cancellation every request is refused, shrinking ones too (nothing changes); only
+// shrink(), release() and the destructor still give back. prepare() cannot tell a request that
+// shrinks from shrink(), which shares grow_to(): the entry points check.
 ReserveStatus Reservation::reserve(uint64_t total) noexcept {
+  if (stop_.stop_requested()) return ReserveStatus::kCancelled;
   return grow_to(total, false, 0, true);
 }
 
 ReserveStatus Reservation::reserve_for(uint64_t total, std::chrono::nanoseconds timeout) noexcept {
   if (!group_) return ReserveStatus::kInvalid;
+  if (stop_.stop_requested()) return ReserveStatus::kCancelled;
   const uint64_t now = group_->controller().clock().now_ns();
   const uint64_t t = timeout.count() > 0 ? static_cast<uint64_t>(timeout.count()) : 0;
   return grow_to(total, true, Clock::after(now, t), true);
 }
 
 ReserveStatus Reservation::reserve_until(uint64_t total, uint64_t deadline_ns) noexcept {
+  if (stop_.stop_requested()) return ReserveStatus::kCancelled;
   return grow_to(total, true, deadline_ns, true);
 }
 
 ReserveStatus Reservation::grow(uint64_t bytes) noexcept {
   if (bytes > UINT64_MAX - bytes_) return ReserveStatus::kInvalid;
+  if (stop_.stop_requested()) return ReserveStatus::kCancelled;
   return grow_to(bytes_ + bytes, false, 0, false);
 }
 
 ReserveStatus Reservation::grow_for(uint64_t bytes, std::chrono::nanoseconds timeout) noexcept {
   if (bytes > UINT64_MAX - bytes_) return ReserveStatus::kInvalid;
   if (!group_) return ReserveStatus::kInvalid;
+  if (stop_.stop_requested()) return ReserveStatus::kCancelled;
   const uint64_t now = group_->controller().clock().now_ns();
   const uint64_t t = timeout.count() > 0 ? static_cast<uint64_t>(timeout.count()) : 0;
   return grow_to(bytes_ + bytes, true, Clock::after(now, t), false);

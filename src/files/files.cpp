@@ -12,6 +12,7 @@
 #include "memcg/core/controller.hpp"
 #include "memcg/core/internal/file_node.hpp"
 #include "memcg/core/limits.hpp"
+#include "memcg/core/obj_stock.hpp"
 #include "memcg/core/oom.hpp"
 #include "memcg/core/psi.hpp"
 #include "memcg/core/reclaim.hpp"
@@ -55,12 +56,19 @@ Writer limit_writer(void (*apply)(Group&, uint64_t bytes, bool nonblocking)) {
 
 // memory.reclaim: proactive reclaim of the requested amount from the subtree, in bites of a
 // quarter of what is left, 16 fruitless bites at most. Swappiness is accepted and ignored: the
-// library's reclaimers do not distinguish anonymous from file memory.
+// library's reclaimers do not distinguish anonymous from file memory. The subtree's per-CPU
+// stocks are drained first, as a blocking memory.high/max write does: units pre-charged there
+// hold no memory, and what they give back counts towards the request.
 int write_reclaim(Group& g, std::string_view text) {
   ReclaimRequest req;
   if (int err = parse_reclaim(text, &req)) return err;
-  const int64_t target = g.controller().to_units_floor(req.bytes);
-  int64_t reclaimed = 0;
+  Controller& ctl = g.controller();
+  const int64_t target = ctl.to_units_floor(req.bytes);
+  const int64_t before = g.memory().usage();
+  ctl.obj_stock().drain_all(&g);  // object reserves first: they return units to the stock
+  ctl.stock().drain_all(&g);
+  // Concurrent charges may raise the usage meanwhile: count no more than it dropped.
+  int64_t reclaimed = std::max<int64_t>(0, before - g.memory().usage());
   int retries = 16;
   while (reclaimed < target) {
     const int64_t got = reclaim(g, (target - reclaimed) / 4, ReclaimReason::kProactive);

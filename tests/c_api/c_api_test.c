@@ -185,7 +185,9 @@ static void test_files_and_charges(void) {
   CHECK(read_number(g, "memory.current") >= KIB(100));
   CHECK(memcg_charge(g, MIB(2), MEMCG_CHARGE_DEFAULT) == MEMCG_CHARGE_NOMEM);
   CHECK(memcg_charge(g, MIB(2), MEMCG_CHARGE_NO_FAIL) == MEMCG_CHARGE_FORCED);
-  CHECK(memcg_charge(g, UINT64_MAX, MEMCG_CHARGE_NO_FAIL) == MEMCG_CHARGE_NOMEM);
+  /* More than any counter holds: a bad argument, not a refusal (also with NO_FAIL). */
+  CHECK(memcg_charge(g, UINT64_MAX, MEMCG_CHARGE_NO_FAIL) == MEMCG_CHARGE_INVALID);
+  CHECK(memcg_charge(g, UINT64_MAX / 2 + 1, MEMCG_CHARGE_DEFAULT) == MEMCG_CHARGE_INVALID);
   CHECK(read_key(g, "memory.stat", "anon") >= MIB(2));
   memcg_uncharge(g, MIB(2));
   memcg_uncharge(g, KIB(100));
@@ -238,7 +240,7 @@ static void test_members(void) {
 
   CHECK(memcg_member_charge(NULL, 4096, MEMCG_CHARGE_DEFAULT) == MEMCG_CHARGE_INVALID);
   CHECK(memcg_member_charge(victim, 4096, 1u << 20) == MEMCG_CHARGE_INVALID);
-  CHECK(memcg_member_charge(victim, UINT64_MAX, MEMCG_CHARGE_NO_FAIL) == MEMCG_CHARGE_NOMEM);
+  CHECK(memcg_member_charge(victim, UINT64_MAX, MEMCG_CHARGE_NO_FAIL) == MEMCG_CHARGE_INVALID);
   CHECK(memcg_member_charged(victim) == 0);
   CHECK(memcg_member_charge(victim, KIB(200), MEMCG_CHARGE_DEFAULT) == MEMCG_CHARGE_OK);
   CHECK(memcg_member_charged(victim) == KIB(200));

@@ -17,6 +17,11 @@
  *  - Callbacks are a function pointer plus a `void*` given back unchanged. They run with no lock
  *    of the library held, may call into the library, and (kill and notification callbacks) may
  *    destroy their own handle, which then must not be used again.
+ *  - Lifetimes: a handle must not be used after its destroy call, but the library keeps what it
+ *    still needs. A member lives on, invisible to the program, while reservations are bound to
+ *    it; a reservation destroyed inside a callback that its own request ran is freed when that
+ *    request returns. So a kill callback may destroy its member, and the reservations of its
+ *    query, in any order.
  *  - Thread safety: like the C++ objects they wrap. Controllers, groups, members and listeners may
  *    be used from any thread; a reservation from one thread at a time.
  *
@@ -35,9 +40,12 @@ extern "C" {
 /* ---- version ------------------------------------------------------------------------------ */
 
 /* The version of this header; memcg_version() is the library's, which may be a later compatible
- * one when it is a shared library. 0.x releases may change the interface at each minor version. */
+ * one when it is a shared library. 0.x releases may change the interface at each minor version.
+ * 0.2 added, changing no declaration of 0.1: memcg_controller_drain_stocks, _flush_stats,
+ * memcg_group_list, memcg_oom_log_read, _last_seq, memcg_member_set_score_adj, _score_adj,
+ * memcg_reservation_grow_until, the *_from_name lookups and MEMCG_CHARGE_NOWAIT. */
 #define MEMCG_C_VERSION_MAJOR 0
-#define MEMCG_C_VERSION_MINOR 1
+#define MEMCG_C_VERSION_MINOR 2
 #define MEMCG_C_VERSION_PATCH 0
 #define MEMCG_C_VERSION_NUMBER \
   (MEMCG_C_VERSION_MAJOR * 10000 + MEMCG_C_VERSION_MINOR * 100 + MEMCG_C_VERSION_PATCH)
@@ -58,6 +66,9 @@ const char* memcg_version_string(void);
 /* "ok" for 0, "EINVAL" etc. for the codes the library returns, "unknown" otherwise. Never NULL;
  * static storage. */
 const char* memcg_errno_name(int code);
+/* The inverse, for a configuration or a log read back: "EINVAL" -> EINVAL, "ok" -> 0; -1 for
+ * NULL and any other text ("unknown" included). Exact and case-sensitive. */
+int memcg_errno_from_name(const char* name);
 
 /* ---- handles ------------------------------------------------------------------------------ */
 
@@ -89,6 +100,17 @@ int memcg_controller_create(const memcg_options* options, memcg_controller** out
  * reservation, listener) is still alive: destroy those first. 0 for NULL. */
 int memcg_controller_destroy(memcg_controller* controller);
 
+/* Gives back every unit pre-charged in the per-CPU stocks, so that memory.current is exactly
+ * what is charged: a charge takes a batch (64 units by default) from its group and keeps the
+ * rest for the next charge on that CPU, so after everything was uncharged a group may still
+ * show up to a batch per CPU. For a final report or a check that all was given back; a charge
+ * that would fail at a limit drains the stocks of that subtree by itself. EINVAL for NULL. */
+int memcg_controller_drain_stocks(memcg_controller* controller);
+
+/* Folds every pending statistic now, so that the next memory.stat read is exact (reads fold only
+ * when enough is pending or the last full fold is older than 2 s). EINVAL for NULL. */
+int memcg_controller_flush_stats(memcg_controller* controller);
+
 /* Creates the group at `path` ("a/b/c"; the parent must exist). `out` may be NULL; otherwise it
  * receives a new reference to release with memcg_group_release. EINVAL for a malformed path,
  * ENOENT without a parent, EEXIST when it exists. */
@@ -107,7 +129,17 @@ void memcg_group_release(memcg_group* group);
 /* The group's path into `buf` (NUL-terminated), as memcg_group_read does for files. */
 int memcg_group_path(const memcg_group* group, char* buf, size_t size, size_t* length);
 
+/* The paths of the group's online descendants (not the group itself), one per line ending in
+ * "\n", a parent before its children, siblings in name order; "" when it has none. List from the
+ * root ("/") for the whole tree. `buf`, `size`, `length` and ERANGE as memcg_group_read. */
+int memcg_group_list(memcg_group* group, char* buf, size_t size, size_t* length);
+
 /* ---- files: the cgroup-v2 interface by name ----------------------------------------------- */
+
+/* The root group ("/"), like the kernel's, has neither memory.current nor the limits, events,
+ * OOM and wait files (ENOENT): charges are not counted at the root, so the process's total is
+ * the sum of the top-level groups' memory.current (memcg_group_list from the root). Its
+ * memory.stat and memory.reclaim are there. */
 
 /* Reads file `name` of the group into `buf` and NUL-terminates it. `*length` (if `length` is not
  * NULL) receives the text's length without the NUL, also when `buf` is too small: then the
@@ -131,21 +163,35 @@ enum {
   MEMCG_CHARGE_RETRY_MAY_FAIL = 1u << 2, /* never the OOM killer */
   MEMCG_CHARGE_NO_FAIL = 1u << 3,        /* charge past max rather than fail */
   MEMCG_CHARGE_HIGH_PRIO = 1u << 4,      /* like NO_FAIL on failure */
-  MEMCG_CHARGE_DEFAULT = MEMCG_CHARGE_MAY_BLOCK
+  MEMCG_CHARGE_DEFAULT = MEMCG_CHARGE_MAY_BLOCK,
+  /* Never sleeps nor reclaims (no MAY_BLOCK): NOMEM at once when the limit holds, and no
+   * throttling above memory.high; the throttle owed is paid by this thread's next blocking
+   * charge, as the kernel's GFP_NOWAIT allocations leave it to the return to user space. For
+   * an event loop that must not stall. */
+  MEMCG_CHARGE_NOWAIT = 0
 };
 
 typedef enum memcg_charge_status {
   MEMCG_CHARGE_OK = 0,      /* charged within the limits */
   MEMCG_CHARGE_FORCED = 1,  /* charged past max (NO_FAIL, HIGH_PRIO) */
   MEMCG_CHARGE_NOMEM = 2,   /* not charged: the limit held */
-  MEMCG_CHARGE_INVALID = 3  /* not charged: NULL group, unknown flag bits, or a size too large */
+  MEMCG_CHARGE_INVALID = 3  /* not charged: NULL group or member, unknown flag bits, or more
+                               bytes than one charge can hold (about 2^63; memcg_member_charge
+                               and memcg_charge alike) */
 } memcg_charge_status;
 
 /* "ok", "forced", "nomem", "invalid"; "unknown" for other values. */
 const char* memcg_charge_status_name(int status);
+/* The inverse: the status named `name`, -1 for NULL or any other text. */
+int memcg_charge_status_from_name(const char* name);
 
 /* Charges `bytes` (rounded up to whole units) to the group. The hot path: no lock, no
- * allocation, a few nanoseconds when this CPU's stock covers it. */
+ * allocation, a few nanoseconds when this CPU's stock covers it. The slow path, when the stock
+ * is empty and the flags allow it (MEMCG_CHARGE_MAY_BLOCK, the default): at memory.max it
+ * reclaims, may run the OOM killer (whose kill callbacks then run on this thread) and wait for
+ * a victim to give its memory back; above memory.high it reclaims and then sleeps a penalty
+ * that grows with the overage, up to 2 s per call, as the kernel throttles an allocating task
+ * (memory.events `high` counts it). MEMCG_CHARGE_NOWAIT never sleeps. */
 memcg_charge_status memcg_charge(memcg_group* group, uint64_t bytes, unsigned flags);
 
 /* Uncharges `bytes` charged to this group by memcg_charge (the same rounding). */
@@ -161,7 +207,8 @@ typedef enum memcg_cancel_reason {
 } memcg_cancel_reason;
 
 /* Called on the thread that ran the OOM killer (or the waiting charge), no library lock held.
- * It may destroy `member`; after that it must not use it. */
+ * It may destroy `member` and any reservation (its own query's included, also the one whose
+ * request ran the killer); after that it must not use them. */
 typedef void (*memcg_kill_fn)(memcg_member* member, memcg_cancel_reason reason, void* user);
 
 /* Joins `group` (online). `on_kill` may be NULL (a kill then only marks the member).
@@ -170,8 +217,18 @@ typedef void (*memcg_kill_fn)(memcg_member* member, memcg_cancel_reason reason, 
 int memcg_member_create(memcg_group* group, const char* name, int score_adj,
                         memcg_kill_fn on_kill, void* user, memcg_member** out);
 
-/* Uncharges what it still holds and leaves its group. */
+/* Uncharges what it still holds and leaves its group: at once, or, while reservations are bound
+ * to it, when the last of them is destroyed (until then it stays in its group, holding what it
+ * and they charged, and may still be OOM-killed, which those reservations then report). Its
+ * kill callback is not called once this returns (a call already running on another thread
+ * finishes). The handle must not be used again, not even to create a reservation. */
 void memcg_member_destroy(memcg_member* member);
+
+/* Changes its oom_score_adj (-1000 immune .. 1000), as writing /proc/PID/oom_score_adj does:
+ * the next OOM decision sees it. EINVAL for NULL or a score out of range (nothing changed). */
+int memcg_member_set_score_adj(memcg_member* member, int score_adj);
+/* Its oom_score_adj now (0 for NULL). */
+int memcg_member_score_adj(const memcg_member* member);
 
 /* Charges `bytes` for this member (counted in its badness). */
 memcg_charge_status memcg_member_charge(memcg_member* member, uint64_t bytes, unsigned flags);
@@ -208,6 +265,9 @@ typedef enum memcg_reserve_status {
 /* "ok", "forced", "nomem", "nomem-costly", "timed-out", "cancelled", "killed", "removed",
  * "invalid", "never-fits", "refused"; "unknown" for other values. */
 const char* memcg_reserve_status_name(int status);
+/* The inverse: the status named `name` ("never-fits" -> MEMCG_RESERVE_NEVER_FITS), -1 for NULL
+ * or any other text. */
+int memcg_reserve_status_from_name(const char* name);
 
 /* OOM policy for requests that do not fit (the C++ OomPolicy). */
 enum {
@@ -225,11 +285,15 @@ enum {
 };
 
 /* A reservation bound to `group` or to `member` (exactly one of them non-NULL), holding
- * nothing yet. EINVAL for a bad policy or priority, or both/neither owner. */
+ * nothing yet. EINVAL for a bad policy or priority, or both/neither owner. A member keeps living
+ * (in its group) while reservations are bound to it, even once memcg_member_destroy was called
+ * on it: destroying them in any order is safe. */
 int memcg_reservation_create(memcg_group* group, memcg_member* member, int oom_policy,
                              int priority, memcg_reservation** out);
 
-/* Gives back what it holds and frees it. */
+/* Gives back what it holds and frees it. Called from a callback that a request of this same
+ * reservation ran (a kill callback of its member, say), the reservation is given back and freed
+ * when that request returns, with its status. */
 void memcg_reservation_destroy(memcg_reservation* reservation);
 
 /* Makes it hold `total` bytes (grows or shrinks). On any status but OK/FORCED nothing changed. */
@@ -240,21 +304,45 @@ memcg_reserve_status memcg_reserve_for(memcg_reservation* reservation, uint64_t 
 /* The same with a deadline on the controller's clock (memcg_controller_now_ns). */
 memcg_reserve_status memcg_reserve_until(memcg_reservation* reservation, uint64_t total,
                                          uint64_t deadline_ns);
-/* Adds `bytes` to what it holds, at once or waiting up to `timeout_ns`. */
+/* Adds `bytes` to what it holds, at once or waiting up to `timeout_ns`. memcg_reservation_grow
+ * is refused as NEVER_FITS only when `bytes` alone is more than the smallest memory.max on the
+ * path; a total that grows past the limit goes to the OOM killer (per the policy), which may
+ * choose this reservation's own member, as the kernel kills a task that grows past its limit:
+ * KILLED, its kill callback having run. A waiting growth never kills: NEVER_FITS when the total
+ * could not fit even if everything else were freed. */
 memcg_reserve_status memcg_reservation_grow(memcg_reservation* reservation, uint64_t bytes);
 memcg_reserve_status memcg_reservation_grow_for(memcg_reservation* reservation, uint64_t bytes,
                                                 uint64_t timeout_ns);
+/* The same with a deadline on the controller's clock, for a query whose requests share one. */
+memcg_reserve_status memcg_reservation_grow_until(memcg_reservation* reservation, uint64_t bytes,
+                                                  uint64_t deadline_ns);
 /* Gives back `bytes` (at most what it holds), or everything; it may grow again. */
 void memcg_reservation_shrink(memcg_reservation* reservation, uint64_t bytes);
 void memcg_reservation_release(memcg_reservation* reservation);
 /* What the owner asked for, in bytes (0 for NULL). */
 uint64_t memcg_reservation_bytes(const memcg_reservation* reservation);
-/* Makes every later request, and one waiting now (from another thread), return CANCELLED.
- * What it holds stays held. Thread-safe, unlike the other reservation calls. */
+/* Makes every later request (memcg_reserve* to a smaller total too), and one waiting now (from
+ * another thread), return CANCELLED. What it holds stays held until memcg_reservation_shrink,
+ * _release or _destroy, which still give back. Thread-safe, unlike the other reservation
+ * calls. */
 void memcg_reservation_cancel(memcg_reservation* reservation);
 
 /* The controller's clock, in nanoseconds (for memcg_reserve_until). 0 for NULL. */
 uint64_t memcg_controller_now_ns(const memcg_controller* controller);
+
+/* ---- the OOM log: the recent OOM and preemption reports ------------------------------------ */
+
+/* The sequence number of the latest report (1, 2, ... per controller, never reused; 0 for none
+ * or NULL). A service polls it and reads what is new. */
+uint64_t memcg_oom_log_last_seq(memcg_controller* controller);
+
+/* The reports held with a sequence number above `after` (0: all the log keeps, the last 32 by
+ * default), oldest first, one line each ending in "\n": "oom_kill seq=3 t=1.250s domain=/a
+ * victim=q1 ... top_members=... top_groups=...", as memcg::format_oom_log_line writes them.
+ * `buf`, `size`, `length` and ERANGE as memcg_group_read (a report may arrive between a size
+ * query and the read: ask again on ERANGE). EINVAL for NULL. */
+int memcg_oom_log_read(memcg_controller* controller, uint64_t after, char* buf, size_t size,
+                       size_t* length);
 
 /* ---- listeners: notifications ------------------------------------------------------------- */
 

@@ -32,9 +32,14 @@
 // batch job's when both wait on one limit:
 //   memcg::Reservation mem(query, {.priority = memcg::WaitPriority::kHigh}, stop.get_token());
 //
-// Never-fits: a request whose total is larger than the smallest memory.max on the group's path
-// is refused at once with kNeverFits, waiting or not, before any reclaim, wait or OOM kill;
-// limiting_group() names that group and its memory.wait counts it (charge_wait.hpp, never_fits).
+// Never-fits: a request larger than the smallest memory.max on the group's path is refused at
+// once with kNeverFits, before any reclaim, wait or OOM kill; limiting_group() names that group
+// and its memory.wait counts it (charge_wait.hpp, never_fits). The request is the total for
+// reserve(), reserve_for(), reserve_until() and grow_for() (a wait never kills, so a total past
+// the limit could never be served), and the growth alone for grow(): a reservation whose total
+// grows past the limit is not refused but goes to the OOM killer per its policy, which may kill
+// its own member (kKilled), as the kernel kills a task that grows past its limit; a member
+// alone in its group is killed that way.
 //
 // Admitted size: reserve(), reserve_for() and reserve_until() state a total, which becomes the
 // reservation's admitted size (admitted_units()); grow() and grow_for() add past it, shrinking
@@ -81,8 +86,9 @@
 // Cancellation: a reservation made for a Member charges through it (its badness counts the
 // reservation) and refuses to grow once the member was OOM-killed (kKilled). The stop token
 // given at construction (typically the one the member's kill callback or a preemption triggers)
-// makes every later request return kCancelled and ends a wait in progress. Neither releases what
-// is held: the owner unwinds and the destructor gives it back.
+// makes every later request return kCancelled (a reserve() to a smaller total too: nothing
+// changes) and ends a wait in progress. Neither releases what is held: the owner unwinds, and
+// shrink(), release() or the destructor give it back.
 //
 // Releasing: shrink(), release() and the destructor uncharge straight from the counters
 // (uncharge_direct for a group, Member::uncharge for a member), so that a waiting reservation of
@@ -121,9 +127,10 @@ enum class [[nodiscard]] ReserveStatus : uint8_t {
   kRemoved,      // a waiting request's group was removed or the controller destroyed
   kInvalid,      // no group (an empty reservation), a total no counter can hold, or a
                  // priority out of range (ReserveOptions::priority)
-  kNeverFits,    // refused at once, waiting or not: the total is more than the smallest
-                 // memory.max on the path (limiting_group() names it), so neither waiting nor
-                 // the OOM killer could make room; nothing changed
+  kNeverFits,    // refused at once, waiting or not: the request (the total; grow(): the
+                 // growth) is more than the smallest memory.max on the path (limiting_group()
+                 // names it), so neither waiting nor the OOM killer could make room; nothing
+                 // changed
 };
 
 // "ok", "forced", "nomem", "nomem-costly", "timed-out", "cancelled", "killed", "removed",
