@@ -48,10 +48,12 @@
 // runs `all` for 3 s (the CI test). --verbose adds completed queries per tenant and MiB of
 // completed work per second, kills of well-behaved queries per tenant, the runaways' life and
 // size, svc's mean usage and promised headroom, and each group's admission figures
-// (admit_stats).
+// (admit_stats). --serve PORT serves the controller over HTTP on 127.0.0.1 while it runs (the
+// page, /metrics, /v1/oom: example_server.hpp) until --seconds pass or SIGINT/SIGTERM.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +67,7 @@
 
 #include "memcg/alloc/lru_cache.hpp"
 #include "memcg/memcg.hpp"
+#include "example_server.hpp"
 
 namespace {
 
@@ -99,6 +102,8 @@ memcg::OomOrder oom_order(Policy p) {
          : p == Policy::kAll  ? memcg::OomOrder::kAuto
                               : memcg::OomOrder::kKernel;
 }
+
+volatile std::sig_atomic_t g_interrupted = 0;  // --serve: SIGINT or SIGTERM ends the run
 
 constexpr auto kSpillGrace = std::chrono::milliseconds(20);
 constexpr auto kAdmitTimeout = std::chrono::seconds(2);  // a query's whole admission deadline
@@ -317,7 +322,7 @@ struct Result {
   bool ok = false;
 };
 
-Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbose) {
+Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbose, int port) {
   memcg::Controller ctl;
   Tenants t;
   if (ctl.create("svc", &t.svc) || ctl.create(*t.svc, "etl", &t.etl) ||
@@ -343,6 +348,8 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbo
   memcg::LruCache cache(*t.dash, "dash-cache");
   const int64_t cache_units = static_cast<int64_t>((84 * kMiB) / ctl.to_bytes(1));
   const int64_t cached = cache.grow(cache_units);
+  memcg_example::ExampleServer server;  // stopped before the groups and the controller go
+  if (port >= 0 && !server.start(ctl, port)) std::exit(3);
 
   Counters c;
   std::atomic<bool> stop_sampler{false};
@@ -371,7 +378,7 @@ Result run(Policy policy, double seconds, int workers, uint64_t seed, bool verbo
       std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(w));
       std::uniform_real_distribution<double> u(0.0, 1.0);
       int skip = -1;  // the tenant whose query this worker just put back
-      while (std::chrono::steady_clock::now() < end) {
+      while (std::chrono::steady_clock::now() < end && !g_interrupted) {
         int tenant = -1;
         while (tenant < 0 || tenant == skip) {
           const double pick = u(rng);
@@ -526,6 +533,7 @@ int main(int argc, char** argv) {
   int workers = 16, rounds = 1;
   bool verbose = false;
   uint64_t seed = 1;
+  int port = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -547,18 +555,26 @@ int main(int argc, char** argv) {
       verbose = true;
     } else if (a == "--seed") {
       seed = std::strtoull(value("--seed"), nullptr, 10);
+    } else if (a == "--serve") {
+      port = std::atoi(value("--serve"));
     } else {
       std::fprintf(stderr,
                    "usage: %s [--policy today|admit|excess|growwait|spill|wait200|all|"
-                   "alternate] [--seconds S] [--workers N] [--rounds N] [--seed N] [--verbose]\n",
+                   "alternate] [--seconds S] [--workers N] [--rounds N] [--seed N] [--verbose] "
+                   "[--serve PORT]\n",
                    argv[0]);
       return 2;
     }
   }
   if (!(seconds > 0 && seconds <= 600) || workers < 1 || workers > 256 || rounds < 1 ||
-      rounds > 100) {
-    std::fputs("--seconds in (0, 600], --workers in [1, 256], --rounds in [1, 100]\n", stderr);
+      rounds > 100 || port < -1 || port > 65535) {
+    std::fputs("--seconds in (0, 600], --workers in [1, 256], --rounds in [1, 100], --serve in "
+               "[0, 65535]\n", stderr);
     return 2;
+  }
+  if (port >= 0) {
+    std::signal(SIGINT, [](int) { g_interrupted = 1; });
+    std::signal(SIGTERM, [](int) { g_interrupted = 1; });
   }
   std::vector<Policy> policies;
   if (policy == "alternate") {
@@ -574,7 +590,8 @@ int main(int argc, char** argv) {
   bool ok = true;
   for (int round = 0; round < rounds; ++round)
     for (Policy p : policies) {
-      const Result r = run(p, seconds, workers, seed + static_cast<uint64_t>(round), verbose);
+      const Result r =
+          run(p, seconds, workers, seed + static_cast<uint64_t>(round), verbose, port);
       print(round + 1, p, r);
       ok &= r.ok;
     }
