@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "utf8.hpp"
+
 namespace memcg::http::json_out {
 
 inline void put_u64(std::string& out, uint64_t v) {
@@ -23,11 +25,15 @@ inline void put_i64(std::string& out, int64_t v) {
 }
 
 // A JSON string. Group names are restricted to [A-Za-z0-9_.:@+-] (controller.hpp), but the
-// escaping does not rely on it: member names and handler errors are the user's text.
+// escaping does not rely on it: member names and handler errors are the user's text. Bytes that
+// are not UTF-8 become U+FFFD, so the document is valid JSON whatever the names hold.
 inline void put_string(std::string& out, std::string_view s) {
   out += '"';
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
+  detail::for_each_utf8(s, [&](std::string_view ch, bool valid) {
+    const char c = ch[0];
+    if (!valid) {
+      out += "\\ufffd";
+    } else if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
     } else if (static_cast<unsigned char>(c) < 0x20) {
@@ -35,9 +41,9 @@ inline void put_string(std::string& out, std::string_view s) {
       std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
       out += esc;
     } else {
-      out += c;
+      out += ch;
     }
-  }
+  });
   out += '"';
 }
 
