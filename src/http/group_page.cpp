@@ -21,7 +21,8 @@ void members_section(std::string& out, Group& g) {
   MemberList list;
   if (largest_members(g, kGroupPageMembers, &list) != 0) return;
   out += "<h2>Members</h2><p id=\"member-totals\">" + std::to_string(list.total) +
-         " members in its subtree, " + human_size(list.bytes) + " charged, " +
+         (list.total == 1 ? " member" : " members") + " in its subtree, " +
+         human_size(list.bytes) + " charged, " +
          human_size(list.admitted_bytes) + " admitted";
   if (list.total > list.largest.size())
     out += "; the " + std::to_string(list.largest.size()) + " largest";
