@@ -58,7 +58,8 @@ def main():
             failures += 1
         for n in plain:
             if n not in have:
-                print("FAILED: %s uses %s, which the example's /metrics does not have" % (source, n))
+                print("FAILED: %s uses %s, which the example's /metrics does not have"
+                      % (source, n))
                 failures += 1
         for n in rec:
             if n not in records:

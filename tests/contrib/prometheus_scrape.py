@@ -85,7 +85,8 @@ def main():
                 last = "prometheus: %s" % e
                 continue
             if not targets or any(t["health"] != "up" for t in targets):
-                last = "target not up: %s" % [(t.get("health"), t.get("lastError")) for t in targets]
+                last = "target not up: %s" % [(t.get("health"), t.get("lastError"))
+                                              for t in targets]
                 continue
             bad = [(g["name"], r["name"], r.get("health"), r.get("lastError"))
                    for g in groups for r in g["rules"]
