@@ -173,11 +173,12 @@ TEST(HttpPageBrowserTest, ChromiumRendersAGroupPageAndItsOomReports) {
             std::string::npos);
   EXPECT_NE(dom.find(" in its subtree, "), std::string::npos);  // the member totals
   // At least two of its OOM reports, linked.
-  const std::regex link(R"re(<a class="oom-report" href="/oom/([0-9]+)">)re");
+  const std::string link = "<a class=\"oom-report\" href=\"/oom/";
   std::vector<std::string> seqs;
-  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), link); it != std::sregex_iterator();
-       ++it)
-    seqs.push_back((*it)[1].str());
+  for (size_t at = dom.find(link); at != std::string::npos; at = dom.find(link, at + 1)) {
+    const size_t from = at + link.size(), to = dom.find('"', from);
+    if (to != std::string::npos) seqs.push_back(dom.substr(from, to - from));
+  }
   ASSERT_GE(seqs.size(), 2u) << dom.substr(0, 4000);
   const std::string report = run("timeout 60 " + chromium + flags + "--dump-dom " + base +
                                  "/oom/" + seqs.front() + " 2>/dev/null");
