@@ -4,6 +4,8 @@
 #   development  headers (the C API's memcg/c/memcg.h too), archives or .so links, CMake
 #                package, pkg-config (memcg.pc, memcg-c.pc)      -> libmemcg-dev
 #   tools        memcgctl                                   -> memcg-tools
+#   The Prometheus rules and the Grafana dashboard (contrib/prometheus, docs/operations.md) go
+#   with the development files, to share/memcg/prometheus.
 #
 # `cmake --install B --component X` installs one of them alone. Every library install rule is
 # memcg_install_library()'s (cmake/MemcgLibrary.cmake); memcgctl's is optional, so installing
@@ -13,6 +15,10 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/memcg DESTINATION ${CMAKE_INSTAL
         COMPONENT development)
 install(FILES ${PROJECT_BINARY_DIR}/include/memcg/base/version.hpp
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/memcg/base COMPONENT development)
+install(FILES ${PROJECT_SOURCE_DIR}/contrib/prometheus/memcg-rules.yml
+              ${PROJECT_SOURCE_DIR}/contrib/prometheus/memcg-rules.test.yml
+              ${PROJECT_SOURCE_DIR}/contrib/prometheus/memcg-dashboard.json
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/memcg/prometheus COMPONENT development)
 # The optional components built here, for memcgConfig.cmake's messages about the others.
 set(MEMCG_BUILT_COMPONENTS)
 foreach(component rocksdb rocksdb_arena jemalloc http hook host prometheus_cpp)

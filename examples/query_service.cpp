@@ -44,9 +44,12 @@
 // to 0 at the end. Run without arguments it runs `all` for 3 s (the CI test). --verbose adds MiB
 // of completed work per second, kills of well-behaved queries per tenant, the runaways' life and
 // size, svc's mean usage and promised headroom, the caches, and each group's admission figures.
+// --serve PORT serves the controller over HTTP on 127.0.0.1 while it runs (the page, /metrics,
+// /v1/oom: example_server.hpp) until --seconds pass or SIGINT/SIGTERM.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +62,7 @@
 
 #include "memcg/alloc/lru_cache.hpp"
 #include "memcg/memcg.hpp"
+#include "example_server.hpp"
 #include "query_service_work.hpp"
 
 namespace {
@@ -102,6 +106,13 @@ qs::QueryPolicy query_policy(Policy p) {
   return q;
 }
 
+volatile std::sig_atomic_t g_interrupted = 0;  // --serve: SIGINT or SIGTERM ends the run
+
+// Until `end`, or an interruption (--serve).
+bool running_until(std::chrono::steady_clock::time_point end) {
+  return std::chrono::steady_clock::now() < end && !g_interrupted;
+}
+
 struct Config {
   Policy policy = Policy::kAll;
   bool queue = true;  // --front queue (else block)
@@ -110,6 +121,7 @@ struct Config {
   int workers = 16;
   uint64_t seed = 1;
   bool verbose = false;
+  int port = -1;  // --serve
 };
 
 // A run's service: groups, dash's own cache, the result caches (with --caches).
@@ -148,7 +160,7 @@ void count_refusal(qs::Counters& c, memcg::ReserveStatus st) {
 // --front block: one tenant's worker, blocking in its own tenant's admissions.
 void block_worker(Service& s, int t, uint64_t seed, std::chrono::steady_clock::time_point end) {
   std::mt19937_64 rng(seed);
-  while (std::chrono::steady_clock::now() < end) {
+  while (running_until(end)) {
     const qs::QuerySpec spec = s.next_query(t, rng);
     qs::Query query(*s.tenant[t], t == 0 && s.qp.spill, s.c);
     qs::QueryState& q = query.state();
@@ -251,6 +263,8 @@ Result run(const Config& cfg) {
   if (cfg.caches)
     for (int t = 0; t < kTenants; ++t)
       s.results[t] = std::make_unique<qs::ResultCache>(*s.tenant[t]);
+  memcg_example::ExampleServer server;  // stopped before the groups and the controller go
+  if (cfg.port >= 0 && !server.start(ctl, cfg.port)) std::exit(3);
 
   std::atomic<bool> stop_sampler{false};
   uint64_t usage_sum = 0, promised_sum = 0, cache_sum = 0, samples = 0;
@@ -271,7 +285,7 @@ Result run(const Config& cfg) {
     memcg::AdmissionQueue queue(ctl, {.workers = cfg.workers, .max_queued = 1024});
     for (int t = 0; t < kTenants; ++t)
       for (int i = 0; i < kOutstanding[t]; ++i) submit_query(s, queue, t);
-    std::this_thread::sleep_until(end);
+    while (running_until(end)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     s.stopping = true;
     // The queue's destructor waits for the running queries and cancels the queued ones.
   } else {
@@ -423,20 +437,27 @@ int main(int argc, char** argv) {
       cfg.verbose = true;
     } else if (a == "--seed") {
       cfg.seed = std::strtoull(value("--seed"), nullptr, 10);
+    } else if (a == "--serve") {
+      cfg.port = std::atoi(value("--serve"));
     } else {
       std::fprintf(stderr,
                    "usage: %s [--policy today|admit|excess|growwait|spill|wait200|all|"
                    "alternate] [--front queue|block] [--caches] [--seconds S] [--workers N] "
-                   "[--rounds N] [--seed N] [--verbose]\n",
+                   "[--rounds N] [--seed N] [--verbose] [--serve PORT]\n",
                    argv[0]);
       return 2;
     }
   }
   if (!(cfg.seconds > 0 && cfg.seconds <= 600) || cfg.workers < 3 || cfg.workers > 256 ||
-      rounds < 1 || rounds > 100 || (front != "queue" && front != "block")) {
+      rounds < 1 || rounds > 100 || (front != "queue" && front != "block") || cfg.port < -1 ||
+      cfg.port > 65535) {
     std::fputs("--seconds in (0, 600], --workers in [3, 256], --rounds in [1, 100], --front "
-               "queue or block\n", stderr);
+               "queue or block, --serve in [0, 65535]\n", stderr);
     return 2;
+  }
+  if (cfg.port >= 0) {
+    std::signal(SIGINT, [](int) { g_interrupted = 1; });
+    std::signal(SIGTERM, [](int) { g_interrupted = 1; });
   }
   cfg.queue = front == "queue";
   std::vector<Policy> policies;

@@ -56,6 +56,8 @@ files development | grep 'include/memcg/memcg.hpp' >/dev/null || fail "developme
 files development | grep 'include/memcg/base/version.hpp' >/dev/null || fail "development has no version.hpp"
 files development | grep 'include/memcg/c/memcg.h' >/dev/null || fail "development has no C header"
 files development | grep 'pkgconfig/memcg-c.pc' >/dev/null || fail "development has no memcg-c.pc"
+files development | grep 'share/memcg/prometheus/memcg-rules.yml' >/dev/null ||
+  fail "development has no Prometheus rules"
 files development | grep -E 'bin/|\.so\.[0-9]' >/dev/null && fail "development holds runtime files or tools"
 [[ $(files tools) == "./usr/bin/memcgctl" ]] || fail "tools holds $(files tools)"
 "$src/tests/install_consumer.sh" "$build" "$src"

@@ -22,6 +22,7 @@
 #include "memcg/core/controller.hpp"
 #include "memcg/core/group.hpp"
 #include "memcg/core/limits.hpp"
+#include "memcg/core/members.hpp"
 #include "memcg/core/mirror.hpp"
 #include "memcg/core/notify.hpp"
 #include "memcg/core/obj_stock.hpp"

@@ -15,6 +15,7 @@
 #include "memcg/files/prometheus.hpp"
 #include "memcg/http/json.hpp"
 #include "memcg/http/oom_json.hpp"
+#include "oom_page.hpp"
 #include "page.hpp"
 #include "server_impl.hpp"
 #include "target.hpp"
@@ -343,6 +344,52 @@ MHD_Result document(Impl& s, MHD_Connection* c, const char* type, Render render)
   return send(c, 200, std::move(body), type, &s.answers_in_flight);
 }
 
+// A generated page, within max_answers_in_flight; 404 with `missing` when render() gives "".
+template <typename Render>
+MHD_Result page_or_404(Impl& s, MHD_Connection* c, const char* missing, Render render) {
+  if (!take_place(s)) return too_busy(c);
+  std::string body;
+  try {
+    body = render();
+  } catch (...) {
+    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    throw;
+  }
+  if (body.empty()) {
+    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    return reply(c, 404, missing);
+  }
+  return send(c, 200, std::move(body), "text/html; charset=utf-8", &s.answers_in_flight);
+}
+
+// "/group", "/group/" (the root) or "/group/<path>": the group's path ("" for the root), or
+// false for a path with an empty, "." or ".." segment.
+bool group_page_path(std::string_view target, std::string* path) {
+  constexpr std::string_view kPrefix = "/group/";
+  std::string_view rest = target == "/group" ? std::string_view() : target.substr(kPrefix.size());
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  for (size_t start = 0; start < rest.size();) {
+    const size_t slash = std::min(rest.find('/', start), rest.size());
+    const std::string_view seg = rest.substr(start, slash - start);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    start = slash + 1;
+  }
+  path->assign(rest);
+  return true;
+}
+
+// "/oom/<seq>": seq (1..), or 0 when it is not a number.
+uint64_t oom_page_seq(std::string_view target) {
+  const std::string_view digits = target.substr(5);
+  if (digits.empty() || digits.size() > 19) return 0;
+  uint64_t n = 0;
+  for (char ch : digits) {
+    if (ch < '0' || ch > '9') return 0;
+    n = n * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  return n;
+}
+
 // The exposition, streamed (StreamedMetrics), within max_answers_in_flight.
 MHD_Result metrics(Impl& s, MHD_Connection* c) {
   if (!take_place(s)) return too_busy(c);
@@ -387,6 +434,23 @@ MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
                          static_cast<uint64_t>(s.options.history_interval.count()),
                          2 * s.options.history_groups * s.options.history_samples * 64);
     });
+  if (r.path == "/group" || r.path.rfind("/group/", 0) == 0) {
+    std::string group;
+    if (!group_page_path(r.path, &group)) return reply(c, 400, "invalid path");
+    return page_or_404(s, c, "no such group", [&] {
+      s.history.sample_if_older(
+          s.ctl, static_cast<uint64_t>(s.options.history_interval.count()) * 250'000);
+      return render_group_page(s.ctl, s.history, group,
+                               static_cast<uint64_t>(s.options.history_interval.count()),
+                               2 * s.options.history_groups * s.options.history_samples * 64);
+    });
+  }
+  if (r.path.rfind("/oom/", 0) == 0) {
+    const uint64_t seq = oom_page_seq(r.path);
+    if (seq == 0) return reply(c, 404, "no such report");
+    return page_or_404(s, c, "no such report (the OOM log keeps the most recent ones)",
+                       [&] { return render_oom_page(s.ctl, seq); });
+  }
   if (is_file_target(r.path)) return get_file(s, c, r);
   return reply(c, 404, "not found");
 }

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "memcg/base/internal/utf8.hpp"
+#include "utf8.hpp"
 
 namespace memcg::http::json_out {
 
@@ -25,33 +25,25 @@ inline void put_i64(std::string& out, int64_t v) {
 }
 
 // A JSON string. Group names are restricted to [A-Za-z0-9_.:@+-] (controller.hpp), but the
-// escaping does not rely on it: member names and handler errors are the user's text, so bytes
-// that are not valid UTF-8 become U+FFFD (RFC 8259 wants UTF-8; strict parsers refuse the whole
-// document otherwise).
+// escaping does not rely on it: member names and handler errors are the user's text. Bytes that
+// are not UTF-8 become U+FFFD, so the document is valid JSON whatever the names hold.
 inline void put_string(std::string& out, std::string_view s) {
   out += '"';
-  while (!s.empty()) {
-    const char c = s.front();
-    if (c == '"' || c == '\\') {
+  detail::for_each_utf8(s, [&](std::string_view ch, bool valid) {
+    const char c = ch[0];
+    if (!valid) {
+      out += "\\ufffd";
+    } else if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
     } else if (static_cast<unsigned char>(c) < 0x20) {
       char esc[8];
       std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(c));
       out += esc;
-    } else if (static_cast<unsigned char>(c) < 0x80) {
-      out += c;
-    } else if (const size_t n = internal::utf8_char_length(s); n > 0) {
-      out.append(s.data(), n);
-      s.remove_prefix(n);
-      continue;
     } else {
-      out += internal::kUtf8Replacement;
-      s.remove_prefix(internal::utf8_invalid_length(s));
-      continue;
+      out += ch;
     }
-    s.remove_prefix(1);
-  }
+  });
   out += '"';
 }
 

@@ -1,9 +1,14 @@
-// The live page in a real browser: starts example_kv_cache serving on 127.0.0.1, loads / in
+// The live pages in a real browser: starts example_kv_cache serving on 127.0.0.1, loads / in
 // headless Chromium (Debian's `chromium`), checks the rendered DOM (every group of the example
-// named, an SVG chart with data points) and writes a screenshot into the build folder. Skipped
-// only when chromium is not installed. Every step is bounded in time.
+// named, an SVG chart with data points) and writes a screenshot into the build folder; then
+// starts example_query_service (whose runaway queries get OOM-killed), waits for two kills, and
+// loads a tenant's group page (its PSI axis in percent, its members, its OOM reports) and one of
+// those reports. Skipped only when chromium is not installed. Every step is bounded in time.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +18,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -34,11 +40,40 @@ std::string run(const std::string& cmd) {
   return out;
 }
 
-// The example, serving on a free port of 127.0.0.1 for at most 90 s.
+// The body of GET `path` from 127.0.0.1:`port` (HTTP/1.0: the server closes after it), or "".
+std::string http_get(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size())) {
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+// An example, serving on a free port of 127.0.0.1 for at most 90 s.
 struct Example {
   pid_t pid = -1;
   int port = 0;
-  Example() {
+  explicit Example(const char* bin, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {bin, "--serve", "0", "--seconds", "90"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     int fds[2];
     if (::pipe(fds) != 0) return;
     pid = ::fork();
@@ -46,8 +81,7 @@ struct Example {
       ::dup2(fds[1], STDOUT_FILENO);
       ::close(fds[0]);
       ::close(fds[1]);
-      ::execl(MEMCG_EXAMPLE_BIN, MEMCG_EXAMPLE_BIN, "--serve", "0", "--seconds", "90",
-              static_cast<char*>(nullptr));
+      ::execv(bin, argv.data());
       ::_exit(127);
     }
     ::close(fds[1]);
@@ -74,7 +108,7 @@ struct Example {
 TEST(HttpPageBrowserTest, ChromiumRendersEveryGroupAndTheHistory) {
   const std::string chromium = chromium_path();
   if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (Debian package 'chromium')";
-  Example ex;
+  Example ex(MEMCG_EXAMPLE_BIN);
   ASSERT_GT(ex.pid, 0);
   ASSERT_GT(ex.port, 0) << "the example did not say where it serves";
   // A few history samples (one a second) under the example's load.
@@ -101,6 +135,65 @@ TEST(HttpPageBrowserTest, ChromiumRendersEveryGroupAndTheHistory) {
   std::remove(shot.c_str());
   run("timeout 60 " + chromium + flags + "--hide-scrollbars --window-size=1280,900 --screenshot=" +
       shot + " " + url + " >/dev/null 2>&1");
+  EXPECT_EQ(::access(shot.c_str(), R_OK), 0) << "no screenshot at " << shot;
+}
+
+TEST(HttpPageBrowserTest, ChromiumRendersAGroupPageAndItsOomReports) {
+  const std::string chromium = chromium_path();
+  if (chromium.empty()) GTEST_SKIP() << "chromium is not installed (Debian package 'chromium')";
+  Example ex(MEMCG_QUERY_SERVICE_BIN, {"--workers", "4"});
+  ASSERT_GT(ex.pid, 0);
+  ASSERT_GT(ex.port, 0) << "the query service did not say where it serves";
+  // At least two OOM kills (its runaway queries), within 40 s.
+  size_t kills = 0;
+  std::string reports;
+  for (int i = 0; i < 80 && kills < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    reports = http_get(ex.port, "/v1/oom.txt");
+    kills = 0;
+    for (size_t at = reports.find("oom_kill seq="); at != std::string::npos;
+         at = reports.find("oom_kill seq=", at + 1))
+      if (reports.find(" domain=svc/etl ", at) != std::string::npos) ++kills;
+  }
+  ASSERT_GE(kills, 2u) << reports;
+  const std::string base = "http://127.0.0.1:" + std::to_string(ex.port);
+  const std::string flags =
+      " --headless --no-sandbox --disable-gpu --no-first-run --disable-extensions"
+      " --user-data-dir=" MEMCG_BUILD_DIR "/chromium-profile --virtual-time-budget=2000 ";
+  const std::string dom = run("timeout 60 " + chromium + flags + "--dump-dom " + base +
+                              "/group/svc/etl 2>/dev/null");
+  ASSERT_FALSE(dom.empty()) << "chromium printed no DOM";
+  EXPECT_NE(dom.find("<h1>group svc/etl</h1>"), std::string::npos) << dom.substr(0, 2000);
+  // The history chart, its PSI axis labelled in percent beside the bytes axis.
+  EXPECT_NE(dom.find("<svg class=\"history\" data-group=\"svc/etl\""), std::string::npos);
+  for (const char* label : {">PSI %</text>", ">100 %</text>", ">50 %</text>", ">0 %</text>"})
+    EXPECT_NE(dom.find(label), std::string::npos) << label;
+  EXPECT_NE(dom.find("<svg class=\"events\" data-group=\"svc/etl\""), std::string::npos);
+  EXPECT_NE(dom.find("<pre class=\"file\" data-file=\"memory.max\">335544320\n</pre>"),
+            std::string::npos);
+  EXPECT_NE(dom.find(" in its subtree, "), std::string::npos);  // the member totals
+  // At least two of its OOM reports, linked.
+  const std::string link = "<a class=\"oom-report\" href=\"/oom/";
+  std::vector<std::string> seqs;
+  for (size_t at = dom.find(link); at != std::string::npos; at = dom.find(link, at + 1)) {
+    const size_t from = at + link.size(), to = dom.find('"', from);
+    if (to != std::string::npos) seqs.push_back(dom.substr(from, to - from));
+  }
+  ASSERT_GE(seqs.size(), 2u) << dom.substr(0, 4000);
+  const std::string report = run("timeout 60 " + chromium + flags + "--dump-dom " + base +
+                                 "/oom/" + seqs.front() + " 2>/dev/null");
+  EXPECT_NE(report.find("<h1>OOM report " + seqs.front() + "</h1>"), std::string::npos)
+      << report.substr(0, 2000);
+  EXPECT_NE(report.find("<tr><th>domain (limit hit)</th><td class=\"name\"><a class=\"group-link\" "
+                        "href=\"/group/svc/etl\">svc/etl</a></td></tr>"),
+            std::string::npos);
+  EXPECT_NE(report.find("<table id=\"candidates\">"), std::string::npos);
+  EXPECT_NE(report.find("<table id=\"top-members\">"), std::string::npos);
+
+  const std::string shot = MEMCG_BUILD_DIR "/memcg_group_page.png";
+  std::remove(shot.c_str());
+  run("timeout 60 " + chromium + flags + "--hide-scrollbars --window-size=1100,1000 --screenshot=" +
+      shot + " " + base + "/group/svc/etl >/dev/null 2>&1");
   EXPECT_EQ(::access(shot.c_str(), R_OK), 0) << "no screenshot at " << shot;
 }
 

@@ -10,7 +10,12 @@
 //                                    asset): the groups, largest first, 100 a page (`/?page=N`),
 //                                    each drawn against min/low/high/max; the history of the
 //                                    largest groups (memory.current, PSI some/full, events and
-//                                    kills marked); the last OOM reports
+//                                    kills marked; PSI on its own percent axis; a kill's mark
+//                                    links to its report); the last OOM reports
+//   GET  /group/<path>               one group's page (/group/ for the root): its history and
+//                                    events over time, its largest members with their admitted
+//                                    sizes, the OOM reports that concern it, its files
+//   GET  /oom/<seq>                  one OOM or preemption report as a page
 //   GET  /v1/oom                     the recent OOM and preemption reports as JSON (oom_json.hpp)
 //   GET  /v1/oom.txt                 the same, one text line a report
 //   GET  /healthz                    "ok"
