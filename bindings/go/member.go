@@ -238,18 +238,21 @@ func (r *Reservation) Close() error { return r.close() }
 // Closed tells whether Close was called.
 func (r *Reservation) Closed() bool { return r.isClosed() }
 
-// request runs one request with the reservation (and its member) pinned.
-func (r *Reservation) request(op string, fn func() C.memcg_reserve_status) (bool, error) {
+// begin pins the reservation and its member for one request; end unpins them.
+func (r *Reservation) begin() error {
 	if err := r.pin(); err != nil {
-		return false, err
+		return err
 	}
 	if r.member != nil {
 		if err := r.member.pin(); err != nil {
 			r.unpin()
-			return false, err
+			return err
 		}
 	}
-	status := fn()
+	return nil
+}
+
+func (r *Reservation) end(status C.memcg_reserve_status, op string) (bool, error) {
 	if r.member != nil {
 		r.member.unpin()
 	}
@@ -265,26 +268,34 @@ func (r *Reservation) request(op string, fn func() C.memcg_reserve_status) (bool
 
 // Reserve makes it hold total bytes (may OOM-kill, per its policy); forced past max if true.
 func (r *Reservation) Reserve(total uint64) (bool, error) {
-	return r.request("reserve", func() C.memcg_reserve_status { return C.memcg_reserve(r.ptr, C.uint64_t(total)) })
+	if err := r.begin(); err != nil {
+		return false, err
+	}
+	return r.end(C.memcg_reserve(r.ptr, C.uint64_t(total)), "reserve")
 }
 
 // ReserveFor is Reserve waiting up to timeout for room (never OOM-kills).
 func (r *Reservation) ReserveFor(total uint64, timeout time.Duration) (bool, error) {
-	return r.request("reserve", func() C.memcg_reserve_status {
-		return C.memcg_reserve_for(r.ptr, C.uint64_t(total), nanos(timeout))
-	})
+	if err := r.begin(); err != nil {
+		return false, err
+	}
+	return r.end(C.memcg_reserve_for(r.ptr, C.uint64_t(total), nanos(timeout)), "reserve")
 }
 
 // ReserveUntil is Reserve with a deadline on Controller.NowNs.
 func (r *Reservation) ReserveUntil(total, deadlineNs uint64) (bool, error) {
-	return r.request("reserve", func() C.memcg_reserve_status {
-		return C.memcg_reserve_until(r.ptr, C.uint64_t(total), C.uint64_t(deadlineNs))
-	})
+	if err := r.begin(); err != nil {
+		return false, err
+	}
+	return r.end(C.memcg_reserve_until(r.ptr, C.uint64_t(total), C.uint64_t(deadlineNs)), "reserve")
 }
 
 // Grow adds bytes.
 func (r *Reservation) Grow(bytes uint64) (bool, error) {
-	return r.request("grow", func() C.memcg_reserve_status { return C.memcg_reservation_grow(r.ptr, C.uint64_t(bytes)) })
+	if err := r.begin(); err != nil {
+		return false, err
+	}
+	return r.end(C.memcg_reservation_grow(r.ptr, C.uint64_t(bytes)), "grow")
 }
 
 // Shrink gives back bytes (at most what it holds).

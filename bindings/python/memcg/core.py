@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import errno
 import sys
 import threading
 import traceback
@@ -237,11 +238,11 @@ class Group(_Child):
         while True:
             size = ctypes.c_size_t()
             code = self._call(self._lib.memcg_group_read, data, None, 0, ctypes.byref(size))
-            if code not in (0, 34):  # ERANGE: the size was asked
+            if code not in (0, errno.ERANGE):  # ERANGE: the size was asked
                 raise MemcgOSError(code, "read " + name)
             buf = ctypes.create_string_buffer(size.value + 1)
             code = self._call(self._lib.memcg_group_read, data, buf, len(buf), ctypes.byref(size))
-            if code == 34:  # grew in between: ask again
+            if code == errno.ERANGE:  # grew in between: ask again
                 continue
             _check(code, "read " + name)
             return buf.raw[:size.value].decode()

@@ -189,6 +189,9 @@ fn libc_eio() -> c_int {
     5
 }
 
+/// The C API's "buffer too small" (Linux errno ERANGE).
+const ERANGE: c_int = 34;
+
 // ---- groups -------------------------------------------------------------------------------
 
 struct GroupInner {
@@ -252,7 +255,7 @@ impl Group {
             // SAFETY: size 0 with a NULL buffer asks the length (ERANGE).
             let code =
                 unsafe { sys::memcg_group_read(self.ptr(), c.as_ptr(), null_mut(), 0, &mut len) };
-            if code != 0 && code != 34 {
+            if code != 0 && code != ERANGE {
                 return Err(Error::os(code, format!("read {name}")));
             }
             let mut buf = vec![0u8; len + 1];
@@ -266,7 +269,7 @@ impl Group {
                     &mut len,
                 )
             };
-            if code == 34 {
+            if code == ERANGE {
                 continue; // grew in between
             }
             check(code, || format!("read {name}"))?;
