@@ -52,7 +52,9 @@ func memcgGoKill(_ *C.memcg_member, reason C.int, user unsafe.Pointer) {
 	if r != OomKill && r != Preempt {
 		r = Other
 	}
-	call(e.state.ctl, "kill callback of "+e.state.name, func() error { return e.fn(&Member{e.state}, r) })
+	call(e.state.ctl, "kill callback of "+e.state.name, func() error {
+		return e.fn(&Member{e.state}, r)
+	})
 }
 
 // NotifyFunc receives a notification; it may Close the listener.
@@ -76,7 +78,9 @@ func memcgGoNotify(_ *C.memcg_listener, value, removed C.int, user unsafe.Pointe
 		return
 	}
 	defer s.unpin()
-	call(s.ctl, "listener callback", func() error { return s.fn(&Listener{s}, int(value), removed != 0) })
+	call(s.ctl, "listener callback", func() error {
+		return s.fn(&Listener{s}, int(value), removed != 0)
+	})
 }
 
 // WatchEvents calls fn on changes of memory.events (memory.events.local when local).
@@ -99,7 +103,8 @@ func (g *Group) WatchPressure(args string, fn NotifyFunc) (*Listener, error) {
 	})
 }
 
-func (g *Group) listen(fn NotifyFunc, op string, create func(*listenerState) C.int) (*Listener, error) {
+func (g *Group) listen(fn NotifyFunc, op string,
+	create func(*listenerState) C.int) (*Listener, error) {
 	if fn == nil {
 		return nil, &OSError{Op: op, Errno: 22}
 	}

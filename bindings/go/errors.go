@@ -69,7 +69,8 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	s := fmt.Sprintf("memcg: %s: %s in %q", e.Op, C.GoString(C.memcg_reserve_status_name(C.int(e.Status))), e.Group)
+	name := C.GoString(C.memcg_reserve_status_name(C.int(e.Status)))
+	s := fmt.Sprintf("memcg: %s: %s in %q", e.Op, name, e.Group)
 	if e.LimitingGroup != "" || e.Status.IsLimit() {
 		s += fmt.Sprintf(" (limit of %q)", e.LimitingGroup)
 	}

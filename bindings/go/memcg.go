@@ -203,7 +203,8 @@ func (g *Group) Path() (string, error) {
 	var n C.size_t
 	C.memcg_group_path(g.ptr, nil, 0, &n)
 	buf := make([]byte, int(n)+1)
-	if err := check(C.memcg_group_path(g.ptr, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n), "path"); err != nil {
+	cbuf := (*C.char)(unsafe.Pointer(&buf[0]))
+	if err := check(C.memcg_group_path(g.ptr, cbuf, C.size_t(len(buf)), &n), "path"); err != nil {
 		return "", err
 	}
 	return string(buf[:n]), nil
@@ -224,7 +225,8 @@ func (g *Group) Read(name string) (string, error) {
 			return "", check(code, "read "+name)
 		}
 		buf := make([]byte, int(n)+1)
-		code = C.memcg_group_read(g.ptr, cname, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n)
+		cbuf := (*C.char)(unsafe.Pointer(&buf[0]))
+		code = C.memcg_group_read(g.ptr, cname, cbuf, C.size_t(len(buf)), &n)
 		if code == C.int(syscall.ERANGE) {
 			continue // grew in between
 		}

@@ -118,7 +118,8 @@ func TestSetUpErrorsAndClosedHandles(t *testing.T) {
 	if _, err := NewMember(nil, "m", 0, nil); err != ErrClosed {
 		t.Errorf("nil group: %v", err)
 	}
-	if _, err := top.WatchPressure("sideways", func(*Listener, int, bool) error { return nil }); !errors.Is(err, syscall.EINVAL) {
+	nop := func(*Listener, int, bool) error { return nil }
+	if _, err := top.WatchPressure("sideways", nop); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("pressure args: %v", err)
 	}
 	g := must(ctl.CreateGroup("t/a"))
@@ -180,7 +181,8 @@ func TestRefusals(t *testing.T) {
 	}
 	go func() { time.Sleep(50 * time.Millisecond); _ = other.Cancel() }()
 	start := time.Now()
-	if _, err := other.ReserveFor(512*KiB, 10*time.Second); !errors.Is(err, Cancelled) || time.Since(start) > 5*time.Second {
+	_, err = other.ReserveFor(512*KiB, 10*time.Second)
+	if !errors.Is(err, Cancelled) || time.Since(start) > 5*time.Second {
 		t.Errorf("cancel: %v after %v", err, time.Since(start))
 	}
 }
@@ -199,7 +201,9 @@ func TestKillCallbackPanicsAndErrors(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			ctl, _ := setup(t)
 			var reported []string
-			ctl.OnCallbackError(func(err error, where string) { reported = append(reported, where+": "+err.Error()) })
+			ctl.OnCallbackError(func(err error, where string) {
+				reported = append(reported, where+": "+err.Error())
+			})
 			g := must(ctl.CreateGroup("t/a"))
 			noErr(t, g.Write("memory.max", "1M"))
 			victim := must(NewMember(g, "victim", 1000, func(m *Member, _ CancelReason) error {
@@ -223,7 +227,8 @@ func TestKillCallbackClosingItsMember(t *testing.T) {
 	ctl, _ := setup(t)
 	g := must(ctl.CreateGroup("t/a"))
 	noErr(t, g.Write("memory.max", "1M"))
-	victim := must(NewMember(g, "victim", 1000, func(m *Member, _ CancelReason) error { return m.Close() }))
+	closeIt := func(m *Member, _ CancelReason) error { return m.Close() }
+	victim := must(NewMember(g, "victim", 1000, closeIt))
 	held := must(victim.Reservation(OomKernel, PriorityDefault))
 	if err := crowd(t, victim, g); err != nil {
 		t.Fatal(err)

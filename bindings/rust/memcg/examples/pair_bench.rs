@@ -4,7 +4,10 @@ use memcg::{Controller, OomPolicy, Priority, Reservation};
 use std::time::Instant;
 
 fn main() -> memcg::Result<()> {
-    let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let ctl = Controller::new()?;
     ctl.create_group("a")?;
     ctl.create_group("a/b")?;
