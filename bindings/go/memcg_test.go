@@ -206,7 +206,9 @@ func TestKillCallbackPanicsAndErrors(t *testing.T) {
 			})
 			g := must(ctl.CreateGroup("t/a"))
 			noErr(t, g.Write("memory.max", "1M"))
+			calls := 0
 			victim := must(NewMember(g, "victim", 1000, func(m *Member, _ CancelReason) error {
+				calls++ // on the charging goroutine
 				if mode == "panic" {
 					panic("boom in " + m.Name())
 				}
@@ -215,8 +217,9 @@ func TestKillCallbackPanicsAndErrors(t *testing.T) {
 			if err := crowd(t, victim, g); err == nil {
 				t.Error("the victim kept its memory; the request should fail")
 			}
-			if !must(victim.Killed()) || ctl.CallbackFailures() != 1 || len(reported) != 1 ||
-				!strings.Contains(reported[0], "victim") {
+			// One report per call (a victim keeping its memory may be chosen again).
+			if !must(victim.Killed()) || calls < 1 || ctl.CallbackFailures() != int64(calls) ||
+				len(reported) != calls || !strings.Contains(reported[0], "victim") {
 				t.Errorf("failures %d, reported %q", ctl.CallbackFailures(), reported)
 			}
 		})

@@ -194,14 +194,19 @@ class Callbacks(Base):
         g = self.ctl.create_group("t/a")
         g["memory.max"] = "1M"
 
+        calls = []
+
         def on_kill(member: memcg.Member, reason: memcg.CancelReason) -> None:
+            calls.append(reason)
             raise RuntimeError("boom in " + member.name)
         victim = memcg.Member(g, "victim", 1000, on_kill)
         with self.assertRaises(memcg.MemcgError):
             self.crowd(victim, g)  # the victim kept its memory: the request is refused
         self.assertTrue(victim.killed)
-        self.assertEqual(self.ctl.callback_errors, 1)
-        self.assertEqual(len(self.errors), 1)
+        # One report per call (a victim that keeps its memory may be chosen again).
+        self.assertGreaterEqual(len(calls), 1)
+        self.assertEqual(self.ctl.callback_errors, len(calls))
+        self.assertEqual(len(self.errors), len(calls))
         self.assertIn("boom in victim", self.errors[0])
 
     def test_a_kill_callback_closing_its_member(self) -> None:
@@ -256,8 +261,10 @@ class Callbacks(Base):
         g = self.ctl.create_group("t/a")
         g["memory.max"] = "256K"
         done = threading.Event()
+        calls = []
 
         def on_event(listener: memcg.Listener, value: int, removed: bool) -> None:
+            calls.append(value)
             done.set()
             raise ValueError("listener fails")
         with g.watch_events(on_event):
@@ -268,7 +275,9 @@ class Callbacks(Base):
                 if self.ctl.callback_errors:
                     break
                 time.sleep(0.01)
-        self.assertEqual(self.ctl.callback_errors, 1)
+        # Closed: no call runs any more; one report per notification it got.
+        self.assertGreaterEqual(len(calls), 1)
+        self.assertEqual(self.ctl.callback_errors, len(calls))
         self.assertIn("listener fails", self.errors[0])
 
 

@@ -170,11 +170,19 @@ fn a_panicking_kill_callback_is_caught() {
     let (ctl, top) = setup();
     let g = ctl.create_group("t/a").unwrap();
     g.write("memory.max", "1M").unwrap();
-    let victim =
-        Member::with_kill(&g, "victim", 1000, |m, _| panic!("boom in {}", m.name())).unwrap();
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    let victim = Member::with_kill(&g, "victim", 1000, move |m, _| {
+        c.fetch_add(1, Ordering::Relaxed);
+        panic!("boom in {}", m.name())
+    })
+    .unwrap();
     assert!(crowd(&victim, &g).is_err()); // the victim kept its memory
     assert!(victim.killed());
-    assert_eq!(ctl.callback_panics(), 1);
+    // One per call (a victim keeping its memory may be chosen again).
+    let calls = u64::from(calls.load(Ordering::Relaxed));
+    assert!(calls >= 1);
+    assert_eq!(ctl.callback_panics(), calls);
     drop((victim, g));
     finish(ctl, top);
 }
