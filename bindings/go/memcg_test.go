@@ -331,7 +331,9 @@ func TestServiceWithARunaway(t *testing.T) {
 				return
 			}
 			defer me.Close()
-			for j := 0; j < 30; j++ {
+			// At least 30 requests, and on until the runaway is killed (bounded).
+			stop := time.Now().Add(30 * time.Second)
+			for j := 0; j < 30 || (!killed.Load() && time.Now().Before(stop)); j++ {
 				r, err := me.Reservation(OomPieces, PriorityDefault)
 				if err != nil {
 					t.Error(err)

@@ -304,7 +304,10 @@ class Service(Base):
         def worker(tenant: memcg.Group, n: int) -> None:
             try:
                 with memcg.Member(tenant, "w%d" % n) as me:
-                    for _ in range(30):
+                    # At least 30 requests, and on until the runaway is killed (bounded).
+                    stop, count = time.monotonic() + 30, 0
+                    while count < 30 or (not killed.is_set() and time.monotonic() < stop):
+                        count += 1
                         with me.reservation(oom=memcg.OomPolicy.PIECES) as r:
                             try:
                                 r.reserve(512 * KiB, timeout=0.2)  # waits, never kills

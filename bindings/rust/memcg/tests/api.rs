@@ -326,9 +326,14 @@ fn threads_and_a_runaway_that_is_killed() {
     })];
     for i in 0..8 {
         let tenant = tenants[i % 4].clone();
+        let k = killed.clone();
         threads.push(std::thread::spawn(move || {
             let me = Member::new(&tenant, &format!("w{i}"), 0).unwrap();
-            for _ in 0..30 {
+            // At least 30 requests, and on until the runaway is killed (bounded).
+            let stop = Instant::now() + Duration::from_secs(30);
+            let mut n = 0;
+            while n < 30 || (!k.load(Ordering::SeqCst) && Instant::now() < stop) {
+                n += 1;
                 let mut r =
                     Reservation::on_member(&me, OomPolicy::Pieces, Priority::Default).unwrap();
                 let _ = r.reserve_for(512 * KIB, Duration::from_millis(200));
