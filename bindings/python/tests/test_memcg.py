@@ -308,10 +308,12 @@ class Service(Base):
                     stop, count = time.monotonic() + 30, 0
                     while count < 30 or (not killed.is_set() and time.monotonic() < stop):
                         count += 1
+                        if me.killed:
+                            return  # the OOM killer may choose a worker too: it stops
                         with me.reservation(oom=memcg.OomPolicy.PIECES) as r:
                             try:
                                 r.reserve(512 * KiB, timeout=0.2)  # waits, never kills
-                            except memcg.TimedOut:
+                            except memcg.Refused:
                                 with lock:
                                     refusals[0] += 1
                             try:
