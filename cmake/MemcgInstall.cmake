@@ -1,9 +1,11 @@
 # Install rules in three components, and the Debian packages made of them (cpack -G DEB):
 #
-#   runtime      the shared libraries                       -> libmemcg<SOVERSION> (e.g. libmemcg0.1)
+#   runtime      the shared libraries (libmemcg.so.<SOVERSION> also in the static build, for
+#                the C API's users: ctypes, Rust, Go)      -> libmemcg<SOVERSION> (e.g. libmemcg0.1)
 #   development  headers (the C API's memcg/c/memcg.h too), archives or .so links, CMake
 #                package, pkg-config (memcg.pc, memcg-c.pc)      -> libmemcg-dev
 #   tools        memcgctl                                   -> memcg-tools
+#   python       the Python package memcg (bindings/python) -> python3-memcg
 #   The Prometheus rules and the Grafana dashboard (contrib/prometheus, docs/operations.md) go
 #   with the development files, to share/memcg/prometheus.
 #
@@ -11,6 +13,22 @@
 # memcg_install_library()'s (cmake/MemcgLibrary.cmake); memcgctl's is optional, so installing
 # after building only the libraries (target memcg_libraries) works.
 memcg_install_library(memcg EXPORT memcgTargets)
+# The static build's libmemcg.so.<SOVERSION>: loaded by its SONAME, never linked by -lmemcg (no
+# link-time symlink), so that C++ users and `pkg-config memcg` keep the static library.
+if(TARGET memcg_shared AND NOT MEMCG_SHARED)
+  install(TARGETS memcg_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
+          NAMELINK_SKIP)
+endif()
+# The Python package: pure Python over ctypes, in Debian's directory for it under /usr (the
+# interpreter's site-packages elsewhere is the user's PYTHONPATH to set).
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(MEMCG_PYTHON_DIR lib/python3/dist-packages)
+else()
+  set(MEMCG_PYTHON_DIR ${CMAKE_INSTALL_LIBDIR}/python3/site-packages)
+endif()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/bindings/python/memcg DESTINATION ${MEMCG_PYTHON_DIR}
+        COMPONENT python FILES_MATCHING PATTERN "*.py" PATTERN "py.typed"
+        PATTERN "__pycache__" EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/memcg DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         COMPONENT development)
 install(FILES ${PROJECT_BINARY_DIR}/include/memcg/base/version.hpp
@@ -54,7 +72,7 @@ install(FILES ${PROJECT_BINARY_DIR}/memcg-c.pc DESTINATION ${CMAKE_INSTALL_LIBDI
 
 # ---- Debian packages ----
 # Built from a configuration with CMAKE_INSTALL_PREFIX=/usr (the Debian library directory) and,
-# for the runtime package to hold anything, MEMCG_SHARED=ON (tests/package_check.sh).
+# MEMCG_SHARED=ON or not (tests/package_check.sh, tests/python_package_check.sh).
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME memcg)
 set(CPACK_PACKAGE_VERSION ${memcg_VERSION})
@@ -62,8 +80,8 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${memcg_DESCRIPTION}")
 set(CPACK_PACKAGE_CONTACT "memcg maintainers <memcg@localhost>")
 set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
 set(CPACK_DEB_COMPONENT_INSTALL ON)
-set(CPACK_COMPONENTS_ALL development)
-if(MEMCG_SHARED)
+set(CPACK_COMPONENTS_ALL development python)
+if(TARGET memcg_shared)
   list(PREPEND CPACK_COMPONENTS_ALL runtime)
 endif()
 if(MEMCG_BUILD_TOOLS)
@@ -76,6 +94,11 @@ set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_NAME libmemcg-dev)
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME memcg-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-memcg)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE all)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3 (>= 3.9), libmemcg${MEMCG_SOVERSION} (= ${memcg_VERSION})")
+set(CPACK_COMPONENT_PYTHON_DESCRIPTION "memcg: Python package over the C API (ctypes)")
 set(CPACK_COMPONENT_RUNTIME_DESCRIPTION "memcg: Linux memory-cgroup semantics for C++ applications (shared libraries)")
 set(CPACK_COMPONENT_DEVELOPMENT_DESCRIPTION "memcg: headers, CMake package and pkg-config file")
 set(CPACK_COMPONENT_TOOLS_DESCRIPTION "memcg: memcgctl, the scenario runner")

@@ -6,6 +6,11 @@
 # library's objects define (instantiations of standard templates, helpers) stays inside it. The
 # hot path is unaffected: it is inline in the headers, compiled into the caller either way.
 #
+# memcg_shared_library(NAME FROM STATIC): the shared object libmemcg.so.<SOVERSION> made of the
+# whole static library STATIC, for the languages that load memcg at run time (Python's ctypes,
+# Rust and Go through the C API) while C++ users keep the static library: the same SONAME,
+# version script and checks as a shared memcg_library(), no second compilation of the sources.
+#
 # memcg_install_library(NAME EXPORT SET): NAME's install rules in SET (memcgTargets, or a
 # component's own set whose dependency memcgConfig.cmake looks for first): the shared object
 # in `runtime`, the archive and the link-time symlink in `development`.
@@ -29,6 +34,23 @@ function(memcg_library name)
     add_library(${name} STATIC ${ARGN})
   endif()
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  set_property(GLOBAL APPEND PROPERTY MEMCG_LIBRARY_TARGETS ${name})
+endfunction()
+
+function(memcg_shared_library name)
+  cmake_parse_arguments(arg "" "FROM" "" ${ARGN})
+  # Nothing of its own: a target needs a source file.
+  file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/${name}.cpp
+       CONTENT "// ${name}: the whole of ${arg_FROM} as a shared object (cmake/MemcgLibrary.cmake)\n")
+  add_library(${name} SHARED ${CMAKE_CURRENT_BINARY_DIR}/${name}.cpp)
+  target_link_libraries(${name} PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,${arg_FROM}>")
+  set_target_properties(${name} PROPERTIES OUTPUT_NAME ${arg_FROM} VERSION ${memcg_VERSION}
+                                           SOVERSION ${MEMCG_SOVERSION})
+  target_link_options(${name} PRIVATE "LINKER:--version-script=${MEMCG_VERSION_SCRIPT}")
+  if(NOT MEMCG_SANITIZE)
+    target_link_options(${name} PRIVATE "LINKER:--no-undefined")
+  endif()
+  set_property(TARGET ${name} APPEND PROPERTY LINK_DEPENDS ${MEMCG_VERSION_SCRIPT})
   set_property(GLOBAL APPEND PROPERTY MEMCG_LIBRARY_TARGETS ${name})
 endfunction()
 

@@ -14,6 +14,7 @@ packages=(
   libcpp-httplib-dev libmicrohttpd-dev prometheus prometheus-cpp-dev
   clang-19 libclang-rt-19-dev
   chromium
+  golang-go
 )
 
 missing=()

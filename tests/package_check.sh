@@ -5,10 +5,12 @@
 #      only the memcg namespace is exported;
 #   2. `cmake --install --component X` for runtime, development and tools: each installs its
 #      part alone; install_consumer.sh then runs its find_package and pkg-config consumers on it;
-#   3. cpack -G DEB: libmemcg<SOVERSION>, libmemcg-dev, memcg-tools with their Depends;
+#   3. cpack -G DEB: libmemcg<SOVERSION>, libmemcg-dev, memcg-tools, python3-memcg with their
+#      Depends;
 #   4. extracts the packages (dpkg-deb -x, nothing goes into the system) and builds and runs the
 #      find_package consumer against the extracted tree (every packaged component required,
-#      tests/consumer/components.sh), and the extracted memcgctl --version.
+#      tests/consumer/components.sh), the extracted memcgctl --version, and the Python package's
+#      service example (bindings/python/README.md) from the extracted tree alone.
 # Usage: package_check.sh <source-dir> [work-dir]   (uses ccache when it is installed)
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -46,7 +48,7 @@ nm -D --defined-only "$build/libmemcg.so" | grep ' T memcg_charge$' >/dev/null |
   fail "libmemcg.so does not export the C API (memcg_charge)"
 
 # ---- components, each alone ----
-for c in runtime development tools; do
+for c in runtime development tools python; do
   DESTDIR=$work/comp-$c cmake --install "$build" --component $c >/dev/null
 done
 files() { (cd "$work/comp-$1" && find . -type f -o -type l | sort); }
@@ -60,18 +62,21 @@ files development | grep 'share/memcg/prometheus/memcg-rules.yml' >/dev/null ||
   fail "development has no Prometheus rules"
 files development | grep -E 'bin/|\.so\.[0-9]' >/dev/null && fail "development holds runtime files or tools"
 [[ $(files tools) == "./usr/bin/memcgctl" ]] || fail "tools holds $(files tools)"
+files python | grep -q 'usr/lib/python3/dist-packages/memcg/__init__.py$' || fail "python has no memcg package"
+files python | grep -v -E '/memcg/([a-z_]+\.py|py\.typed)$' >/dev/null && fail "python holds $(files python)"
 "$src/tests/install_consumer.sh" "$build" "$src"
 
 # ---- Debian packages ----
 (cd "$build" && cpack -G DEB -B "$work/debs" >/dev/null)
 debs=("$work"/debs/*.deb)
-((${#debs[@]} == 3)) || fail "expected 3 packages, got: ${debs[*]##*/}"
+((${#debs[@]} == 4)) || fail "expected 4 packages, got: ${debs[*]##*/}"
 libpkg=libmemcg${version%.*}
 depends() { dpkg-deb -f "$work/debs/$1"_*.deb Depends; }
 depends "$libpkg" | grep 'libstdc++6' >/dev/null || fail "$libpkg Depends: $(depends "$libpkg")"
 depends libmemcg-dev | grep "$libpkg (= $version)" >/dev/null || fail "libmemcg-dev Depends: $(depends libmemcg-dev)"
 depends memcg-tools | grep "$libpkg (= $version)" >/dev/null || fail "memcg-tools Depends: $(depends memcg-tools)"
 depends memcg-tools | grep 'libyaml-cpp' >/dev/null || fail "memcg-tools Depends: $(depends memcg-tools)"
+depends python3-memcg | grep "$libpkg (= $version)" >/dev/null || fail "python3-memcg Depends: $(depends python3-memcg)"
 if [[ -n $(find "$build/src/jemalloc" -name '*.so' 2>/dev/null) ]]; then
   depends "$libpkg" | grep libjemalloc2 >/dev/null || fail "$libpkg Depends: $(depends "$libpkg")"
   depends libmemcg-dev | grep libjemalloc-dev >/dev/null || fail "libmemcg-dev Depends: $(depends libmemcg-dev)"
@@ -92,4 +97,14 @@ LD_LIBRARY_PATH=$libdir "$work/consumer/consumer"
 if [[ -x $work/consumer/consumer_rocksdb ]]; then LD_LIBRARY_PATH=$libdir "$work/consumer/consumer_rocksdb"; fi
 [[ $(LD_LIBRARY_PATH=$libdir "$root/usr/bin/memcgctl" --version) == "memcgctl $version" ]] ||
   fail "memcgctl --version"
+# The Python package from the extracted tree alone: its README's service, the library found by
+# its SONAME (no MEMCG_LIBRARY), run outside the source tree.
+pydir=$root/usr/lib/python3/dist-packages
+sed -n '/^```python$/,/^```$/p' "$src/bindings/python/README.md" | sed '1d;$d' >"$work/service.py"
+out=$(cd "$work" && env -u MEMCG_LIBRARY PYTHONPATH="$pydir" LD_LIBRARY_PATH="$libdir" python3 -s -c \
+  'import memcg, runpy, sys; print("from", memcg.__file__); runpy.run_path(sys.argv[1])' \
+  "$work/service.py") || fail "the Python service example failed from the packages: $out"
+grep -q "from $pydir/memcg/__init__.py" <<<"$out" || fail "memcg imported from elsewhere: $out"
+grep -q "service: ok" <<<"$out" || fail "the Python service example: $out"
+echo "package_check: python3-memcg's service example ran from the extracted packages"
 echo "package_check: shared build, components and packages all checked (memcg $version)"

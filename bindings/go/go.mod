@@ -1,0 +1,3 @@
+module memcg
+
+go 1.19

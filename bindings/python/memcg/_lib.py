@@ -1,0 +1,97 @@
+"""Loading libmemcg and declaring the C API (include/memcg/c/memcg.h) for ctypes.
+
+The library is found, in order, at the path in the environment variable MEMCG_LIBRARY, at the
+path given to :func:`load`, or by its SONAME on the loader's path (the installed libmemcg0.2
+package, or LD_LIBRARY_PATH). Declarations are written once here; the rest of the package never
+calls an undeclared function."""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from typing import Optional
+
+#: The SONAME this package was written against (cmake/MemcgLibrary.cmake: 0.x minor versions
+#: may change the ABI, so it names the minor version). A test compares it with the build's.
+SONAME = "libmemcg.so.0.2"
+#: The C header version this package declares (MEMCG_C_VERSION_NUMBER).
+C_VERSION = 200
+
+P = ctypes.c_void_p
+KILL_FN = ctypes.CFUNCTYPE(None, P, ctypes.c_int, P)
+NOTIFY_FN = ctypes.CFUNCTYPE(None, P, ctypes.c_int, ctypes.c_int, P)
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    c_int, c_uint, u64, size_t, c_char_p = (ctypes.c_int, ctypes.c_uint, ctypes.c_uint64,
+                                             ctypes.c_size_t, ctypes.c_char_p)
+    pp = ctypes.POINTER(P)
+    table = {
+        "memcg_version": (c_uint, []),
+        "memcg_version_string": (c_char_p, []),
+        "memcg_errno_name": (c_char_p, [c_int]),
+        "memcg_charge_status_name": (c_char_p, [c_int]),
+        "memcg_reserve_status_name": (c_char_p, [c_int]),
+        "memcg_controller_create": (c_int, [P, pp]),
+        "memcg_controller_destroy": (c_int, [P]),
+        "memcg_controller_now_ns": (u64, [P]),
+        "memcg_group_create": (c_int, [P, c_char_p, pp]),
+        "memcg_group_lookup": (c_int, [P, c_char_p, pp]),
+        "memcg_group_remove": (c_int, [P, c_char_p]),
+        "memcg_group_release": (None, [P]),
+        "memcg_group_path": (c_int, [P, c_char_p, size_t, ctypes.POINTER(size_t)]),
+        "memcg_group_read": (c_int, [P, c_char_p, c_char_p, size_t, ctypes.POINTER(size_t)]),
+        "memcg_group_write": (c_int, [P, c_char_p, c_char_p, size_t, c_int]),
+        "memcg_charge": (c_int, [P, u64, c_uint]),
+        "memcg_uncharge": (None, [P, u64]),
+        "memcg_member_create": (c_int, [P, c_char_p, c_int, KILL_FN, P, pp]),
+        "memcg_member_destroy": (None, [P]),
+        "memcg_member_charge": (c_int, [P, u64, c_uint]),
+        "memcg_member_uncharge": (u64, [P, u64]),
+        "memcg_member_killed": (c_int, [P]),
+        "memcg_member_charged": (u64, [P]),
+        "memcg_reservation_create": (c_int, [P, P, c_int, c_int, pp]),
+        "memcg_reservation_destroy": (None, [P]),
+        "memcg_reserve": (c_int, [P, u64]),
+        "memcg_reserve_for": (c_int, [P, u64, u64]),
+        "memcg_reserve_until": (c_int, [P, u64, u64]),
+        "memcg_reservation_grow": (c_int, [P, u64]),
+        "memcg_reservation_grow_for": (c_int, [P, u64, u64]),
+        "memcg_reservation_shrink": (None, [P, u64]),
+        "memcg_reservation_release": (None, [P]),
+        "memcg_reservation_bytes": (u64, [P]),
+        "memcg_reservation_cancel": (None, [P]),
+        "memcg_listener_create_events": (c_int, [P, c_int, NOTIFY_FN, P, pp]),
+        "memcg_listener_create_vmpressure": (c_int, [P, c_char_p, NOTIFY_FN, P, pp]),
+        "memcg_listener_destroy": (None, [P]),
+        "memcg_listener_delivered": (u64, [P]),
+        "memcg_listener_removed": (c_int, [P]),
+    }
+    for name, (restype, argtypes) in table.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def load(path: Optional[str] = None) -> ctypes.CDLL:
+    """Loads the library once (later calls return the same one) and checks that its version can
+    serve this package (same major, for 0.x the same minor, not older). ``path`` is used when
+    MEMCG_LIBRARY is not set; without either, the SONAME is looked up by the dynamic loader."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            where = os.environ.get("MEMCG_LIBRARY") or path or SONAME
+            lib = ctypes.CDLL(where)
+            _declare(lib)
+            version = lib.memcg_version()
+            if (version // 10000 != C_VERSION // 10000
+                    or (C_VERSION // 10000 == 0 and version // 100 % 100 != C_VERSION // 100 % 100)
+                    or version < C_VERSION):
+                raise ImportError("memcg: %s is version %s, this package needs %d.%d.x" % (
+                    where, lib.memcg_version_string().decode(), C_VERSION // 10000,
+                    C_VERSION // 100 % 100))
+            _lib = lib
+        return _lib

@@ -1,0 +1,101 @@
+"""The exceptions of the memcg package: one per C status, each naming what refused.
+
+Set-up calls fail with :class:`MemcgOSError` (an :class:`OSError` with the errno the C API
+returned). The memory path's refusals (a charge or a reservation the limits did not allow) raise
+a :class:`Refused` subclass per status, carrying the group the request was made on and the
+group on its path whose limit held (``limiting_group``: the one with the least room left, read
+when the refusal happened; None when the request itself was malformed)."""
+from __future__ import annotations
+
+import errno as _errno
+import os
+from typing import Dict, Optional, Type
+
+
+class MemcgError(Exception):
+    """Base of every exception this package raises."""
+
+
+class Closed(MemcgError, ValueError):
+    """The handle was closed (or its controller was): it must not be used any more."""
+
+
+class MemcgOSError(MemcgError, OSError):
+    """A set-up call failed: ``errno`` is the C API's code (EINVAL, ENOENT, EEXIST, EBUSY, ...)
+    and nothing changed."""
+
+    def __init__(self, code: int, what: str) -> None:
+        name = _errno.errorcode.get(code, "E%d" % code)
+        super().__init__(code, "%s: %s (%s)" % (what, os.strerror(code), name))
+        self.what = what
+
+
+class Refused(MemcgError):
+    """A charge or reservation was not granted; nothing was charged by it."""
+
+    #: The C status name ("nomem", "timed-out", ...), set per subclass.
+    status_name = "refused"
+
+    def __init__(self, status: int, what: str, group: Optional[str] = None,
+                 limiting_group: Optional[str] = None, request: int = 0) -> None:
+        text = "%s: %s" % (what, self.status_name)
+        if group is not None:
+            text += " in %s" % (group or "/")
+        if limiting_group is not None:
+            text += " (limit of %s)" % (limiting_group or "/")
+        super().__init__(text)
+        self.status = status
+        self.group = group
+        self.limiting_group = limiting_group
+        self.request = request
+
+
+class MemoryLimit(Refused):
+    """memory.max held after reclaim (and, where allowed, the OOM killer)."""
+    status_name = "nomem"
+
+
+class MemoryLimitCostly(MemoryLimit):
+    """memory.max held for a large request; the OOM killer was not asked."""
+    status_name = "nomem-costly"
+
+
+class TimedOut(Refused):
+    """A waiting request's timeout or deadline passed."""
+    status_name = "timed-out"
+
+
+class Cancelled(Refused):
+    """The reservation was cancelled (Reservation.cancel)."""
+    status_name = "cancelled"
+
+
+class Killed(Refused):
+    """The reservation's member was OOM-killed."""
+    status_name = "killed"
+
+
+class Removed(Refused):
+    """The group was removed while the request waited."""
+    status_name = "removed"
+
+
+class InvalidRequest(Refused, ValueError):
+    """A size no counter holds, or a bad option."""
+    status_name = "invalid"
+
+
+class NeverFits(Refused):
+    """More than the smallest memory.max on the group's path: neither waiting nor a kill helps."""
+    status_name = "never-fits"
+
+
+# The C values (memcg_reserve_status, memcg_charge_status): the header's numbers.
+RESERVE_OK, RESERVE_FORCED = 0, 1
+RESERVE_ERRORS: Dict[int, Type[Refused]] = {
+    2: MemoryLimit, 3: MemoryLimitCostly, 4: TimedOut, 5: Cancelled, 6: Killed, 7: Removed,
+    8: InvalidRequest, 9: NeverFits, 100: Refused,
+}
+CHARGE_OK, CHARGE_FORCED, CHARGE_NOMEM, CHARGE_INVALID = 0, 1, 2, 3
+CHARGE_ERRORS: Dict[int, Type[Refused]] = {CHARGE_NOMEM: MemoryLimit,
+                                           CHARGE_INVALID: InvalidRequest}

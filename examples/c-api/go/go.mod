@@ -1,3 +1,0 @@
-module memcg.example/capi
-
-go 1.19
