@@ -232,10 +232,11 @@ bool Loader::load_step(const std::string& kind, const YAML::Node& key, const YAM
   if (kind == "watch") return load_watch(v, step);
   if (kind == "parallel") return load_parallel(v, step);
   if (kind == "reserve") return load_reserve(v, step);
+  if (kind == "queue") return load_queue(v, step);
   error(key, "unknown step `" + kind +
                  "` (expected set, write, cache, member, charge, reserve, release, exit, "
-                 "reclaim, remove, tick, expect, print, listen, trigger, peak, watch or "
-                 "parallel)");
+                 "reclaim, remove, tick, expect, print, listen, trigger, peak, watch, "
+                 "parallel or queue)");
   return false;
 }
 
