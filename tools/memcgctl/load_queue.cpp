@@ -205,7 +205,7 @@ bool Loader::load_queue_item(const YAML::Node& n, const std::string& member,
       error(*st, what + " steps: expected a list of steps");
       ok = false;
     } else {
-      ok = load_step_list(*st, member, &item.steps) && ok;
+      ok = load_step_list(*st, "queue " + member + " item", &item.steps) && ok;
     }
   }
   q->items.push_back(std::move(item));

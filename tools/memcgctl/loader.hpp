@@ -102,7 +102,8 @@ class Loader {
             std::vector<Knob>* out);
   void load_groups(const YAML::Node& node, Scenario* out);
   void load_steps(const YAML::Node& node, Scenario* out);
-  // The steps of a list (the scenario's, or a lane's when `lane` names its member), in order.
+  // The steps of a list (the scenario's, or a lane's when `lane` names its member, or a queue
+  // item's when it is "queue MEMBER item"), in order.
   // False when any is malformed.
   bool load_step_list(const YAML::Node& list, const std::string& lane, std::vector<Step>* out);
   bool load_step(const std::string& kind, const YAML::Node& key, const YAML::Node& v, Step* step);
