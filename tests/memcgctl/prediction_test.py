@@ -144,7 +144,7 @@ for front in ("block", "queue"):
           f"{per_1000:.1f} well-behaved kills per 1000 completed")
     if not reclaims:
         continue
-    # The targets, once admission reclaims: a service whose workers block per tenant at
+    # The targets, once admission reclaims: a service whose workers block per tenant at
     # 0.95x or more of the previous policy's queries/s with at most 25 well-behaved kills per
     # 1000; with the admission queue 1.0x or more, 20x fewer such kills, and every tenant at
     # 0.9x or more of its own rate.
