@@ -297,7 +297,7 @@ def scenario(policy, seed=1, queries=QUERIES, front="retry", caches=False):
         # Each tenant's result cache: reclaimable, protected only by its group's min and low.
         for t in TENANTS:
             out.append(f"  - cache: {{ name: {cache_name(t)}, group: {t}, grow: 0, "
-                       f"capacity: {CACHE_CAPACITY[t]} }}")
+                       f"capacity: {CACHE_CAPACITY[t]}, oom: never }}")
 
     def fill(tenant, result):
         return f"cache: {{ name: {cache_name(tenant)}, grow: {size(result)} }}" if caches else None

@@ -3,7 +3,8 @@
 // one group's admission while another group's item is admissible, groups share admissions by
 // their admit_weight, items of a group go by priority then file order, a deadline counts over
 // all tries, refusals end an item at once, and a release in a running item lets a waiting one in
-// at that moment. Also the `capacity` of a cache, which the query service's result caches use.
+// at that moment. Also a cache's `capacity` and `oom: never`, which the query service's result
+// caches use.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -303,6 +304,38 @@ steps:
   EXPECT_EQ(load_error("groups: { a: {} }\nsteps:\n  - cache: { name: c, group: a, grow: 1M }\n"
                        "  - cache: { name: c, grow: 1M, capacity: 4M }\n"),
             "4: cache c: `capacity` is set when the cache is created");
+}
+
+TEST(Cache, NeverOomStopsTheGrowthInsteadOfKilling) {
+  // 32M holding a member's pinned 28M, and a cache protected by its group's memory.min (reclaim
+  // cannot make room from it): a cache that may not kill stops at what is left; one that may
+  // kills the member.
+  const std::string text = R"(
+groups:
+  a: { memory.max: 32M }
+  a/m: {}
+  a/c: { memory.min: 32M }
+steps:
+  - member: { name: m, group: a/m }
+  - charge: { member: m, size: 28M, bulk: true }
+  - cache: { name: c, group: a/c, grow: 8M, OOM }
+  - expect: { group: a, file: memory.events, key: oom_kill, eq: KILLS }
+)";
+  auto with = [&](const std::string& oom, const std::string& kills) {
+    std::string t = text;
+    t.replace(t.find("OOM"), 3, oom);
+    t.replace(t.find("KILLS"), 5, kills);
+    return run_scenario(load_or_die(t));
+  };
+  const RunResult never = with("oom: never", "0");
+  ASSERT_FALSE(never.malformed) << never.error.message;
+  EXPECT_EQ(never.failed, 0);
+  EXPECT_EQ(never.steps[2].detail["grown"], 4 * kMiB);
+  EXPECT_EQ(never.steps[2].detail["stopped"], "a charge failed");
+  const RunResult kernel = with("oom: kernel", "1");
+  ASSERT_FALSE(kernel.malformed) << kernel.error.message;
+  EXPECT_EQ(kernel.failed, 0);
+  EXPECT_EQ(kernel.steps[2].detail["grown"], 8 * kMiB);
 }
 
 }  // namespace

@@ -6,7 +6,8 @@ namespace memcgctl::detail {
 bool Loader::load_cache(const YAML::Node& v, Step* step) {
   Entries e;
   if (!entries_required_map(
-          v, "cache", {"name", "group", "grow", "shrink", "drop", "referenced", "capacity"}, &e))
+          v, "cache", {"name", "group", "grow", "shrink", "drop", "referenced", "capacity", "oom"},
+          &e))
     return false;
   CacheStep c;
   if (!required(v, e, "cache", "name", &c.name)) return false;
@@ -58,6 +59,21 @@ bool Loader::load_cache(const YAML::Node& v, Step* step) {
       ok = false;
     } else if (!find(e, "grow")) {
       error(*n, "cache " + c.name + ": `capacity` is set when the cache is created (`grow`)");
+      ok = false;
+    }
+  }
+  if (const YAML::Node* n = find(e, "oom")) {
+    std::string o;
+    if (!scalar(*n, "cache oom", &o)) {
+      ok = false;
+    } else if (o == "never" || o == "kernel") {
+      c.never_oom = o == "never";
+    } else {
+      error(*n, "cache oom: expected kernel or never, not `" + o + "`");
+      ok = false;
+    }
+    if (existing != caches_.end() || !find(e, "grow")) {
+      error(*n, "cache " + c.name + ": `oom` is set when the cache is created (`grow`)");
       ok = false;
     }
   }

@@ -34,6 +34,7 @@ Json step_args(const Step& st) {
           if (b.op == CacheStep::Op::kDrop) a["drop"] = true;
           if (b.has_referenced) a["referenced"] = b.referenced_percent;
           if (b.has_capacity) a["capacity"] = b.capacity;
+          if (b.never_oom) a["oom"] = "never";
         } else if constexpr (std::is_same_v<T, MemberStep>) {
           a["name"] = b.name;
           a["group"] = b.group;

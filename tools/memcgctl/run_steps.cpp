@@ -67,6 +67,7 @@ bool Runner::perform_body(const Step&, const CacheStep& c, StepResult* res) {
         return within_work_budget();
       });
     if (c.has_capacity) cache_capacity_[c.name] = units_of(c.capacity);
+    if (c.never_oom) cache_never_oom_.insert(c.name);
     if (const uint64_t cost = s_.config.reclaim_cost_ns) {
       // Freeing takes time on the freeing thread: inside a charge's reclaim that is a stall.
       it->second->set_evict_callback([this, cost](uint64_t, int64_t count) {
@@ -86,12 +87,15 @@ bool Runner::perform_body(const Step&, const CacheStep& c, StepResult* res) {
     case CacheStep::Op::kGrow: {
       int64_t grown = 0, dropped = 0;
       const auto cap = cache_capacity_.find(c.name);
+      const uint32_t flags = cache_never_oom_.count(c.name) != 0
+                                 ? memcg::kDefaultCharge | memcg::kRetryMayFail
+                                 : memcg::kDefaultCharge;
       // One unit per call: the first charge that fails stops the growth. A cache at its
       // capacity gives its oldest unit back before it takes a new one, as an LRU cache does.
       while (grown < units && within_work_budget()) {
         if (cap != cache_capacity_.end() && cache.size() >= cap->second)
           dropped += cache.shrink(cache.size() - cap->second + 1);
-        if (cache.grow(1) != 1) break;
+        if (cache.grow(1, flags) != 1) break;
         ++grown;
       }
       res->detail["grown"] = grown * unit_;

@@ -261,6 +261,7 @@ class Runner {
   const uint64_t unit_;
   std::map<std::string, std::unique_ptr<memcg::LruCache>> caches_;
   std::map<std::string, int64_t> cache_capacity_;  // units, of the caches created with one
+  std::set<std::string> cache_never_oom_;          // caches created with `oom: never`
   std::map<std::string, std::unique_ptr<MemberState>> members_;
   std::map<std::string, std::unique_ptr<ListenerState>> listeners_;
   std::map<std::string, std::unique_ptr<TriggerState>> triggers_;

@@ -80,6 +80,9 @@ struct CacheStep {
   // limit; a `grow` past it gives the oldest units back first (as a shrink does).
   bool has_capacity = false;
   uint64_t capacity = 0;
+  // When the cache is created: its growth never runs the OOM killer (kRetryMayFail), as an
+  // application's cache whose insertion gives up instead.
+  bool never_oom = false;
 };
 
 struct MemberStep {
