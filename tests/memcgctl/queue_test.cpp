@@ -7,6 +7,7 @@
 // caches use.
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ Scenario load_or_die(const std::string& text) {
   EXPECT_TRUE(load_scenario(text, &s, &errors))
       << (errors.empty() ? "" : std::to_string(errors[0].mark.line) + ": " + errors[0].message);
   return s;
+}
+
+// Runs `text`; the scenario stays alive for the test program (results point into its steps).
+RunResult run_text(const std::string& text) {
+  static std::deque<Scenario> kept;
+  kept.push_back(load_or_die(text));
+  return run_scenario(kept.back());
 }
 
 // The first error: "LINE: message", or "" when the text loads.
@@ -63,7 +71,7 @@ uint64_t first_step_ns(const RunResult& r, const std::string& member) {
 TEST(Queue, LanesTakeAnotherGroupsItemWhileOneGroupIsFull) {
   // a is full with its first item (30M of 32M) for 100 ms; its second item waits. One worker
   // besides the one running a#1 serves b's items meanwhile, instead of waiting on a.
-  const RunResult r = run_scenario(load_or_die(R"(
+  const RunResult r = run_text(R"(
 groups:
   a: { memory.max: 32M }
   b: {}
@@ -79,7 +87,7 @@ steps:
         - { group: b, size: 8M, steps: [ tick: 10ms ] }
         - { group: b, size: 8M, steps: [ tick: 10ms ] }
         - { group: b, size: 8M, steps: [ tick: 10ms ] }
-)"));
+)");
   ASSERT_FALSE(r.malformed) << r.error.message;
   const Json& q = queue_result(r);
   EXPECT_EQ(first_step_ns(r, "q#3"), 10 * kMs);
@@ -113,7 +121,7 @@ steps:
 )";
   for (int i = 0; i < 40; ++i) text += "        - { group: a, size: 1M, steps: [ tick: 1ms ] }\n";
   for (int i = 0; i < 40; ++i) text += "        - { group: b, size: 1M, steps: [ tick: 1ms ] }\n";
-  const RunResult r = run_scenario(load_or_die(text));
+  const RunResult r = run_text(text);
   ASSERT_FALSE(r.malformed) << r.error.message;
   const Json& q = queue_result(r);
   int b_first = 0;  // of the first 40 admissions
@@ -127,7 +135,7 @@ steps:
 }
 
 TEST(Queue, PrioritiesOrderTheItemsOfAGroup) {
-  const RunResult r = run_scenario(load_or_die(R"(
+  const RunResult r = run_text(R"(
 groups:
   a: {}
 steps:
@@ -140,7 +148,7 @@ steps:
         - { group: a, size: 1M, steps: [ tick: 1ms ] }
         - { group: a, size: 1M, priority: high, steps: [ tick: 1ms ] }
         - { group: a, size: 1M, priority: normal, steps: [ tick: 1ms ] }
-)"));
+)");
   ASSERT_FALSE(r.malformed) << r.error.message;
   const Json& q = queue_result(r);
   EXPECT_EQ(item(q, "q#3")["order"], 1);
@@ -152,7 +160,7 @@ steps:
 TEST(Queue, ADeadlineCountsOverEveryTry) {
   // b's item cannot fit while a's holds the shared limit for 200 ms; it is tried again at every
   // step end of the running item, and dropped 50 ms after its first try, never run.
-  const RunResult r = run_scenario(load_or_die(R"(
+  const RunResult r = run_text(R"(
 groups:
   p: { memory.max: 64M }
   p/a: {}
@@ -167,7 +175,7 @@ steps:
                                                           tick: 20ms, tick: 120ms ] }
         - { group: p/b, size: 16M, deadline: 50ms, steps: [ tick: 1ms ] }
   - expect: { group: p, file: memory.current, eq: 0 }
-)"));
+)");
   ASSERT_FALSE(r.malformed) << r.error.message;
   const Json& q = queue_result(r);
   const Json& b = item(q, "q#2");
@@ -181,7 +189,7 @@ steps:
 }
 
 TEST(Queue, NeverFitsEndsAnItemAndTheNextOneGoes) {
-  const RunResult r = run_scenario(load_or_die(R"(
+  const RunResult r = run_text(R"(
 groups:
   a: { memory.max: 32M }
 steps:
@@ -193,7 +201,7 @@ steps:
       items:
         - { group: a, size: 40M, steps: [ tick: 1ms ] }
         - { group: a, size: 8M, steps: [ tick: 1ms, reserve: { member: q, grow: 4M } ] }
-)"));
+)");
   ASSERT_FALSE(r.malformed) << r.error.message;
   const Json& q = queue_result(r);
   EXPECT_EQ(item(q, "q#1")["status"], "never-fits");
@@ -210,7 +218,7 @@ steps:
 }
 
 TEST(Queue, AReleaseInARunningItemLetsAWaitingOneInAtOnce) {
-  const RunResult r = run_scenario(load_or_die(R"(
+  const RunResult r = run_text(R"(
 groups:
   a: { memory.max: 32M }
 steps:
@@ -223,7 +231,7 @@ steps:
         - { group: a, size: 24M, steps: [ tick: 30ms, reserve: { member: q, release: true },
                                           tick: 100ms ] }
         - { group: a, size: 24M, steps: [ tick: 1ms ] }
-)"));
+)");
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(first_step_ns(r, "q#2"), 31 * kMs);  // admitted at 30 ms, when q#1 released
   EXPECT_EQ(item(queue_result(r), "q#2")["waited_ns"], 30 * kMs);
@@ -289,14 +297,14 @@ TEST(Queue, MalformedQueuesAreRefusedWithTheirLine) {
 }
 
 TEST(Cache, CapacityDropsTheOldestUnitsFirst) {
-  const RunResult r = run_scenario(load_or_die(R"(
+  const RunResult r = run_text(R"(
 groups:
   a: {}
 steps:
   - cache: { name: c, group: a, grow: 6M, capacity: 8M }
   - cache: { name: c, grow: 6M }
   - expect: { group: a, file: memory.current, eq: 8M }
-)"));
+)");
   ASSERT_FALSE(r.malformed) << r.error.message;
   EXPECT_EQ(r.failed, 0);
   EXPECT_EQ(r.steps[1].detail["dropped"], 4 * kMiB);
@@ -325,7 +333,7 @@ steps:
     std::string t = text;
     t.replace(t.find("OOM"), 3, oom);
     t.replace(t.find("KILLS"), 5, kills);
-    return run_scenario(load_or_die(t));
+    return run_text(t);
   };
   const RunResult never = with("oom: never", "0");
   ASSERT_FALSE(never.malformed) << never.error.message;
