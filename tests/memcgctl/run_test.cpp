@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(Examples, Example,
                                          "signals", "vmpressure_modes", "psi_throttle",
                                          "cache_policy", "psi_some_full", "admission",
                                          "inotify_delete_file", "inotify_delete_dir",
-                                         "wait_priority", "preemption"));
+                                         "wait_priority", "preemption", "admission_queue"));
 
 TEST(Run, FileTheLibraryLacksIsAFailureNotAValue) {
   const Scenario s = load_or_die(R"(

@@ -17,6 +17,8 @@
 //     of a `parallel` block are counted one after the other: an upper bound);
 //   - a charge `wait` longer than kMaxWaitNs;
 //   - a `parallel` block of more than kMaxLanes lanes (each is a thread for the block);
+//   - a `queue` of more than kMaxLanes workers, kMaxQueueItems items, kMaxQueueSteps steps or
+//     kMaxQueueTenants groups;
 //   - a `charge` or `grow` step of more than kMaxStepUnits units (`max` included): each unit is
 //     a charge of its own;
 //   - `charge`, `grow` and `reclaim` steps that ask for more than kMaxWorkUnits units in all
@@ -68,6 +70,17 @@ inline constexpr size_t kMaxLanes = 64;
 // kept for the report.
 inline constexpr uint64_t kMaxLaneRepeat = 100000;
 inline constexpr uint64_t kMaxLaneStepRuns = uint64_t{1} << 18;
+// A `queue` step: items (each one admission and its steps) and the groups they belong to. Its
+// lanes are kMaxLanes at most; its steps kMaxQueueSteps in all (each run once, kept for the
+// report), so that a queue costs no more than a block of 4 full lanes. A round of tries takes
+// one try per group, so the groups bound the tries a step end may cause.
+inline constexpr size_t kMaxQueueItems = 100000;
+inline constexpr uint64_t kMaxQueueSteps = uint64_t{1} << 20;
+inline constexpr size_t kMaxQueueTenants = 64;
+// admit_weight: the range of cgroup's cpu.weight (and of memory.admit.weight); 100 by default.
+inline constexpr uint32_t kMinAdmitWeight = 1;
+inline constexpr uint32_t kMaxAdmitWeight = 10000;
+inline constexpr uint32_t kDefaultAdmitWeight = 100;
 // A member's or the config's `unwind` delay.
 inline constexpr uint64_t kMaxUnwindNs = uint64_t{3600} * 1'000'000'000;
 // Group files all `print` steps together may print: each is kept for the report (memory.stat

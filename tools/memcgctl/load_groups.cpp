@@ -197,7 +197,9 @@ bool Loader::load_step_list(const YAML::Node& list, const std::string& lane,
     step.kind = key.Scalar();
     step.mark = mark_of(key);
     if (!lane.empty() && !kInLane.count(step.kind) && kKnownSteps.count(step.kind)) {
-      error(key, "parallel lane " + lane + ": `" + step.kind +
+      // `lane` is a lane's member, or "queue MEMBER item" for the steps of a queue's item.
+      const bool queue = lane.rfind("queue ", 0) == 0;
+      error(key, (queue ? lane : "parallel lane " + lane) + ": `" + step.kind +
                      "` cannot run in a lane (a lane creates and destroys nothing: do it "
                      "before or after the block)");
       ok = false;
@@ -232,10 +234,11 @@ bool Loader::load_step(const std::string& kind, const YAML::Node& key, const YAM
   if (kind == "watch") return load_watch(v, step);
   if (kind == "parallel") return load_parallel(v, step);
   if (kind == "reserve") return load_reserve(v, step);
+  if (kind == "queue") return load_queue(v, step);
   error(key, "unknown step `" + kind +
                  "` (expected set, write, cache, member, charge, reserve, release, exit, "
-                 "reclaim, remove, tick, expect, print, listen, trigger, peak, watch or "
-                 "parallel)");
+                 "reclaim, remove, tick, expect, print, listen, trigger, peak, watch, "
+                 "parallel or queue)");
   return false;
 }
 

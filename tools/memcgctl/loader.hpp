@@ -5,10 +5,12 @@
 // Its parts, one file per family:
 //   load_fields.cpp   diagnostics and field readers (maps, scalars, sizes, durations, errnos)
 //   load_groups.cpp   the root, `config`, `groups`, knob values and the step lists
-//   load_steps.cpp    steps that change state: set, write, cache, member, charge, release, exit,
+//   load_steps.cpp    steps that change state: set, write, member, charge, release, exit,
 //                     reclaim, remove, tick, parallel
 //   load_handles.cpp  listen, trigger, peak, watch
 //   load_checks.cpp   expect, print
+//   load_cache.cpp    cache
+//   load_queue.cpp    queue
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -100,7 +102,8 @@ class Loader {
             std::vector<Knob>* out);
   void load_groups(const YAML::Node& node, Scenario* out);
   void load_steps(const YAML::Node& node, Scenario* out);
-  // The steps of a list (the scenario's, or a lane's when `lane` names its member), in order.
+  // The steps of a list (the scenario's, or a lane's when `lane` names its member, or a queue
+  // item's when it is "queue MEMBER item"), in order.
   // False when any is malformed.
   bool load_step_list(const YAML::Node& list, const std::string& lane, std::vector<Step>* out);
   bool load_step(const std::string& kind, const YAML::Node& key, const YAML::Node& v, Step* step);
@@ -126,6 +129,13 @@ class Loader {
   // so that every reference checked here holds whatever the interleaving.
   bool load_parallel(const YAML::Node& v, Step* step);
 
+  // ---- the admission queue (load_queue.cpp) -----------------------------------------------------
+  // `queue`: items run by a pool of lanes; their steps follow a lane's rules (load_parallel).
+  bool load_queue(const YAML::Node& v, Step* step);
+  bool load_queue_item(const YAML::Node& n, const std::string& member, uint64_t default_deadline,
+                       bool has_default_deadline, QueueStep* q);
+  bool admit_weight(const YAML::Node& n, uint32_t* out);
+
   // ---- handles: listen, trigger, peak, watch (load_handles.cpp) ---------------------------------
   // A new handle's name: not in use by an open handle of any kind.
   bool new_handle(const YAML::Node& map, const Entries& e, const std::string& kind,
@@ -149,7 +159,7 @@ class Loader {
   static inline const std::set<std::string> kKnownSteps = {
       "set",  "write",  "cache", "member", "charge",  "release", "exit",  "reclaim", "remove",
       "tick", "expect", "print", "listen", "trigger", "peak",    "watch", "parallel",
-      "reserve"};
+      "reserve", "queue"};
 
   std::vector<Diagnostic>* errors_;
   bool in_lane_ = false;  // reading the steps of a `parallel` lane

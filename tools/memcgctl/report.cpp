@@ -33,6 +33,8 @@ Json step_args(const Step& st) {
           if (b.op == CacheStep::Op::kShrink) a["shrink"] = b.bytes;
           if (b.op == CacheStep::Op::kDrop) a["drop"] = true;
           if (b.has_referenced) a["referenced"] = b.referenced_percent;
+          if (b.has_capacity) a["capacity"] = b.capacity;
+          if (b.never_oom) a["oom"] = "never";
         } else if constexpr (std::is_same_v<T, MemberStep>) {
           a["name"] = b.name;
           a["group"] = b.group;
@@ -129,6 +131,15 @@ Json step_args(const Step& st) {
               a["repeat"][l.member] = l.repeat;
             if (l.new_member) a["new_member"][l.member] = true;
           }
+        } else if constexpr (std::is_same_v<T, QueueStep>) {
+          // Each item's steps are reported on their own, after the step.
+          a["member"] = b.member;
+          a["workers"] = b.workers;
+          a["oom"] = b.oom == memcg::OomPolicy::kPieces  ? "pieces"
+                     : b.oom == memcg::OomPolicy::kNever ? "never"
+                                                          : "kernel";
+          for (const QueueStep::Tenant& t : b.tenants) a["admit_weight"][t.group] = t.weight;
+          a["items"] = b.items.size();
         } else if constexpr (std::is_same_v<T, PrintStep>) {
           a["group"] = b.group;
           if (!b.file.empty()) a["file"] = b.file;

@@ -66,6 +66,8 @@ bool Runner::perform_body(const Step&, const CacheStep& c, StepResult* res) {
         rotated_.fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
         return within_work_budget();
       });
+    if (c.has_capacity) cache_capacity_[c.name] = units_of(c.capacity);
+    if (c.never_oom) cache_never_oom_.insert(c.name);
     if (const uint64_t cost = s_.config.reclaim_cost_ns) {
       // Freeing takes time on the freeing thread: inside a charge's reclaim that is a stall.
       it->second->set_evict_callback([this, cost](uint64_t, int64_t count) {
@@ -83,10 +85,21 @@ bool Runner::perform_body(const Step&, const CacheStep& c, StepResult* res) {
   const int64_t units = units_of(c.bytes);
   switch (c.op) {
     case CacheStep::Op::kGrow: {
-      int64_t grown = 0;
-      // One unit per call: the first charge that fails stops the growth.
-      while (grown < units && within_work_budget() && cache.grow(1) == 1) ++grown;
+      int64_t grown = 0, dropped = 0;
+      const auto cap = cache_capacity_.find(c.name);
+      const uint32_t flags = cache_never_oom_.count(c.name) != 0
+                                 ? memcg::kDefaultCharge | memcg::kRetryMayFail
+                                 : memcg::kDefaultCharge;
+      // One unit per call: the first charge that fails stops the growth. A cache at its
+      // capacity gives its oldest unit back before it takes a new one, as an LRU cache does.
+      while (grown < units && within_work_budget()) {
+        if (cap != cache_capacity_.end() && cache.size() >= cap->second)
+          dropped += cache.shrink(cache.size() - cap->second + 1);
+        if (cache.grow(1, flags) != 1) break;
+        ++grown;
+      }
       res->detail["grown"] = grown * unit_;
+      if (cap != cache_capacity_.end()) res->detail["dropped"] = dropped * unit_;
       res->detail["requested"] = units * unit_;
       if (grown < units) {
         res->detail["stopped"] = "a charge failed";

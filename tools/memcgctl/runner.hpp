@@ -6,6 +6,7 @@
 //   run_steps.cpp     steps that change state: set, write, cache, member, charge, release, exit,
 //                     reclaim, remove, tick
 //   run_parallel.cpp  the lanes of a `parallel` block
+//   run_queue.cpp     a `queue` step: an admission queue served by a pool of lanes
 //   run_checks.cpp    expect, print
 //   run_handles.cpp   listen, trigger, peak, watch
 #pragma once
@@ -57,6 +58,7 @@ extern thread_local constinit uint64_t tl_owed_ns;
 // On a lane's thread whose iterations run as new members: the lane's member name and the
 // iteration's member (Runner::member_state).
 struct MemberState;
+struct QueueState;  // run_queue.cpp
 extern thread_local constinit const std::string* tl_lane_name;
 extern thread_local constinit MemberState* tl_lane_state;
 
@@ -210,6 +212,19 @@ class Runner {
   // ---------------------------------------------------------------------------------
   bool perform_body(const Step&, const ParallelStep& p, StepResult* res);
 
+  // ---- queue (run_queue.cpp) --------------------------------------------------------------------
+  bool perform_body(const Step&, const QueueStep& q, StepResult* res);
+  // A round of tries on a free lane: the head of each group with queued items, in fair order,
+  // until one is admitted (its index) or none is (SIZE_MAX). Items past their deadline end.
+  size_t queue_take(const QueueStep& q, QueueState& qs);
+  // Runs admitted item `i` on `lane`; false when the scenario turned out malformed.
+  bool queue_run_item(const QueueStep& q, QueueState& qs, size_t i, size_t lane, StepResult* res,
+                      uint64_t* unwound);
+  // Ends item `i` with `status`: its member exits (what it holds goes back).
+  void queue_end_item(QueueState& qs, size_t i, memcg::ReserveStatus status);
+  // Wakes one idle lane of the queue (or all) to try again.
+  void queue_wake(QueueState& qs, bool all);
+
   // ---- checks and output (run_checks.cpp) -------------------------------------------------------
   // Reads GROUP FILE[.KEY]: 0 and the value text, or an error with `why` set.
   int read_value(memcg::Group& g, const std::string& file, const std::string& key,
@@ -245,6 +260,8 @@ class Runner {
   memcg::Controller ctl_;
   const uint64_t unit_;
   std::map<std::string, std::unique_ptr<memcg::LruCache>> caches_;
+  std::map<std::string, int64_t> cache_capacity_;  // units, of the caches created with one
+  std::set<std::string> cache_never_oom_;          // caches created with `oom: never`
   std::map<std::string, std::unique_ptr<MemberState>> members_;
   std::map<std::string, std::unique_ptr<ListenerState>> listeners_;
   std::map<std::string, std::unique_ptr<TriggerState>> triggers_;

@@ -76,6 +76,13 @@ struct CacheStep {
   uint64_t bytes = 0;          // grow/shrink amount
   int referenced_percent = 0;  // when the cache is created
   bool has_referenced = false;
+  // When the cache is created: the most it keeps, as an application's LRU cache with a size
+  // limit; a `grow` past it gives the oldest units back first (as a shrink does).
+  bool has_capacity = false;
+  uint64_t capacity = 0;
+  // When the cache is created: its growth never runs the OOM killer (kRetryMayFail), as an
+  // application's cache whose insertion gives up instead.
+  bool never_oom = false;
 };
 
 struct MemberStep {
@@ -242,10 +249,39 @@ struct ParallelStep {
   std::vector<Lane> lanes;  // in file order
 };
 
+// An admission queue (docs/scenarios.md, "`queue`"): `workers` lanes, a shared pool, take the
+// next admissible item across groups. Each try is one admission without waiting
+// (Reservation::reserve_for with a zero timeout) of the item's head of line in its group; a lane
+// that finds no admissible item waits, not in any group's admission, until a step of the block
+// ends or a deadline passes. Groups are served by weighted fair queueing on their `admit_weight`
+// (admissions, not bytes), items within a group by priority then file order, and an item that
+// is not admitted within its deadline of its first try is dropped as timed out. An admitted
+// item runs its steps as a new member of its group (MEMBER#N, N its 1-based place in `items`),
+// which exits at the end, as a lane iteration's member does.
+struct QueueStep {
+  struct Item {
+    std::string group;
+    uint64_t bytes = 0;  // the admission's total (the reservation's admitted size)
+    memcg::WaitPriority priority = memcg::WaitPriority::kNormal;  // within its group
+    uint64_t deadline_ns = 0;                                      // over all tries
+    std::vector<Step> steps;  // a lane's rules: nothing that creates or destroys
+    Mark mark;
+  };
+  struct Tenant {
+    std::string group;
+    uint32_t weight = 100;  // admit_weight: 1..10000, cgroup's cpu.weight range
+  };
+  std::string member;  // the template of the items' members (immune, on_preempt, unwind)
+  size_t workers = 1;
+  memcg::OomPolicy oom = memcg::OomPolicy::kKernel;  // of every item's reservation
+  std::vector<Tenant> tenants;  // every item's group: `tenants` first, then by first item
+  std::vector<Item> items;
+};
+
 using StepBody = std::variant<SetStep, WriteStep, CacheStep, MemberStep, ChargeStep, ReleaseStep,
                               ExitStep, ReclaimStep, RemoveStep, TickStep, ExpectStep, PrintStep,
                               ListenStep, TriggerStep, PeakStep, WatchStep, ParallelStep,
-                              ReserveStep>;
+                              ReserveStep, QueueStep>;
 
 struct Step {
   std::string kind;  // the step's key: "set", "cache", …
