@@ -323,6 +323,11 @@ TEST(PressureRemoval, RemovalRacesDeliveriesAndResets) {
       }
     }
     g = GroupRef();
+    // The handles left do not pin the group. A timer-thread poll that began before the removal
+    // holds it until that poll ends, so the release may come a moment later: bounded wait.
+    const auto give_up = std::chrono::steady_clock::now() + seconds(10);
+    while (ctl.nr_dying() != 0 && std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(milliseconds(1));
     EXPECT_EQ(ctl.nr_dying(), 0u) << "round " << round;
     ls.clear();
     ts.clear();
