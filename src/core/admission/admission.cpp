@@ -1,6 +1,6 @@
 // Admission by learned peak (admission.hpp) and the measurements behind growth past admission
 // (reservation.hpp): per-group decayed ratio histograms, promised headroom, admission waits.
-#include "memcg/core/admission.hpp"
+#include "memcg/core/admission/admission.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -12,15 +12,15 @@
 
 #include "memcg/base/clock.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
-#include "memcg/core/internal/admission_state.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/obj_stock.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
+#include "memcg/core/admission/internal/admission_state.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
-#include "charge_ladder.hpp"
+#include "core/charge/charge_ladder.hpp"
 
 namespace memcg {
 namespace internal {

@@ -6,7 +6,7 @@
 // its group's map, owned by the trying worker; its group is marked busy so that no other worker
 // tries the same group at the same time.
 
-#include "memcg/core/admission_queue.hpp"
+#include "memcg/core/admission/admission_queue.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -20,10 +20,10 @@
 #include <utility>
 
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
-#include "memcg/core/internal/admission_queue_state.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
+#include "memcg/core/admission/internal/admission_queue_state.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 namespace memcg {
 namespace internal {

@@ -1,13 +1,13 @@
 // Reservation: byte totals over unit charges, the OOM policy for large requests, cancellation.
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/admission/reservation.hpp"
 
 #include <algorithm>
 #include <utility>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/internal/admission_state.hpp"
-#include "memcg/core/internal/charge_wait_hooks.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/admission/internal/admission_state.hpp"
+#include "memcg/core/wait/internal/charge_wait_hooks.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 namespace memcg {
 

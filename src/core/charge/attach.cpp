@@ -1,9 +1,9 @@
-#include "memcg/core/attach.hpp"
+#include "memcg/core/charge/attach.hpp"
 
 #include <cerrno>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/psi.hpp"
 
 namespace memcg {
 namespace {

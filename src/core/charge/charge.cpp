@@ -1,25 +1,25 @@
 // The charge path out of line. The hot path (a stock hit) is inline in charge.hpp; everything
 // else starts at internal::try_charge_slow().
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/charge.hpp"
 
 #include <algorithm>
 #include <new>
 #include <utility>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/limits.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/limits.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/base/nofail.hpp"
-#include "memcg/core/obj_stock.hpp"
-#include "memcg/core/psi.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
+#include "memcg/core/signal/psi.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
-#include "memcg/core/internal/alloc_hook.hpp"
-#include "memcg/core/internal/charge_wait_hooks.hpp"
+#include "memcg/core/charge/internal/alloc_hook.hpp"
+#include "memcg/core/wait/internal/charge_wait_hooks.hpp"
 
 #include "charge_ladder.hpp"
-#include "controller_registry.hpp"
+#include "core/tree/controller_registry.hpp"
 
 namespace memcg {
 namespace {

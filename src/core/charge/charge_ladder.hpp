@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <utility>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
-#include "memcg/core/internal/alloc_hook.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
+#include "memcg/core/charge/internal/alloc_hook.hpp"
 
-#include "controller_registry.hpp"
+#include "core/tree/controller_registry.hpp"
 
 namespace memcg::internal {
 

@@ -1,10 +1,10 @@
-#include "memcg/core/limits.hpp"
+#include "memcg/core/charge/limits.hpp"
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/internal/int128.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/percpu/internal/stock.hpp"
-#include "memcg/core/internal/charge_wait_hooks.hpp"
+#include "memcg/core/wait/internal/charge_wait_hooks.hpp"
 
 namespace memcg {
 namespace {

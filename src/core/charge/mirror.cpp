@@ -1,7 +1,7 @@
-#include "memcg/core/mirror.hpp"
+#include "memcg/core/charge/mirror.hpp"
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 
 namespace memcg {
 

@@ -17,7 +17,7 @@
 // given to the group (a hit moves `bytes` alone). A slow path adds its own live delta to
 // `reported`, and folds the whole pending delta into the group once it passes one unit.
 
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/base/internal/shard_word.hpp"

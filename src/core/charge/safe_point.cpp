@@ -1,21 +1,21 @@
 // The safe point: runs what charges made inside allocator hooks left on the thread
 // (core/internal/alloc_hook.hpp, safe_point.hpp).
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <utility>
 
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/internal/alloc_hook.hpp"
-#include "memcg/core/internal/charge_wait_hooks.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/internal/alloc_hook.hpp"
+#include "memcg/core/wait/internal/charge_wait_hooks.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 #include "charge_ladder.hpp"
-#include "controller_registry.hpp"
+#include "core/tree/controller_registry.hpp"
 
 namespace memcg {
 

@@ -1,4 +1,4 @@
-#include "memcg/core/members.hpp"
+#include "memcg/core/oom/members.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -6,7 +6,7 @@
 // (its callback moved there), which ~Member clears under the lock, so the killer never touches
 // a destroyed member. Lock order: OOM lock, then the tree lock (shared), then a group's policy
 // lock.
-#include "memcg/core/oom.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/base/internal/lock.hpp"
 
 #include <algorithm>
@@ -18,11 +18,11 @@
 #include <utility>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/base/internal/utf8.hpp"
-#include "memcg/core/oom_log.hpp"
-#include "charge_wait_internal.hpp"
+#include "memcg/core/oom/oom_log.hpp"
+#include "core/wait/charge_wait_internal.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {

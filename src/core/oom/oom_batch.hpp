@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "memcg/base/internal/lock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 namespace memcg {
 

@@ -13,9 +13,9 @@
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/base/internal/utf8.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {

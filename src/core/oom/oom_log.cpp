@@ -1,5 +1,5 @@
 // The ring of recent OOM and preemption reports (oom_log.hpp).
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -7,7 +7,7 @@
 
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/base/internal/utf8.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {

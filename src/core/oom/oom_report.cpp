@@ -3,8 +3,8 @@
 #include <sstream>
 #include <string>
 
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 namespace memcg {
 

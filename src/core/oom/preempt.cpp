@@ -13,10 +13,10 @@
 
 #include "memcg/base/clock.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/oom.hpp"
-#include "charge_wait_internal.hpp"
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "core/wait/charge_wait_internal.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {

@@ -1,9 +1,9 @@
-#include "memcg/core/cache_governor.hpp"
+#include "memcg/core/reclaim/cache_governor.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/counter/protection.hpp"
 
 namespace memcg {

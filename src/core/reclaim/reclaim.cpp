@@ -1,16 +1,16 @@
 // The reclaim driver: registrations of reclaimers, the walk over the reclaim root's subtree with
 // effective protection, proportional scan targets and rising priority.
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/base/internal/lock.hpp"
 
 #include <algorithm>
 #include <unordered_map>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/internal/int128.hpp"
 #include "memcg/counter/protection.hpp"
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 
 namespace memcg {
 

@@ -1,5 +1,5 @@
 // vmpressure: windows of reclaim efficiency, listener routing, socket pressure.
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 #include "memcg/base/internal/lock.hpp"
 
 #include <fcntl.h>
@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <utility>
 
-#include "memcg/core/controller.hpp"
-#include "pressure_state.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "core/signal/pressure_state.hpp"
 
 namespace memcg {
 namespace internal {

@@ -35,7 +35,7 @@
 #include <atomic>
 #include <utility>
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg::internal {
 

@@ -23,7 +23,7 @@
 // FileState::mu, then Deferred::mu (queueing a file happens under its mu); never the reverse.
 // Neither is held while a callback runs. The timer thread and the queue's selection read only
 // what a FileState caches (its controller, whether it runs on the SystemClock), never the group.
-#include "memcg/core/notify.hpp"
+#include "memcg/core/signal/notify.hpp"
 #include "memcg/base/internal/lock.hpp"
 
 #include <poll.h>
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "delivery.hpp"
 #include "timer.hpp"
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/pressure.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/signal/pressure.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "delivery.hpp"
 
 namespace memcg::internal {

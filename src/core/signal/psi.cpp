@@ -1,6 +1,6 @@
 // PSI for memory: stall sections, per-group SOME/FULL time, triggers and the memory.pressure
 // file (the running averages are in psi_averages.cpp).
-#include "memcg/core/psi.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/base/internal/defer_callbacks.hpp"
 
@@ -14,8 +14,8 @@
 #include <system_error>
 #include <vector>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "pressure_state.hpp"
 #include "timer.hpp"
 

@@ -1,6 +1,6 @@
 // PSI's running averages (avg10/avg60/avg300): the kernel's fixed-point exponential decay,
 // folded on the 2 s averaging grid.
-#include "memcg/core/psi.hpp"
+#include "memcg/core/signal/psi.hpp"
 
 #include "memcg/base/clock.hpp"
 

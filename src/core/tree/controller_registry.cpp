@@ -4,7 +4,7 @@
 #include <mutex>
 #include <vector>
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
 
 namespace memcg::internal {

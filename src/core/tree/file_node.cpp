@@ -1,5 +1,5 @@
 // Open files and their group's removal (core/internal/file_node.hpp).
-#include "memcg/core/internal/file_node.hpp"
+#include "memcg/core/tree/internal/file_node.hpp"
 
 #include <algorithm>
 #include <cerrno>

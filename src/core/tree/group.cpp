@@ -1,15 +1,15 @@
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "memcg/base/internal/lock.hpp"
 
 #include <algorithm>
 #include <cerrno>
 #include <shared_mutex>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/internal/admission_queue_state.hpp"
-#include "memcg/core/internal/admission_state.hpp"
-#include "memcg/core/internal/charge_wait_hooks.hpp"
-#include "pressure_state.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/admission/internal/admission_queue_state.hpp"
+#include "memcg/core/admission/internal/admission_state.hpp"
+#include "memcg/core/wait/internal/charge_wait_hooks.hpp"
+#include "core/signal/pressure_state.hpp"
 
 namespace memcg {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "pressure_state.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "core/signal/pressure_state.hpp"
 
 namespace memcg {
 

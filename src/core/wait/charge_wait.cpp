@@ -3,7 +3,7 @@
 // Each waiter blocks in the controller's Clock::wait_until() and is woken with Clock::wake().
 // The policy is in charge_wait_policy.cpp (dispatch_locked(), called by dispatch_path()); the
 // public overloads and their deadlines are in charge_wait_api.cpp.
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -13,11 +13,11 @@
 
 #include "memcg/base/clock.hpp"
 #include "memcg/base/internal/lock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
-#include "memcg/core/internal/charge_wait_hooks.hpp"
-#include "memcg/core/obj_stock.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
+#include "memcg/core/wait/internal/charge_wait_hooks.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "charge_wait_internal.hpp"
 

@@ -8,10 +8,10 @@
 #include <utility>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "charge_wait_internal.hpp"
 
 namespace memcg {

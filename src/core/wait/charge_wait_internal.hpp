@@ -10,7 +10,7 @@
 #include <stop_token>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 namespace memcg {
 class Group;

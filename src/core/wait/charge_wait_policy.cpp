@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "charge_wait_internal.hpp"
 
 namespace memcg {

@@ -67,7 +67,7 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/admission/reservation.hpp"
 
 namespace memcg {
 

@@ -104,10 +104,10 @@
 #include <cstdint>
 #include <stop_token>
 
-#include "memcg/core/admission.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/admission/admission.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg {
 

@@ -42,7 +42,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "memcg/percpu/stat_registry.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 

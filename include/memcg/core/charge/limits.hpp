@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg {
 

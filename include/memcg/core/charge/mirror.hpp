@@ -24,8 +24,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg {
 

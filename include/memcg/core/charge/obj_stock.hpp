@@ -52,8 +52,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/internal/cpu.hpp"
 #include "memcg/base/internal/rseq.hpp"
 

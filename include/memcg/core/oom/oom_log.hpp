@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/oom.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 namespace memcg {
 

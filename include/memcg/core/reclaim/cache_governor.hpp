@@ -43,8 +43,8 @@
 #include <cstdint>
 #include <mutex>
 
-#include "memcg/core/group.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/tree/group.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 
 namespace memcg {
 

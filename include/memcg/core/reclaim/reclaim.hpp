@@ -48,7 +48,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg {
 

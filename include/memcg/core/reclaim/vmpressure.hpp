@@ -50,9 +50,9 @@
 #include <memory>
 #include <string_view>
 
-#include "memcg/core/group.hpp"
-#include "memcg/core/pressure.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/tree/group.hpp"
+#include "memcg/core/signal/pressure.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 
 namespace memcg {
 

@@ -45,7 +45,7 @@
 #include <functional>
 #include <memory>
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg {
 
@@ -98,7 +98,7 @@ class EventListener {
   // Waits up to `timeout_ms` (-1: forever) for a notification with poll(2), then consume()s.
   uint64_t wait(int timeout_ms) noexcept;
 
-  struct Core;  // shared with in-flight deliveries; src/core/notify.cpp
+  struct Core;  // shared with in-flight deliveries; src/core/signal/notify.cpp
 
  private:
   EventListener(EventsFile file, std::shared_ptr<Core> core);

@@ -56,8 +56,8 @@
 #include <string>
 #include <string_view>
 
-#include "memcg/core/group.hpp"
-#include "memcg/core/pressure.hpp"
+#include "memcg/core/tree/group.hpp"
+#include "memcg/core/signal/pressure.hpp"
 
 namespace memcg {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "memcg/percpu/internal/rstat.hpp"
 #include "memcg/percpu/stat_registry.hpp"
 

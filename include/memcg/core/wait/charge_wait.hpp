@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <stop_token>
 
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/charge.hpp"
 
 namespace memcg {
 

@@ -7,8 +7,8 @@
 
 #include <atomic>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg::internal {
 
