@@ -16,8 +16,8 @@
 // (for at most kOomVictimWaitNs after its kill), it waits for that member; otherwise it chooses a
 // victim in the domain's memory.oom.order ("auto" by default: by excess over the admitted size
 // once any candidate has admitted units, else by the kernel's badness; immune members never),
-// may ask it to spill first, and kills it (with its memory.oom.group). The OomReport names what
-// decided.
+// may ask it to spill first (not when it holds more than its tolerated peak), and kills it (with
+// its memory.oom.group). The OomReport names what decided.
 //
 // Kill callbacks run without any library lock held, on the thread that ran the OOM killer (the
 // charging thread, or the writer of memory.max), at most once per kill, and never inside an

@@ -29,9 +29,10 @@
 //     reservations running on its path; it then promises that headroom until it ends.
 //   - grow() past the admitted size (the total the last reserve call stated): 1. what is free,
 //     without the OOM killer; 2. if killed or preempted members under the full limit hold the
-//     shortage, a wait for them of at most the limit's growth bound (2..100 ms); 3. the OOM
-//     killer per the policy. Past its tolerated peak it may not take what is promised to other
-//     admissions (the OOM killer is asked for room beside them instead).
+//     shortage, a wait for them of at most the limit's growth bound (twice the decayed mean of
+//     the earlier such waits that got memory, 2..100 ms); 3. the OOM killer per the policy.
+//     Past its tolerated peak it may not take what is promised to other admissions (the OOM
+//     killer is asked for room beside them instead).
 //   - kNeverFits, at once, for a request over the smallest memory.max of the path (the total; for
 //     grow(), the growth): nothing reclaimed, waited for or killed (limiting_group()).
 //   - Cancellation: once the stop token fires, every request returns kCancelled (a reserve() to a
