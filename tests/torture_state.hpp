@@ -466,4 +466,10 @@ inline void query_worker(Shared& sh, std::weak_ptr<Query> wq, GroupRef g, uint64
   sh.progress.release(me);
 }
 
+// A file operation on a group that the tree mutator removed meanwhile: the open finds no group
+// (ENOENT) or the open file was deactivated (ENODEV; files.hpp).
+inline bool file_gone(int rc, const Group& g) {
+  return (rc == ENOENT || rc == ENODEV) && !g.is_online();
+}
+
 }  // namespace memcg::torture

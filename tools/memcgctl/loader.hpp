@@ -6,7 +6,9 @@
 //   load_fields.cpp   diagnostics and field readers (maps, scalars, sizes, durations, errnos)
 //   load_groups.cpp   the root, `config`, `groups`, knob values and the step lists
 //   load_steps.cpp    steps that change state: set, write, member, charge, release, exit,
-//                     reclaim, remove, tick, parallel
+//                     reclaim, remove, tick
+//   load_reserve.cpp  reserve (and the statuses it may expect)
+//   load_parallel.cpp parallel
 //   load_handles.cpp  listen, trigger, peak, watch
 //   load_checks.cpp   expect, print
 //   load_cache.cpp    cache
@@ -117,16 +119,17 @@ class Loader {
                   std::string* out);
   bool load_charge(const YAML::Node& v, Step* step);
   bool load_release(const YAML::Node& v, Step* step);
-  // `reserve`: the member's reservation (ReserveStep); its options are the member's, fixed by
-  // the first step that names it (reserve_options_).
+  // `reserve` (load_reserve.cpp): the member's reservation (ReserveStep); its options are the
+  // member's, fixed by the first step that names it (reserve_options_).
   bool load_reserve(const YAML::Node& v, Step* step);
   bool reserve_status(const YAML::Node& n, const std::string& what, memcg::ReserveStatus* out);
   bool load_exit(const YAML::Node& v, Step* step);
   bool load_reclaim(const YAML::Node& v, Step* step);
   bool load_remove(const YAML::Node& v, Step* step);
   bool load_tick(const YAML::Node& v, Step* step);
-  // Lanes may not create or destroy (load_step_list refuses those steps, `parallel` included),
-  // so that every reference checked here holds whatever the interleaving.
+  // `parallel` (load_parallel.cpp). Lanes may not create or destroy (load_step_list refuses
+  // those steps, `parallel` included), so that every reference checked here holds whatever the
+  // interleaving.
   bool load_parallel(const YAML::Node& v, Step* step);
 
   // ---- the admission queue (load_queue.cpp) -----------------------------------------------------

@@ -9,90 +9,37 @@
 //   ...
 //   switch (mem.grow(chunk)) { ... }                                           // as it runs
 //
-// Sizes are bytes; the charge is whole units of the controller (Options::unit_shift), so that a
-// reservation of `b` bytes charges ceil(b / unit) units, and growing or shrinking charges or
-// uncharges only the difference of the rounded totals (no rounding error accumulates).
+// Sizes are bytes; the charge is whole units of the controller (Options::unit_shift): `b` bytes
+// hold ceil(b / unit) units, and a growth or shrink charges or uncharges only the difference of
+// the rounded totals.
 //
-// The OOM rule for large requests (the kernel's costly order, PAGE_ALLOC_COSTLY_ORDER): a single
-// charge of more than kCostlyChargeBytes (8 pages of 4 KiB, 32 KiB; charge.hpp) never invokes the
-// OOM killer. When reclaim cannot make room, it fails (kNoMemCostly). That is right for a large,
-// optional allocation and surprising for a query that grows by megabytes: a runaway query then
-// fails its own growth again and again while nobody is killed. OomPolicy picks the behaviour:
-//   kKernel  one charge per call, as the kernel does: requests above the costly size fail
-//            without an OOM kill (kNoMemCostly), smaller ones may OOM-kill.
-//   kPieces  the request is charged in pieces of at most the costly size, each of which may run
-//            the OOM killer, as a loop of small allocations would in the kernel: a request of any
-//            size is OOM-eligible. The victim is chosen by badness (oom.hpp); if it is this
-//            reservation's own member, the growth fails with kKilled. All or nothing: a request
-//            that fails part-way gives back the pieces it charged.
-//   kNever   never the OOM killer (kRetryMayFail): reclaim and retries only.
-// Waiting requests (reserve_for, reserve_until, grow_for) never OOM-kill, whatever the policy:
-// they run the ladder without the OOM killer, then wait (charge_wait.hpp) in the class of
-// ReserveOptions::priority, so that an interactive query's reservation is served before a
-// batch job's when both wait on one limit:
-//   memcg::Reservation mem(query, {.priority = memcg::WaitPriority::kHigh}, stop.get_token());
-//
-// Never-fits: a request larger than the smallest memory.max on the group's path is refused at
-// once with kNeverFits, before any reclaim, wait or OOM kill; limiting_group() names that group
-// and its memory.wait counts it (charge_wait.hpp, never_fits). The request is the total for
-// reserve(), reserve_for(), reserve_until() and grow_for() (a wait never kills, so a total past
-// the limit could never be served), and the growth alone for grow(): a reservation whose total
-// grows past the limit is not refused but goes to the OOM killer per its policy, which may kill
-// its own member (kKilled), as the kernel kills a task that grows past its limit; a member
-// alone in its group is killed that way.
-//
-// Admitted size: reserve(), reserve_for() and reserve_until() state a total, which becomes the
-// reservation's admitted size (admitted_units()); grow() and grow_for() add past it, shrinking
-// below it lowers it. A Member's admitted size is the sum over its reservations, and when a limit
-// is hit the OOM killer's default order chooses members past their admitted size first, largest
-// excess first (oom.hpp): a query that grew past its estimate goes before well-behaved ones.
-//
-// Admission by learned peak (admission.hpp): a waiting admission (reserve_for, reserve_until)
-// is let in only when its expected peak (its total times the group's growth factor, learned as
-// the decayed mean of the peak/admitted ratios of the group's waiting admissions that ran their
-// course, 1 with no history; memory.admit.growth) fits beside the expected peaks of the running
-// admitted reservations on every limited level of the path. While it runs it promises the
-// headroom up to that peak (memory.wait admit_promised_bytes); its end (release, destruction, a
-// new waiting admission) gives the promise back and teaches the group its peak/admitted ratio,
-// unless it was cut short (its member OOM-killed or preempted, or a growth of it refused:
-// kNoMem, kNoMemCostly, kNeverFits, kKilled), whose ratio says nothing of where it was going.
-// Giving memory back (release, shrink) wakes the waiting admissions. A plain
-// reserve() states an admitted size for the OOM order but is not admitted by expectation and
-// teaches nothing: it is a try, not a queue, and its caller has its own answer to kNoMem.
-//
-// Growth past admission (grow() on a reservation with an admitted size, when the total passes
-// it; OomPolicy kKernel or kPieces), in three steps:
-//   1. what is free: the ladder (reclaim, stock drains, retries) without the OOM killer;
-//   2. memory on its way: if the fullest limit of the path is short by S units and members under
-//      it that were OOM-killed or asked to give memory back (preemption) still hold at least S
-//      units, wait for them (a waiting charge in the reservation's class) for at most the
-//      growth bound of that limit: twice the decayed mean of the earlier such waits that got
-//      their memory, clamped to [kGrowthWaitMinNs, kGrowthWaitMaxNs] (2..100 ms; 20 ms before
-//      any); memory.wait growth_waits, growth_granted, growth_bound_usec. Nothing else counts
-//      as on its way (a query that may finish soon cannot be told from one that will not);
-//   3. the OOM killer, per the policy (whose admission-aware order chooses the members past
-//      their admitted size first, oom.hpp).
-// Before these steps, growth past the reservation's tolerated peak (admission.hpp: its admitted
-// size times the group's learned mean plus two standard deviations of peak/admitted, at least
-// its expected peak) may take only memory not promised to other admitted reservations
-// (usage + their promise + need <= max on every limited level where they have one); otherwise
-// it goes to the OOM killer of that level (kKernel over the costly size: kNoMemCostly; kNever:
-// kNoMem), whose excess order chooses the largest excess, a runaway, early. grow_for() is not
-// subject to it (it never kills, admission.hpp).
-// Growth within the admitted size, and grow() on a reservation never admitted, charge at once
-// per the policy, as before. kNever skips step 2 (and has no step 3), and so does
-// ReserveOptions::growth_wait = false (steps 1 and 3 become the one charge per the policy).
-//
-// Cancellation: a reservation made for a Member charges through it (its badness counts the
-// reservation) and refuses to grow once the member was OOM-killed (kKilled). The stop token
-// given at construction (typically the one the member's kill callback or a preemption triggers)
-// makes every later request return kCancelled (a reserve() to a smaller total too: nothing
-// changes) and ends a wait in progress. Neither releases what is held: the owner unwinds, and
-// shrink(), release() or the destructor give it back.
-//
-// Releasing: shrink(), release() and the destructor uncharge straight from the counters
-// (uncharge_direct for a group, Member::uncharge for a member), so that a waiting reservation of
-// another query sees the memory free at once.
+// The rules these calls follow (the costly order and the OOM policies, never-fits, admitted size,
+// admission by learned peak, growth past admission, the tolerated peak, the OOM killer's order)
+// are stated, with the whole flow down to a kill, in docs/policy.md. What a caller relies on:
+//   - reserve() and grow() do not queue for memory (their waits are bounded: memory.high
+//     throttling, an OOM victim's unwinding, grow()'s step 2) and may run the OOM killer, per
+//     OomPolicy: kKernel (one charge; over kCostlyChargeBytes, 32 KiB, it fails with
+//     kNoMemCostly rather than kill), kPieces (pieces of at most that size, each OOM-eligible;
+//     kKilled when the victim is this reservation's member; all or nothing), kNever (no killer:
+//     kNoMem).
+//   - reserve_for(), reserve_until() and grow_for() wait up to their deadline, in the class of
+//     ReserveOptions::priority, and never OOM-kill. A waiting admission (reserve_for,
+//     reserve_until) is admitted by learned peak: only once its expected peak (its total times
+//     the group's memory.admit.growth factor) fits beside the peaks promised to the admitted
+//     reservations running on its path; it then promises that headroom until it ends.
+//   - grow() past the admitted size (the total the last reserve call stated): 1. what is free,
+//     without the OOM killer; 2. if killed or preempted members under the full limit hold the
+//     shortage, a wait for them of at most the limit's growth bound (twice the decayed mean of
+//     the earlier such waits that got memory, 2..100 ms); 3. the OOM killer per the policy.
+//     Past its tolerated peak it may not take what is promised to other admissions (the OOM
+//     killer is asked for room beside them instead).
+//   - kNeverFits, at once, for a request over the smallest memory.max of the path (the total; for
+//     grow(), the growth): nothing reclaimed, waited for or killed (limiting_group()).
+//   - Cancellation: once the stop token fires, every request returns kCancelled (a reserve() to a
+//     smaller total too: nothing changes) and a wait in progress ends; once the member was
+//     OOM-killed, every request that would charge returns kKilled. Neither releases what is
+//     held: shrink(), release() and the destructor do, straight from the counters, so that
+//     waiting requests see the memory free at once.
 //
 // Thread safety: like any object, one thread at a time per reservation; reservations of one
 // member or group may be used from different threads at once.

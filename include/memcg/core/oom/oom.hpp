@@ -8,93 +8,37 @@
 // up to +1000). Killing calls the member's kill callback, which must release (or arrange to
 // release) the member's memory; the charge that triggered the OOM is then retried.
 //
-// Which charges may OOM-kill (the kernel's costly order, charge.hpp): only a charge of at most
-// kCostlyChargeBytes (8 pages of 4 KiB, costly_charge_units()) that reclaim cannot make room for
-// runs the OOM killer. A larger charge fails with kNoMem and kills nobody, also through
-// Member::charge, and a waiting charge never kills. A query that grows in large steps is
-// therefore never killed for its growth unless it charges in pieces of at most that size
-// (Reservation with OomPolicy::kPieces, reservation.hpp).
-//
-// What runs when a group is out of memory, in order (each step only if the previous made no room
-// for the charge; "room" = the domain's margin covers the request):
-//   1. OOM handlers (OomHandler below), of the domain first, then of each ancestor up to the root,
-//      in registration order within a group. Each may free memory and says how much it freed.
-//   2. The victim choice (below). If the chosen member asked for it (Member::set_spill_grace), it
-//      is first asked to spill (its callback with CancelReason::kSpill) and given its grace time
-//      to make room; a member is asked at most once per OOM. Only a member within or near its
-//      expected peak is asked: one that holds more than its tolerated peak (tolerated_peak(),
-//      at least admitted(): past what nearly all of its group's work that ran its course
-//      reached, admission.hpp) is far past what its work was admitted for, and is killed
-//      without being asked (a runaway asked to spill gives back part and grows on; measured:
-//      docs/BENCHMARKS-policy.md). A member with no tolerated peak (none of its reservations was
-//      admitted by a waiting admission) is asked as before.
-//   3. The kill (its callback with CancelReason::kOomKill), memory.oom.group as in the kernel.
-// The OomReport names what decided: a handler (by name), a spill, the excess or the kernel order.
-//
-// Victim choice, kernel order (events_oom.md, the kernel's badness since 5.9): among members of
-// the OOM domain's subtree, the highest badness = charged units + adj x (total / 1000), where
-// total is the domain's max (its usage if it has none). Scores below zero are kept, so a protected
-// member is still a candidate, only a later one; immune members are never chosen; on equal badness
-// the member later in walk order (groups in pre-order, members in joining order) is chosen.
-// memory.oom.group: the highest group on the path from the victim's group up to the domain that
-// has oom.group = 1 is killed as a whole (all its non-immune members).
-//
-// Victim choice, excess order (for admitted work that grows): a member's excess is what it holds
-// past the units its reservations were admitted with (charged - admitted; 0 for a member with
-// nothing admitted, which gave no estimate to be past). Members past their tolerated peak
-// (tolerated_peak(): past what nearly all of their group's work that ran its course reached,
-// admission.hpp) go first, furthest past it first; then members with an excess, the largest
-// excess first; then the lower wait priority class (memory.wait.priority of the member's
-// group); then the kernel's badness; then the later member in walk order. Immune members are never
-// chosen in either order. The OOM domain's memory.oom.order picks the order: "kernel", "excess",
-// or "auto" (the default: excess when any candidate has admitted units, else kernel), so a member
-// that holds its work in Reservations gets the excess order with no extra line, and code that never
-// admits anything sees the kernel's choice unchanged.
-//
-// Waiting for a victim: while a killed member of the domain still holds charged memory, the
-// killer chooses no one else. It waits (a memory stall, on the controller's clock) until that
-// member has released everything, has been destroyed, or the domain has room, then reports
-// progress so that the charge retries. A victim that has not released within kOomVictimWaitNs
-// of its kill is given up on (the kernel's OOM reaper stops trying after about a second) and no
-// longer holds back the next choice. A charge of a killed member does not wait: it fails, also
-// when the member is killed while its charge waits for an earlier victim (the wait ends at its
-// next look, every millisecond), so that it unwinds at once instead of holding its memory back
-// for as long as the other victim may take. (Before, such a victim kept its memory until that
-// wait ended, up to kOomVictimWaitNs, and every later OOM of the domain waited for it in turn;
-// with spill before kill, whose victim is often blocked in a charge of its own when asked and
-// then killed, the query service ran at 40-73 queries/s instead of about 430:
-// docs/BENCHMARKS-policy.md.)
+// The policy (which charges may OOM-kill, the order of handlers, victim choice, spill and kill,
+// the kernel and excess orders, memory.oom.group, waiting for a victim) is stated in
+// docs/policy.md. In short: only a charge of at most kCostlyChargeBytes that reclaim cannot make
+// room for runs the OOM killer (a waiting charge never does). The killer calls the OOM handlers
+// of the domain and its ancestors; then, while a killed member of the domain still holds memory
+// (for at most kOomVictimWaitNs after its kill), it waits for that member; otherwise it chooses a
+// victim in the domain's memory.oom.order ("auto" by default: by excess over the admitted size
+// once any candidate has admitted units, else by the kernel's badness; immune members never),
+// may ask it to spill first (not when it holds more than its tolerated peak), and kills it (with
+// its memory.oom.group). The OomReport names what decided.
 //
 // Kill callbacks run without any library lock held, on the thread that ran the OOM killer (the
 // charging thread, or the writer of memory.max), at most once per kill, and never inside an
 // allocator's hooks: a charge made there leaves the OOM decision to the thread's next safe point
-// (safe_point.hpp). A callback may charge,
-// uncharge, read files, and destroy its own member or any other (a member of the same oom.group
-// destroyed before its turn is skipped), also by waiting for another thread that destroys it
-// (cancel the victim's query and join its worker): ~Member never waits for a callback, and the
-// killer touches nothing of a member destroyed meanwhile. Once the member is gone the callback
-// must not use the Member& it was given. A callback that
-// throws makes that kill fail: the member is not marked killed, no oom_kill event is raised, the
-// failure is listed in the OomReport and the next candidate is chosen. What a callback allocates
-// is not charged by the global operator new hook (hook.hpp); what it charges explicitly is.
+// (safe_point.hpp). A callback may charge, uncharge, read files, and destroy its own member or
+// any other (a member of the same oom.group destroyed before its turn is skipped), also by
+// waiting for another thread that destroys it (cancel the victim's query and join its worker):
+// ~Member never waits for a callback, and the killer touches nothing of a member destroyed
+// meanwhile. Once the member is gone the callback must not use the Member& it was given. A
+// callback that throws makes that kill fail: the member is not marked killed, no oom_kill event
+// is raised, the failure is listed in the OomReport and the next candidate is chosen. What a
+// callback allocates is not charged by the global operator new hook (hook.hpp); what it charges
+// explicitly is. A charge of a killed member fails at once instead of waiting for a victim.
 //
-// OOM handlers (the in-process analogue of per-cgroup BPF OOM handlers): see OomHandler. Rules:
-// - Called with no library lock held, on the thread whose charge ran the OOM path, before any
-//   victim is chosen. A handler that made room ends the OOM: no kill, the charge retries, the
-//   report names the handler, and `oom_handled` is counted on the domain (memory.events).
-// - Bounded: each call has the handler's budget, the whole chain kOomHandlerChainBudgetNs, both on
-//   the controller's clock. A call cannot be interrupted; one that overruns its budget (or throws)
-//   is counted in its stats and skipped by the OOMs of the next kOomHandlerPenaltyNs. Once the
-//   chain's budget is spent the remaining handlers are skipped for this OOM.
-// - No recursion and no charge on the handler's behalf: while a handler runs, an OOM on its thread
-//   in its own group's subtree (or an ancestor's) runs no handler, chooses no victim and fails the
-//   charge at once (kNoMem after reclaim). A handler frees memory; it does not get any from the
-//   group it serves. Charges that fit without the OOM path succeed and are counted as usual.
-//   What a handler allocates is not charged by the global operator new hook, as for callbacks.
-// - What a handler says it freed is recorded (stats, report); whether it made room is judged by the
-//   domain's counters only.
-// - The chain runs on every OOM of the domain, also one that then only waits for an earlier
-//   victim to release (a handler may make room sooner than the victim does).
+// OOM handlers (OomHandler below) are called with no library lock held, on the thread whose
+// charge ran the OOM path, before any victim is chosen; one after which the domain has room ends
+// the OOM (no kill; `oom_handled` in memory.events). A call has its handler's budget and the
+// chain kOomHandlerChainBudgetNs, on the controller's clock; a call that overruns or throws is
+// skipped by the OOMs of the next kOomHandlerPenaltyNs. While a handler runs, an OOM on its thread
+// in its group's subtree (or an ancestor's) fails the charge at once: a handler frees memory, it
+// gets none from the group it serves. Whether it made room is judged by the domain's counters.
 //
 // Thread safety: every call may be made from any thread. A member must not be destroyed while
 // another thread uses it (charges, uncharges); its own kill callback may destroy it, also in the
@@ -305,7 +249,7 @@ struct OomFailure {
 struct OomReport {
   std::string domain;  // the group whose limit was hit
   int64_t request_units = 0;
-  std::vector<OomCandidate> top;    // highest badness first, ties later member first (at most 5)
+  std::vector<OomCandidate> top;    // the first candidates, in the order used (at most 5)
   std::string victim;               // member chosen ("" if none)
   std::string oom_group;            // group killed as a whole ("" if none)
   std::vector<std::string> killed;  // every member killed

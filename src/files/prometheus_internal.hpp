@@ -1,0 +1,224 @@
+// The Prometheus exposition's pieces shared between its source files (not installed):
+// prometheus_snapshot.cpp reads a controller's values into State, prometheus_families.cpp
+// prepares the text fixed for the whole document, prometheus.cpp writes the document's lines
+// and hands them out in pieces.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "memcg/base/events.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom_log.hpp"
+#include "memcg/core/signal/psi.hpp"
+#include "memcg/files/prometheus.hpp"
+
+namespace memcg::internal::prom {
+
+// How the requests on a group's memory.max ended, as memory.wait counts them: the label values
+// of memcg_memory_wait_outcomes_total, memory.wait's own keys.
+constexpr int kNumWaitOutcomes = 5;
+constexpr const char* kWaitOutcomeNames[kNumWaitOutcomes] = {"granted", "timed_out", "cancelled",
+                                                             "removed", "never_fits"};
+
+// One group's values, read during the walk and printed family by family afterwards (a family's
+// samples must be contiguous). The statistics live in one array for all groups (State::stats).
+struct Snapshot {
+  std::string label;  // the path, escaped for a label value
+  bool root;
+  uint64_t current, peak, min, low, high, max;
+  uint64_t events[kNumEvents], events_local[kNumEvents];
+  uint64_t waiters, queued_bytes;  // memory.wait (non-root groups)
+  uint64_t wait_buckets[WaitStats::kBuckets], wait_ns_sum;  // how long charges waited there
+  uint64_t wait_outcomes[kNumWaitOutcomes];  // how requests on its memory.max ended (below)
+  uint64_t psi_total_ns[2];   // memory.pressure some/full totals
+  uint64_t psi_avg[2][3];     // [some/full][10/60/300 s], percent x kPsiOnePercent
+  uint64_t vmp_levels[3];     // vmpressure windows of its own reclaim: low, medium, critical
+};
+
+// Controller-wide counts, written once with the root's label.
+struct ControllerCounts {
+  OomLogTotals oom;
+  uint64_t forced = 0, forced_bytes = 0, failed = 0;
+};
+
+// The families, in the order of the document.
+enum Family : int {
+  kCurrent,
+  kPeak,
+  kMin,
+  kLow,
+  kHigh,
+  kMax,
+  kWaiters,
+  kQueuedBytes,
+  kWaitSeconds,
+  kWaitOutcomes,
+  kEvents,
+  kEventsLocal,
+  kPsiSeconds,
+  kPsiAvg,
+  kVmpressure,
+  kOomReports,
+  kOomDecisions,
+  kOomKilled,
+  kOomGroupKills,
+  kOomKillFailures,
+  kPreemptions,
+  kPreemptAsked,
+  kChargesForced,
+  kChargesForcedBytes,
+  kChargesFailed,
+  kStatBytes,
+  kStatEvents,
+  kNumFamilies
+};
+
+// Where a line goes: Text writes it, Length only counts its bytes (the document's length is
+// known before it is written). One formatting code serves both, so they cannot disagree.
+struct Text {
+  std::string& out;
+  void put(std::string_view v) { out.append(v); }
+  void put(char c) { out += c; }
+  void u64(uint64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, static_cast<size_t>(r.ptr - buf));
+  }
+  void i64(int64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, static_cast<size_t>(r.ptr - buf));
+  }
+};
+
+// Writes into a fixed buffer; what does not fit goes to `spill`, to be handed over first next
+// time (so a line may be split between two buffers).
+struct Span {
+  char* p;
+  char* const end;
+  std::string& spill;
+  void put(std::string_view v) {
+    const size_t room = static_cast<size_t>(end - p);
+    if (v.size() <= room) {
+      std::memcpy(p, v.data(), v.size());
+      p += v.size();
+    } else {
+      std::memcpy(p, v.data(), room);
+      p = end;
+      spill.append(v.data() + room, v.size() - room);
+    }
+  }
+  void put(char c) {
+    if (p < end) {
+      *p++ = c;
+    } else {
+      spill += c;
+    }
+  }
+  void u64(uint64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    put(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
+  }
+  void i64(int64_t v) {
+    char buf[24];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    put(std::string_view(buf, static_cast<size_t>(r.ptr - buf)));
+  }
+};
+
+struct Length {
+  uint64_t n = 0;
+  void put(std::string_view v) { n += v.size(); }
+  void put(char) { ++n; }
+  void u64(uint64_t v) {
+    int d = 1;
+    for (; v >= 10; v /= 10) ++d;
+    n += static_cast<uint64_t>(d);
+  }
+  void i64(int64_t v) {
+    if (v < 0) ++n;
+    u64(v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v));
+  }
+};
+
+// A knob: kUnlimited is +Inf.
+template <typename Sink>
+void put_number(Sink& out, uint64_t v) {
+  if (v == kUnlimited) {
+    out.put("+Inf");
+  } else {
+    out.u64(v);
+  }
+}
+
+// Nanoseconds as seconds with nine decimals ("0.001000000").
+template <typename Sink>
+void put_seconds(Sink& out, uint64_t ns) {
+  out.u64(ns / 1'000'000'000);
+  char frac[10];
+  uint64_t f = ns % 1'000'000'000;
+  for (int i = 9; i >= 1; --i, f /= 10) frac[i] = static_cast<char>('0' + f % 10);
+  frac[0] = '.';
+  out.put(std::string_view(frac, sizeof frac));
+}
+
+// A ratio 0..1 from a PSI average (percent x kPsiOnePercent), with six decimals.
+template <typename Sink>
+void put_psi_ratio(Sink& out, uint64_t raw) {
+  const uint64_t micro = raw * 10'000 / kPsiOnePercent;  // millionths of 1
+  out.u64(micro / 1'000'000);
+  char frac[7];
+  uint64_t f = micro % 1'000'000;
+  for (int i = 6; i >= 1; --i, f /= 10) frac[i] = static_cast<char>('0' + f % 10);
+  frac[0] = '.';
+  out.put(std::string_view(frac, sizeof frac));
+}
+
+}  // namespace memcg::internal::prom
+
+namespace memcg {
+
+// The values read at construction, the text fixed for the whole document (each sample's line
+// is `prefix label suffix value`), and where the next piece starts.
+struct PrometheusExposition::State {
+  const StatRegistry* reg = nullptr;
+  int nr_items = 0;
+  size_t stride = 0;                  // statistics per group: the registry's, pgscan, pgsteal
+  std::vector<internal::prom::Snapshot> groups;
+  std::vector<int64_t> stats;         // groups x stride, registry order, then pgscan and pgsteal
+
+  std::string header[internal::prom::kNumFamilies];  // # HELP and # TYPE lines
+  std::string prefix[internal::prom::kNumFamilies];  // name{group="
+  std::string plain_suffix;           // "}<space>
+  std::string event_suffix[kNumEvents];                 // ",event="high"}<space>
+  std::string bucket_prefix, bucket_suffix[WaitStats::kBuckets];  // _bucket{group=" / ",le="..."}
+  std::string sum_prefix, count_prefix;
+  std::vector<std::string> item_suffix;  // per statistic: ",item="name"}<space>
+  std::string state_suffix[2];                   // ",state="some"}<space>
+  std::string avg_suffix[2][3];                  // ",state="some",window="10s"}<space>
+  std::string level_suffix[3];                   // ",level="low"}<space>
+  std::string outcome_suffix[kNumOomOutcomes];   // ",outcome="kill"}<space>
+  std::string wait_outcome_suffix[internal::prom::kNumWaitOutcomes];  // ",outcome="granted"}<sp>
+  std::string decider_suffix[kNumOomDeciders];   // ",decider="kernel"}<space>
+  internal::prom::ControllerCounts counts;
+
+  int family = 0;           // the family the next piece starts in
+  bool header_written = false;  // its # HELP and # TYPE lines
+  size_t next_group = 0;    // its next group
+  uint64_t length = 0;      // of the whole document; 0 until computed
+  std::string spill;        // written by read() past its buffer, not handed over yet
+  size_t spill_taken = 0;   // of `spill`, handed over already
+
+  void prepare_text();
+  template <typename Sink>
+  void write_group(Sink& out, int f, const internal::prom::Snapshot& s, const int64_t* st) const;
+};
+
+}  // namespace memcg
