@@ -199,11 +199,11 @@ TEST_F(QueueTest, AGroupBackFromIdleStartsAtTheOthersVirtualTime) {
   EXPECT_NEAR(b_first20, 10, 1);
 }
 
-// Two groups under one limited parent: big's items need 60 of its 100 units, small's 20. Each
-// run holds its memory for a millisecond of real time. Without the hold-back the room that the
-// small items give back is taken by the next small item before it gathers to 60 units, and big
-// is starved although its virtual time is the smallest; with it, big gets its share (equal
-// weights, equal memory: a quarter of the admissions).
+// Two groups under one limited parent: big's items need 60 of its 100 units, small's 10, and
+// 12 workers keep it full. Each run holds its memory for a millisecond of real time. Without
+// the hold-back the room that the small items give back is taken by the next small item before
+// it gathers to 60 units, and big is starved although its virtual time is the smallest; with
+// it, big gets its share (equal weights, equal memory: a seventh of the admissions).
 TEST_F(QueueTest, AStarvedGroupOfLargeItemsGetsItsShare) {
   testing::Watchdog dog("large items");
   GroupRef p = make("p", 100);
@@ -214,7 +214,7 @@ TEST_F(QueueTest, AStarvedGroupOfLargeItemsGetsItsShare) {
   std::vector<int> order;
   {
     AdmissionQueueOptions o;
-    o.workers = 4;
+    o.workers = 12;
     AdmissionQueue q(ctl, o);
     auto item = [&](int gi, int64_t units) {
       WorkItem w;
@@ -230,17 +230,17 @@ TEST_F(QueueTest, AStarvedGroupOfLargeItemsGetsItsShare) {
     };
     for (int i = 0; i < 400; ++i) {
       ASSERT_EQ(q.submit(*big, item(0, 60)), SubmitStatus::kOk);
-      ASSERT_EQ(q.submit(*small, item(1, 20)), SubmitStatus::kOk);
+      ASSERT_EQ(q.submit(*small, item(1, 10)), SubmitStatus::kOk);
     }
     ASSERT_TRUE(eventually([&] {
       std::lock_guard<std::mutex> lock(mu);
-      return order.size() >= 300;
+      return order.size() >= 350;
     }));
   }  // the rest is cancelled
   int bigs = 0;
-  for (size_t i = 0; i < 300; ++i) bigs += order[i] == 0;
-  EXPECT_GE(bigs, 60) << "of 300 admissions";
-  EXPECT_LE(bigs, 90) << "of 300 admissions";
+  for (size_t i = 0; i < 350; ++i) bigs += order[i] == 0;
+  EXPECT_GE(bigs, 35) << "of 350 admissions";
+  EXPECT_LE(bigs, 70) << "of 350 admissions";
   EXPECT_EQ(p->memory().usage(), 0);
 }
 
