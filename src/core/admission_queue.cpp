@@ -282,7 +282,8 @@ struct AdmissionQueueCore {
   }
   // Whether `x`'s head waits for a starved group (the hold-back, admission_queue.hpp): one that
   // is starved at a level above x, and that x is ahead of by kHoldLagItems of its own head item
-  // in virtual time. A hold that lasted options.hold_ns ends: the starved group gives up its lag (catch_up).
+  // in virtual time. A hold that lasted options.hold_ns ends: the starved group gives up its
+  // lag (catch_up).
   bool held_back(const GroupEntry* x) noexcept {
     if (nstarved == 0 || options.hold_ns == 0) return false;
     const uint32_t w = std::max<uint32_t>(x->stats->weight.load(std::memory_order_relaxed), 1);

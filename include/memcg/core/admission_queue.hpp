@@ -26,8 +26,9 @@
 // groups are backlogged each is admitted memory in proportion to its weight (weighted fair
 // queueing of the bytes admitted; items of equal size are admitted in proportion to the
 // weights). A group that had nothing queued re-enters at the smallest virtual time of the
-// backlogged groups: idle time is not credit. A head that is not admitted stays at the head and the worker tries the
-// next group: a worker never sits in one group's wait while another group's item is admissible.
+// backlogged groups: idle time is not credit. A head that is not admitted stays at the head and
+// the worker tries the next group: a worker never sits in one group's wait while another group's
+// item is admissible.
 //
 // Why bytes and not admissions: what the groups share is room on their common limits (memory
 // held for the time an item runs; like cpu.weight sharing the time it is spent). Counting
