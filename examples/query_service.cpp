@@ -12,8 +12,9 @@
 // The front-end (--front):
 //   queue  (the default) the library's memcg::AdmissionQueue: a pool of --workers threads
 //          (16) tries the next admissible query across the tenants and runs it admitted; the
-//          tenants' memory.admit.weight is 400/300/300, as their share of the queries, and each
-//          tenant keeps a fixed number of queries outstanding (a finished one is replaced).
+//          tenants' memory.admit.weight is 400/300/300, their share of the memory the queue
+//          admits (etl's queries are about twice as large: about a sixth of the queries), and
+//          each tenant keeps a fixed number of queries outstanding (a finished one is replaced).
 //   block  --workers threads split over the tenants 40/30/30 (6/5/5), each blocking in
 //          reserve_for(estimate, 2s) of its own tenant's next query: how a service without a
 //          front-end is written.

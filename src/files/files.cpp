@@ -194,8 +194,8 @@ int write_admit_growth(Group& g, std::string_view text, bool) {
   return set_admit_growth(g, static_cast<uint32_t>(p));
 }
 
-// memory.admit.weight (an extension, admission_queue.hpp): the group's share of an admission
-// queue's admissions, an integer from 1 to 10000 (default 100), like cgroup's cpu.weight.
+// memory.admit.weight (an extension, admission_queue.hpp): the group's share of the memory an
+// admission queue admits, an integer from 1 to 10000 (default 100), like cgroup's cpu.weight.
 int read_admit_weight(Group& g, std::string* out) {
   *out = std::to_string(admit_weight(g)) + "\n";
   return 0;

@@ -1,5 +1,6 @@
 // The admission queue (admission_queue.hpp): per-group queues ordered by priority, weighted fair
-// queueing of admissions across groups, a pool of workers that try heads without waiting.
+// queueing of the memory admitted across groups with a bounded hold-back for starved large
+// heads, a pool of workers that try heads without waiting.
 //
 // Locking: one mutex per queue (Core::mu), a leaf for the library: it is never held across a
 // try (which may reclaim, calling reclaimers), a run or a done. An item being tried is out of
@@ -20,9 +21,11 @@
 #include <utility>
 
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/admission/admission.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/tree/group.hpp"
 #include "memcg/core/admission/internal/admission_queue_state.hpp"
+#include "memcg/core/admission/internal/admission_state.hpp"
 #include "memcg/core/oom/oom.hpp"
 
 namespace memcg {
@@ -63,10 +66,43 @@ void add(std::atomic<uint64_t>& c, int64_t d) noexcept {
   c.fetch_add(static_cast<uint64_t>(d), std::memory_order_relaxed);
 }
 
-// Virtual time advances by kVirtualScale / weight per admission: at least 10^6 per admission
-// (weight 10000), so integer division loses nothing that matters, and 2^64 is 1.8 * 10^9
-// admissions at weight 1.
-constexpr uint64_t kVirtualScale = 10'000'000'000;
+// Virtual time advances per admission by the item's size in units (at least 1, at most
+// kMaxCostUnits) times kVirtualPerUnit / weight: at least 100 per unit (weight 10000), so the
+// integer division loses under 1 %. A step is below 2^53; the virtual times are moved down
+// together (rebase) before they pass kRebaseAt, and additions saturate.
+constexpr uint64_t kVirtualPerUnit = 1'000'000;
+constexpr uint64_t kMaxCostUnits = uint64_t{1} << 32;
+constexpr uint64_t kRebaseAt = uint64_t{1} << 62;
+
+// The hold-back (admission_queue.hpp): another group is held back for a starved one once it is
+// this many of its own head items ahead of it in virtual time.
+constexpr uint64_t kHoldLagItems = 4;
+
+// What admitting `units` costs a group of weight `w` in virtual time.
+uint64_t virtual_cost(uint64_t units, uint32_t w) noexcept {
+  return std::clamp<uint64_t>(units, 1, kMaxCostUnits) * (kVirtualPerUnit / std::max(w, 1u));
+}
+
+// The lowest level of `g`'s path (root excluded) with a memory.max where `need` more units do
+// not fit beside its usage and the running admissions' promises (admission.hpp); null when every
+// level has room now. Reads counters only (admit_stats takes the level's leaf lock): called with
+// no queue lock held.
+const Group* blocking_level(const Group& g, int64_t need) noexcept {
+  const int64_t unlimited = g.controller().max_units();
+  for (const Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
+    const int64_t max = a->memory().max();
+    if (max >= unlimited) continue;
+    const int64_t promised = std::max<int64_t>(0, admit_stats(*a).promised_units);
+    if (a->memory().usage() + promised + need > max) return a;
+  }
+  return nullptr;
+}
+
+bool under(const Group& g, const Group* level) noexcept {
+  for (const Group* a = &g; a != nullptr; a = a->parent())
+    if (a == level) return true;
+  return false;
+}
 
 }  // namespace
 
@@ -79,6 +115,7 @@ struct QueueItem {
   uint64_t id = 0;
   int priority = 0;
   uint64_t bytes = 0, deadline_ns = 0, submit_ns = 0;
+  uint64_t units = 0;  // bytes in units, rounded up: its cost in virtual time
   std::stop_token stop;
   std::function<void(Reservation&)> run;
   std::function<void(ReserveStatus)> done;
@@ -104,6 +141,11 @@ struct GroupEntry {
   std::map<ItemKey, ItemPtr> items;  // queued, not being tried
   uint64_t trying = 0;               // id of the item a worker is trying (0: none)
   bool cancel_trying = false;        // Ticket::cancel() of that item came meanwhile
+  // Starved: the level above the group (an ancestor, shared with other groups) where its head
+  // was last refused for lack of room; null when it was not, or was admitted since.
+  const Group* starved_at = nullptr;
+  bool holding = false;     // it held another group back since it was starved there...
+  uint64_t hold_since = 0;  // ...first at this time (controller clock)
   bool backlogged() const noexcept { return !items.empty() || trying != 0; }
 };
 
@@ -136,6 +178,7 @@ struct AdmissionQueueCore {
   uint64_t next_id = 1, next_order = 0;
   uint64_t vclock = 0;  // virtual time of the last admission: where an idle group re-enters
   uint64_t epoch = 0;   // bumped by whatever may make a head admissible (submit, an item's end)
+  size_t nstarved = 0;  // groups with a starved_at
   std::vector<ClockWaiter*> idle;  // workers asleep until woken
   ClockWaiter* poller = nullptr;   // the worker polling on the clock, if any
   std::vector<std::thread::id> worker_ids;
@@ -209,6 +252,71 @@ struct AdmissionQueueCore {
     for (const auto& e : groups)
       if (e->backlogged()) m = std::min(m, e->vtime);
     return m == UINT64_MAX ? vclock : m;
+  }
+
+  // The smallest virtual time of the backlogged groups under `level` (all when null) but
+  // `except`; UINT64_MAX when there is none.
+  uint64_t min_vtime_of(const GroupEntry* except, const Group* level) const noexcept {
+    uint64_t m = UINT64_MAX;
+    for (const auto& e : groups)
+      if (e.get() != except && e->backlogged() && (level == nullptr || under(*e->group, level)))
+        m = std::min(m, e->vtime);
+    return m;
+  }
+  // Virtual time not used for lack of room that only the group's own items can give back (its
+  // own memory.max), or given up at the end of a hold-back, is not credit: like a group back
+  // from idle, it moves up to the others' smallest.
+  void catch_up(GroupEntry* e, const Group* level) noexcept {
+    const uint64_t m = min_vtime_of(e, level);
+    if (m != UINT64_MAX) e->vtime = std::max(e->vtime, m);
+  }
+  void starve(GroupEntry* e, const Group* level) noexcept {
+    if (e->starved_at == nullptr) ++nstarved;
+    if (e->starved_at != level) e->holding = false;
+    e->starved_at = level;
+  }
+  void unstarve(GroupEntry* e) noexcept {
+    if (e->starved_at != nullptr) --nstarved;
+    e->starved_at = nullptr;
+    e->holding = false;
+  }
+  // Whether `x`'s head waits for a starved group (the hold-back, admission_queue.hpp): one that
+  // is starved at a level above x, and that x is ahead of by kHoldLagItems of its own head item
+  // in virtual time. A hold that lasted options.hold_ns ends: the starved group gives up its
+  // lag (catch_up).
+  bool held_back(const GroupEntry* x) noexcept {
+    if (nstarved == 0 || options.hold_ns == 0) return false;
+    const uint32_t w = std::max<uint32_t>(x->stats->weight.load(std::memory_order_relaxed), 1);
+    const uint64_t lag = kHoldLagItems * virtual_cost(x->items.begin()->second->units, w);
+    for (const auto& sp : groups) {
+      GroupEntry* s = sp.get();
+      if (s == x || s->starved_at == nullptr) continue;
+      if (!s->backlogged()) {
+        unstarve(s);
+        continue;
+      }
+      if (x->vtime < s->vtime || x->vtime - s->vtime < lag || !under(*x->group, s->starved_at))
+        continue;
+      const uint64_t now = clock.now_ns();
+      if (!s->holding) {
+        s->holding = true;
+        s->hold_since = now;
+      } else if (now - std::min(now, s->hold_since) >= options.hold_ns) {
+        catch_up(s, s->starved_at);
+        unstarve(s);
+        continue;
+      }
+      return true;
+    }
+    return false;
+  }
+
+  // Moves every virtual time down by the smallest of the backlogged groups (those below it, idle,
+  // to 0: they re-enter at the smallest anyway), keeping their differences.
+  void rebase() noexcept {
+    const uint64_t base = min_vtime();
+    for (auto& e : groups) e->vtime = e->vtime > base ? e->vtime - base : 0;
+    vclock = vclock > base ? vclock - base : 0;
   }
 
   void count_error(QueueGroupState* s) noexcept {
@@ -288,6 +396,7 @@ bool AdmissionQueueCore::scan(std::unique_lock<std::mutex>& lock, std::vector<Gr
   for (GroupEntry* e : order) {
     if (stopping) return false;
     if (e->items.empty() || e->trying != 0) continue;  // changed while the lock was dropped
+    if (held_back(e)) continue;
     auto head = e->items.begin();
     ItemPtr item = std::move(head->second);
     e->items.erase(head);
@@ -300,14 +409,25 @@ bool AdmissionQueueCore::scan(std::unique_lock<std::mutex>& lock, std::vector<Gr
     const ReserveStatus st = now >= item->deadline_ns
                                  ? ReserveStatus::kTimedOut
                                  : item->res.reserve_until(item->bytes, now);
+    // Refused for lack of room: where (the hold-back needs the level), read with no lock held.
+    const bool no_room = st == ReserveStatus::kTimedOut && now < item->deadline_ns;
+    const Group* blocked = nullptr;
+    if (no_room) {
+      const Group& g = *e->group;
+      const auto units = static_cast<int64_t>(std::min<uint64_t>(item->units, INT64_MAX));
+      blocked = blocking_level(g, admit_expected(g, units) - item->res.units());
+    }
     lock.lock();
     bool cancelled = e->cancel_trying || (!held(st) && item->stop.stop_requested());
     if (held(st) && !cancelled && !stopping) {
       e->trying = 0;
       forget(*item, e);
+      unstarve(e);
       vclock = e->vtime;
       const uint32_t w = e->stats->weight.load(std::memory_order_relaxed);
-      e->vtime += kVirtualScale / std::max<uint32_t>(w, 1);
+      const uint64_t cost = virtual_cost(item->units, w);
+      e->vtime = e->vtime > UINT64_MAX - cost ? UINT64_MAX : e->vtime + cost;
+      if (e->vtime >= kRebaseAt) rebase();
       run_admitted(lock, e, std::move(item));
       return true;
     }
@@ -320,6 +440,16 @@ bool AdmissionQueueCore::scan(std::unique_lock<std::mutex>& lock, std::vector<Gr
     }
     e->trying = 0;
     e->cancel_trying = false;
+    if (no_room && !cancelled && !stopping) {
+      if (blocked == e->group.get()) {
+        unstarve(e);  // its own items must give memory back: holding others back is no use
+        catch_up(e, nullptr);
+      } else if (blocked != nullptr) {
+        starve(e, blocked);
+      } else {
+        unstarve(e);  // there is room now: the next try will tell
+      }
+    }
     const bool again = !cancelled && (held(st) || (st == ReserveStatus::kTimedOut &&
                                                     clock.now_ns() < item->deadline_ns));
     if (again) {
@@ -453,6 +583,8 @@ AdmissionQueue::AdmissionQueue(Controller& controller, AdmissionQueueOptions opt
     throw std::invalid_argument("AdmissionQueue: max_queued must be 1..2^24");
   if (options.poll_ns < 1'000 || options.poll_ns > 1'000'000'000)
     throw std::invalid_argument("AdmissionQueue: poll_ns must be 1 us..1 s");
+  if (options.hold_ns > 10'000'000'000)
+    throw std::invalid_argument("AdmissionQueue: hold_ns must be 0..10 s");
   core_ = std::make_shared<internal::AdmissionQueueCore>(controller, options);
   internal::AdmissionQueueCore* core = core_.get();
   std::lock_guard<std::mutex> lock(core->mu);  // the workers start once their ids are listed
@@ -536,6 +668,7 @@ SubmitStatus AdmissionQueue::submit_item(Group& group, Member* member, WorkItem&
   item->id = c.next_id++;
   item->priority = w.priority;
   item->bytes = w.bytes;
+  item->units = static_cast<uint64_t>(std::max<int64_t>(0, c.ctl.to_units_ceil(w.bytes)));
   item->deadline_ns = std::min(w.deadline_ns, Clock::kMaxNs);
   item->submit_ns = c.clock.now_ns();
   item->stop = w.stop;

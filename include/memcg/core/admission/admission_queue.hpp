@@ -22,15 +22,37 @@
 // Reservation made for the item's group or Member, i.e. the admission by expected peak
 // (admission.hpp) and the charge ladder without the OOM killer, once, with no wait. The first
 // head admitted runs on that worker, run(reservation); its group's virtual time then advances by
-// 1/weight (memory.admit.weight), so that while several groups are backlogged each is admitted
-// in proportion to its weight (weighted fair queueing of admissions, not of bytes). A group
-// that had nothing queued re-enters at the smallest virtual time of the backlogged groups: idle
-// time is not credit. A head that is not admitted stays at the head and the worker tries the
-// next group: a worker never sits in one group's wait while another group's item is admissible.
+// its bytes (in units, at least one) / weight (memory.admit.weight), so that while several
+// groups are backlogged each is admitted memory in proportion to its weight (weighted fair
+// queueing of the bytes admitted; items of equal size are admitted in proportion to the
+// weights). A group that had nothing queued re-enters at the smallest virtual time of the
+// backlogged groups: idle time is not credit. A head that is not admitted stays at the head and
+// the worker tries the next group: a worker never sits in one group's wait while another group's
+// item is admissible.
+//
+// Why bytes and not admissions: what the groups share is room on their common limits (memory
+// held for the time an item runs; like cpu.weight sharing the time it is spent). Counting
+// admissions would promise a group of items twice as large twice the memory for the same weight,
+// room its items cannot get beside the others' without holding everybody else back. The size is
+// what admission knows of an item (its run time is known only at its end), so it is the cost.
+//
+// Large items (the hold-back). Passing over a head that does not fit lets smaller items of other
+// groups take the room as it comes back, and a group of large items would be starved however
+// small its virtual time: the order is right, the room never gathers. So when a group's head is
+// refused because a shared level above it (an ancestor with a memory.max) has no room beside its
+// usage and the running admissions' promises, the group is starved there; another group under
+// that level that is ahead of it in virtual time by 4 of its own head items is held back (its
+// items are not tried) until the starved head is admitted, so that the room gathers for it.
+// Bounded: a hold lasts options.hold_ns of the controller's clock at most; then the starved
+// group gives up its lag (its virtual time moves up to the others') and the others go on until
+// they are 4 items ahead again. A group refused at its own memory.max holds nobody back (only
+// its own items make room there), and the virtual time it could not use is not credit either.
+// Groups under no shared limited level with the starved one are never held back.
 // When no head is admitted, the workers sleep until an item is submitted, an item ends
 // (its reservation gave memory back), or poll_ns of the controller's clock passed (memory freed
 // elsewhere: caches, reservations outside the queue); one worker polls, the others sleep until
-// woken. Several tries of an item are counted in its group's memory.wait admit_waits each.
+// woken. A try never sleeps, so it is no memory.wait admit_wait; the group's tries are counted
+// in memory.admit.queue (`tries`).
 //
 // Items that never run get done(status), once, with no library lock held:
 //   kTimedOut   the item's deadline (controller clock, over all its tries) passed first
@@ -75,7 +97,7 @@ class Controller;
 class Group;
 class Member;
 
-// memory.admit.weight: a group's share of the admissions of an AdmissionQueue while several
+// memory.admit.weight: a group's share of the memory admitted by an AdmissionQueue while several
 // groups are backlogged, relative to the others' (like cgroup's cpu.weight).
 inline constexpr uint32_t kAdmitWeightMin = 1;
 inline constexpr uint32_t kAdmitWeightDefault = 100;
@@ -117,6 +139,10 @@ struct AdmissionQueueOptions {
   // admissible and nothing happened in the queue (memory freed elsewhere is seen this way).
   // 1 ms by default, as the admission's own poll (kAdmitPollNs); 1 us..1 s.
   uint64_t poll_ns = 1'000'000;
+  // The longest hold-back for a group whose head is starved at a shared level (above), on the
+  // controller's clock: room that does not gather within a few polls is not held idle longer.
+  // 2 ms by default; 0 turns the hold-back off (plain weighted fair queueing); at most 10 s.
+  uint64_t hold_ns = 2'000'000;
 };
 
 struct WorkItem {
