@@ -17,9 +17,9 @@
 #include <memory_resource>
 
 #include "alloc_baselines.hpp"
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/alloc/pmr.hpp"
 #include "bench_check.hpp"
 

@@ -9,8 +9,8 @@
 #include <cstdlib>
 
 #include "memcg/base/errors.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 namespace memcg::bench {
 

@@ -14,8 +14,8 @@
 
 #include "bench_check.hpp"
 #include "memcg/c/memcg.h"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 
 namespace memcg::bench {
 namespace {

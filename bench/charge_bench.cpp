@@ -45,8 +45,8 @@
 #include <vector>
 
 #include "baselines.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/counter/page_counter.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "bench_check.hpp"

@@ -15,8 +15,8 @@
 #include <chrono>
 #include <thread>
 
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "bench_check.hpp"
 #include "smoke.hpp"
 

@@ -20,8 +20,8 @@
 #include <cstdlib>
 
 #include "alloc_baselines.hpp"
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/hook/hook.hpp"
 #include "bench_check.hpp"
 

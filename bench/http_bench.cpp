@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/events.hpp"
 #include "memcg/http/json.hpp"
 #include "memcg/http/server.hpp"

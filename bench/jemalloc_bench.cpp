@@ -34,7 +34,7 @@
 #include <string>
 
 #include "alloc_baselines.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/jemalloc/arena.hpp"
 
 namespace {

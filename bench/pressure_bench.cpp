@@ -17,10 +17,10 @@
 #include <cstdint>
 #include <thread>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/psi.hpp"
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/psi.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 #include "bench_check.hpp"
 
 namespace memcg {

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/alloc/lru_cache.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "bench_check.hpp"
 
 namespace {

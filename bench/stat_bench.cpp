@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "bench_check.hpp"

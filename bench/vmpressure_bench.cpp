@@ -14,9 +14,9 @@
 #include <atomic>
 #include <cstdint>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/alloc/lru_cache.hpp"
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 #include "bench_check.hpp"
 
 namespace memcg {

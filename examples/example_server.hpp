@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #ifdef MEMCG_EXAMPLE_HTTP
 #include "memcg/http/server.hpp"
 #endif

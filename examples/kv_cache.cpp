@@ -33,11 +33,11 @@
 #include <vector>
 
 #include "memcg/base/errors.hpp"
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/alloc/pmr.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #ifdef MEMCG_EXAMPLE_HTTP
 #include "memcg/http/server.hpp"
 #endif

@@ -8,10 +8,10 @@
 #include <atomic>
 #include <cstdio>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/alloc/lru_cache.hpp"
-#include "memcg/core/psi.hpp"
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/signal/psi.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 
 int main() {
   using namespace memcg;

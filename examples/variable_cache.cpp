@@ -18,9 +18,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Growth past admission (reservation.hpp): the growth wait (ends when memory arrives, bounded
 // when none is coming), growth past the expected or tolerated peak (may not take what is promised
 // to others; the excess order chooses the victim). Admission itself is in admission_test.cpp.
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/admission/reservation.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,10 +15,10 @@
 #include "admission_support.hpp"
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/admission.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/admission/admission.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/files/files.hpp"
 #include "watchdog.hpp"
 

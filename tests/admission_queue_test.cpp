@@ -4,7 +4,7 @@
 // the bounded queue, destruction with queued items, callables that throw, and the
 // memory.admit.weight / memory.admit.queue files. On a ManualClock, so that the polls, the
 // deadlines and the hold-back's bound move only when the test advances time.
-#include "memcg/core/admission_queue.hpp"
+#include "memcg/core/admission/admission_queue.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,9 +19,9 @@
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/admission/reservation.hpp"
 #include "memcg/files/files.hpp"
 #include "watchdog.hpp"
 

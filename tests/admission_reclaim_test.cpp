@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "charge_wait_support.hpp"
-#include "memcg/core/admission.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/reclaim.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/admission/admission.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/admission/reservation.hpp"
 
 namespace memcg {
 namespace {

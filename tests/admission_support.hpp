@@ -11,8 +11,8 @@
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/admission/reservation.hpp"
 
 namespace memcg::testing_admit {
 

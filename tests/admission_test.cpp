@@ -1,7 +1,7 @@
 // Admission by learned peak (admission.hpp): the learning rule (history, decay, bounds, no
 // history), admission by expected peak, never-fits at every entry point. Growth past admission
 // (reservation.hpp) is in admission_growth_test.cpp.
-#include "memcg/core/admission.hpp"
+#include "memcg/core/admission/admission.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,10 +17,10 @@
 #include "admission_support.hpp"
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/admission/reservation.hpp"
 #include "memcg/files/files.hpp"
 #include "watchdog.hpp"
 

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg::testing {

@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "watchdog.hpp"
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/charge.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/obj_stock.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/counter/page_counter.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 #include "manual_controller.hpp"

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "memcg/memcg.hpp"
-#include "memcg/core/cache_governor.hpp"
+#include "memcg/core/reclaim/cache_governor.hpp"
 
 namespace memcg {
 namespace {

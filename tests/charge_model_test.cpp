@@ -31,9 +31,9 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "memcg/base/internal/cpu.hpp"
 #include "memcg/percpu/stat_registry.hpp"
 #include "memcg/percpu/internal/stock.hpp"

@@ -35,9 +35,9 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "no_rseq_rerun.hpp"
 

@@ -1,6 +1,6 @@
 // The charge path: stock behaviour seen through the counters, the failure ladder, forced
 // charges, thread attachment and charge handles (charge_path.md, "Test ideas").
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/charge.hpp"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -10,9 +10,9 @@
 #include <new>
 #include <thread>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/limits.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/limits.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {

@@ -1,6 +1,6 @@
 // Waiting charges on the controller's clock: virtual deadlines, waits and wakes through the
 // Clock, the `wait` event, the _for overloads.
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/limits.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/limits.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "watchdog.hpp"

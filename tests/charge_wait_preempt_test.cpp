@@ -2,7 +2,7 @@
 // in which order, how often, and what the waiter gets. On a virtual clock that counts the waits
 // it blocks in (ParkingClock), so the test knows when a waiter has finished its look (and its
 // requests).
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,8 +17,8 @@
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/files/files.hpp"
 #include "watchdog.hpp"
 

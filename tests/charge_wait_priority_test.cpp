@@ -2,7 +2,7 @@
 // classes, aging across classes, the per-group default and its file, the per-class figures and
 // the wait times of memory.wait. All on a ManualClock: every grant is made synchronously by the
 // uncharging thread, so the order is checked exactly, one freed unit at a time.
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/files/files.hpp"
 #include "watchdog.hpp"
 

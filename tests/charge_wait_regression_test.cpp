@@ -1,6 +1,6 @@
 // Waiting charges: the defects found in review, each reproduced on a ManualClock (or by the
 // state the counters are left in), step by step.
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/limits.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/limits.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "watchdog.hpp"
 

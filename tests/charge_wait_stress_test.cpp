@@ -1,6 +1,6 @@
 // Waiting charges under load: randomized sizes, deadlines, cancellations, limit changes,
 // removals and teardown, with exact accounting at the end.
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 #include <gtest/gtest.h>
 
@@ -17,12 +17,12 @@
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/limits.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/limits.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/obj_stock.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "watchdog.hpp"
 

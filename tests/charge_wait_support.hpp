@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
 
 namespace memcg::testing_wait {

@@ -1,6 +1,6 @@
 // Waiting charges (charge_wait.hpp): every way out of a wait and the fairness cases by
 // construction. The clock, the stress runs, the regressions and the priorities have their own files.
-#include "memcg/core/charge_wait.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 #include "memcg/files/files.hpp"
 
 #include <gtest/gtest.h>
@@ -16,9 +16,9 @@
 
 #include "charge_wait_support.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/limits.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/limits.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "watchdog.hpp"

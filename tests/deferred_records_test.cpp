@@ -13,12 +13,12 @@
 #include <thread>
 
 #include "charge_wait_support.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/internal/alloc_hook.hpp"
-#include "memcg/core/internal/charge_wait_hooks.hpp"
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/internal/alloc_hook.hpp"
+#include "memcg/core/wait/internal/charge_wait_hooks.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 #include "watchdog.hpp"
 
 namespace memcg {

@@ -16,9 +16,9 @@
 #include <string>
 #include <utility>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/admission/reservation.hpp"
 
 namespace memcg {
 namespace {

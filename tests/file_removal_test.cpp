@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
 
 #include "manual_controller.hpp"

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {

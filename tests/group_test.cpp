@@ -1,7 +1,7 @@
 // Tests of the group tree: creation, lookup and removal by path, byte-denominated knobs,
 // memory.events propagation, dying groups and their references, memory.peak handles.
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 
 namespace memcg {
 namespace {

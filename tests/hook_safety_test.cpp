@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/files/prometheus.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 

@@ -17,11 +17,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/alloc/lru_cache.hpp"
 #include "memcg/base/nofail.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/alloc/pmr.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 

@@ -19,15 +19,15 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/charge/charge.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/jemalloc/arena.hpp"
 #include "memcg/base/nofail.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "jemalloc_test_helpers.hpp"
 
 

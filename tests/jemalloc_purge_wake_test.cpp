@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/jemalloc/arena.hpp"
 #include "jemalloc_test_helpers.hpp"
 #include "watchdog.hpp"

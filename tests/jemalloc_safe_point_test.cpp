@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "memcg/base/nofail.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/reclaim.hpp"
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 #include "memcg/jemalloc/arena.hpp"
 #include "jemalloc_test_helpers.hpp"
 #include "watchdog.hpp"

@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "memcg/base/events.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/admission/reservation.hpp"
 #include "watchdog.hpp"
 
 namespace memcg {

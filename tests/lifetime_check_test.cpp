@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "memcg/memcg.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/admission/reservation.hpp"
 
 namespace memcg {
 namespace {

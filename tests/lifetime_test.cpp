@@ -5,9 +5,9 @@
 #include <memory>
 #include <thread>
 
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/charge.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 
 namespace memcg {
 namespace {

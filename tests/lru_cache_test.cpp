@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 
 namespace memcg {
 namespace {

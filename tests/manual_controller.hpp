@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 
 namespace memcg::testing {
 

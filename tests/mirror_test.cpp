@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "memcg/memcg.hpp"
-#include "memcg/core/mirror.hpp"
+#include "memcg/core/charge/mirror.hpp"
 #include "watchdog.hpp"
 
 namespace memcg {

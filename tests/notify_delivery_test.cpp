@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/notify.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/notify.hpp"
 
 #include "watchdog.hpp"
 

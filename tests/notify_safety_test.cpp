@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/notify.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/notify.hpp"
 
 namespace memcg {
 namespace {

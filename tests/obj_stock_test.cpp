@@ -1,7 +1,7 @@
 // The object layer: byte-exact charges over unit charges, reserves, pools, drains, statistics,
 // limits, removal, NoFailScope, and exactness under random multi-threaded use (both the rseq and
 // the try-lock paths).
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/alloc/lru_cache.hpp"
 #include "memcg/base/nofail.hpp"
 #include "memcg/percpu/internal/stock.hpp"

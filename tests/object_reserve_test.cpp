@@ -2,7 +2,7 @@
 // gives back what the subtree's reserves hold before it reclaims or kills, flush_stats() folds
 // the reserves' deferred byte statistics, and a free that parks bytes in a removed group's pool
 // never touches the group after another thread may have released it.
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/limits.hpp"
+#include "memcg/core/charge/limits.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 #include "alloc_test_support.hpp"

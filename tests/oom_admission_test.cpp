@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/admission/reservation.hpp"
 #include "memcg/files/files.hpp"
 
 namespace memcg {

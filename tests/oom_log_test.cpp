@@ -1,6 +1,6 @@
-// OomLog (memcg/core/oom_log.hpp): what an OOM kill leaves in the ring, its bounds, and readers
+// OomLog (memcg/core/oom/oom_log.hpp): what an OOM kill leaves in the ring, its bounds, and readers
 // racing the killer (run under TSan).
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 namespace memcg {
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 namespace memcg::testing_oom {
 

@@ -4,7 +4,7 @@
 // Spill before kill and the reason each member callback is told are in oom_spill_test.cpp.
 // Scenarios that could hang run under a watchdog.
 #include "watchdog.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/admission.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/admission/admission.hpp"
+#include "memcg/core/admission/reservation.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 #include "oom_policy_support.hpp"

@@ -1,6 +1,6 @@
 // What an OOM report keeps of its users' text and how OOMs are counted: every string of an entry
-// of the OOM log capped by one helper on a UTF-8 boundary (memcg/core/oom_log.hpp), totals by
-// outcome, and OOM handler statistics that do not trust a handler's claim (memcg/core/oom.hpp).
+// of the OOM log capped by one helper on a UTF-8 boundary (memcg/core/oom/oom_log.hpp), totals by
+// outcome, and OOM handler statistics that do not trust a handler's claim (memcg/core/oom/oom.hpp).
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "memcg/base/internal/utf8.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 #include "memcg/files/prometheus.hpp"
 
 namespace memcg {

@@ -3,7 +3,7 @@
 // that releases asynchronously, a throwing callback fails only its kill, and badness follows the
 // kernel's formula (events_oom.md). Every scenario that could hang runs under a watchdog.
 #include "watchdog.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 #include <gtest/gtest.h>
 
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/notify.hpp"
+#include "memcg/core/signal/notify.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "memcg/alloc/allocator.hpp"
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/alloc/lru_cache.hpp"
 #include "memcg/base/nofail.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 #include "alloc_test_support.hpp"

@@ -11,10 +11,10 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/events.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "watchdog.hpp"
 
 namespace memcg {

@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/psi.hpp"
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/psi.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 #include "memcg/files/files.hpp"
 
 #include "manual_controller.hpp"

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "watchdog.hpp"
 
 namespace memcg {

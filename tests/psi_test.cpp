@@ -1,5 +1,5 @@
 // PSI: stall accounting, averages on virtual time, triggers, memory.pressure (psi.md).
-#include "memcg/core/psi.hpp"
+#include "memcg/core/signal/psi.hpp"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/limits.hpp"
+#include "memcg/core/charge/limits.hpp"
 
 #include "manual_controller.hpp"
 

@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/psi.hpp"
 
 #include "manual_controller.hpp"
 #include "watchdog.hpp"

@@ -18,11 +18,11 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/charge.hpp"
 #include "memcg/base/clock.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/percpu/stat_registry.hpp"
 
 namespace memcg {

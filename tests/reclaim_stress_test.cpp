@@ -10,11 +10,11 @@
 #include <thread>
 
 #include "memcg/base/errors.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/alloc/lru_cache.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {

@@ -1,17 +1,17 @@
 // Reclaim under protection, memory.high, memory.reclaim and the OOM killer (protection.md,
 // events_oom.md, charge_path.md).
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <stdexcept>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/limits.hpp"
+#include "memcg/core/charge/limits.hpp"
 #include "memcg/alloc/lru_cache.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/counter/protection.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "memcg/memcg.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/admission/reservation.hpp"
 #include "watchdog.hpp"
 
 namespace memcg {

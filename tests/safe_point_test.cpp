@@ -1,4 +1,4 @@
-// The safe point (memcg/core/safe_point.hpp) without an allocator: charges made inside an
+// The safe point (memcg/core/charge/safe_point.hpp) without an allocator: charges made inside an
 // AllocHookScope (core/internal/alloc_hook.hpp) take the counters only, and the ladder they
 // leave runs at safe_point(), one bounded pass per group, paused after a pass that could not
 // bring the group back. Built in every preset (the jemalloc tests are not built under
@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/internal/alloc_hook.hpp"
-#include "memcg/core/reclaim.hpp"
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/internal/alloc_hook.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 #include "watchdog.hpp"
 
 namespace memcg {

@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/notify.hpp"
+#include "memcg/core/signal/notify.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
 namespace memcg {

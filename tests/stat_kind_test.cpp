@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/alloc/pmr.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 

@@ -25,8 +25,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg {
 namespace {

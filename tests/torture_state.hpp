@@ -30,17 +30,17 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/attach.hpp"
+#include "memcg/core/charge/attach.hpp"
 #include "memcg/files/files.hpp"
-#include "memcg/core/limits.hpp"
+#include "memcg/core/charge/limits.hpp"
 #include "memcg/alloc/lru_cache.hpp"
 #include "memcg/memcg.hpp"
-#include "memcg/core/notify.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/signal/notify.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/files/prometheus.hpp"
-#include "memcg/core/psi.hpp"
-#include "memcg/core/reclaim.hpp"
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/signal/psi.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 
 namespace memcg::torture {
 

@@ -1,6 +1,6 @@
 // vmpressure: levels, windows, listener routing, the listener gate, socket pressure
 // (vmpressure.md).
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/alloc/lru_cache.hpp"
 

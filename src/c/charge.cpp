@@ -1,7 +1,7 @@
 // The C API's charge path and OOM members (include/memcg/c/memcg.h). memcg_charge and
 // memcg_uncharge are the hot path: a NULL check and a flag check in front of the C++ byte calls,
 // nothing else (bench/c_charge_bench.cpp measures the difference).
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/charge.hpp"
 #include "handles.hpp"
 
 using memcg::capi::guarded;

@@ -16,13 +16,13 @@
 #define MEMCG_C_EXPERIMENTAL
 #endif
 #include "memcg/c/memcg.h"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/notify.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/psi.hpp"
-#include "memcg/core/reclaim.hpp"
-#include "memcg/core/reservation.hpp"
-#include "memcg/core/vmpressure.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/notify.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/signal/psi.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/admission/reservation.hpp"
+#include "memcg/core/reclaim/vmpressure.hpp"
 
 struct memcg_controller {
   explicit memcg_controller(memcg::Options options) : cpp(std::move(options)) {}

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 #include "memcg/base/errors.hpp"
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 #include "handles.hpp"
 
 using memcg::capi::copy_out;

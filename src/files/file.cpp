@@ -1,7 +1,7 @@
 // File: the open file's hold on its group (core/internal/file_node.hpp).
 #include <utility>
 
-#include "memcg/core/internal/file_node.hpp"
+#include "memcg/core/tree/internal/file_node.hpp"
 #include "memcg/files/files.hpp"
 
 namespace memcg {

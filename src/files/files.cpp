@@ -6,16 +6,16 @@
 #include <optional>
 
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/admission.hpp"
-#include "memcg/core/admission_queue.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/internal/file_node.hpp"
-#include "memcg/core/limits.hpp"
-#include "memcg/core/obj_stock.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/psi.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/admission/admission.hpp"
+#include "memcg/core/admission/admission_queue.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/tree/internal/file_node.hpp"
+#include "memcg/core/charge/limits.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/signal/psi.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/files/parse.hpp"
 
 namespace memcg {

@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/internal/file_node.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/internal/file_node.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/files/files.hpp"
 
 namespace memcg {

@@ -4,8 +4,8 @@
 #include <string_view>
 
 #include "memcg/base/events.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 #include "prometheus_internal.hpp"
 
 namespace memcg {

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "memcg/base/events.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom_log.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom_log.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/files/prometheus.hpp"
 
 namespace memcg::internal::prom {

@@ -12,10 +12,10 @@
 #include <cstdlib>
 #include <new>
 
-#include "memcg/core/attach.hpp"
+#include "memcg/core/charge/attach.hpp"
 #include "memcg/hook/hook.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 
 namespace memcg::hook {
 namespace {

@@ -13,8 +13,8 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "memcg/core/limits.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/charge/limits.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "pressure_source.hpp"
 
 namespace memcg::host {

@@ -2,7 +2,7 @@
 #include <cerrno>
 #include <string>
 
-#include "memcg/core/internal/file_node.hpp"
+#include "memcg/core/tree/internal/file_node.hpp"
 #include "memcg/host/binding.hpp"
 
 namespace memcg::host {

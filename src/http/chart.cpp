@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "html.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "oom_page.hpp"
 
 namespace memcg::http::detail {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "history.hpp"
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 #include "memcg/http/columns.hpp"
 
 namespace memcg::http::detail {

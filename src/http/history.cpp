@@ -4,8 +4,8 @@
 
 #include "memcg/base/events.hpp"
 #include "memcg/base/internal/lock.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/psi.hpp"
 
 namespace memcg::http::detail {
 namespace {

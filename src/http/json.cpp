@@ -5,11 +5,11 @@
 #include <string_view>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "json_put.hpp"
 #include "memcg/base/events.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/signal/psi.hpp"
 
 // Written by hand rather than through a JSON library's document tree: the document is flat and
 // all numbers, and building a tree for 10 000 groups took 125 ms where the budget of a scrape is

@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "json_put.hpp"
 
 namespace memcg::http {

@@ -4,8 +4,8 @@
 
 #include "html.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/http/columns.hpp"
 
 namespace memcg::http::detail {

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 
 namespace memcg {
 class Controller;

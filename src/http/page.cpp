@@ -7,9 +7,9 @@
 
 #include "memcg/base/events.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom_log.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom_log.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/http/columns.hpp"
 #include "chart.hpp"
 #include "html.hpp"

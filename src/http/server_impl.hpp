@@ -16,7 +16,7 @@
 #include <thread>
 #include <unordered_set>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/http/server.hpp"
 #include "history.hpp"
 

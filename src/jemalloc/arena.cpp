@@ -15,10 +15,10 @@
 #include <utility>
 
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/internal/alloc_hook.hpp"
-#include "memcg/core/reclaim.hpp"
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/internal/alloc_hook.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 
 #include "internal.hpp"
 

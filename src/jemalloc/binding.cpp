@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "internal.hpp"
-#include "memcg/core/internal/alloc_hook.hpp"
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/charge/internal/alloc_hook.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 #include "memcg/jemalloc/arena.hpp"
 
 namespace memcg::jemalloc {

@@ -22,8 +22,8 @@
 #include <cstdlib>
 #include <new>
 
-#include "memcg/core/internal/alloc_hook.hpp"
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/charge/internal/alloc_hook.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 
 namespace {
 

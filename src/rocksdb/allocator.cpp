@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 
 namespace memcg::rocksdb {
 

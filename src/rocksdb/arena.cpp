@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 
 namespace memcg::rocksdb {
 

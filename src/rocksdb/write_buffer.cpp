@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "reservation_cache.hpp"
 
 namespace memcg::rocksdb {

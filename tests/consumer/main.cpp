@@ -1,8 +1,8 @@
 // Uses the installed library: a two-level tree, one failing charge, and the events it raised.
 #include <memcg/memcg.hpp>
 // One header by its layer path as well as the umbrella.
-#include <memcg/core/group.hpp>
-#include <memcg/core/controller.hpp>
+#include <memcg/core/tree/group.hpp>
+#include <memcg/core/tree/controller.hpp>
 #include <memcg/base/version.hpp>
 
 #include <cstdio>

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/http/server.hpp"
 
 namespace memcg::http {

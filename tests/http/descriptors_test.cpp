@@ -19,7 +19,7 @@
 
 #include "../watchdog.hpp"
 #include "hostile_client.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/http/server.hpp"
 
 namespace memcg::http {

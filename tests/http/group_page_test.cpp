@@ -9,9 +9,9 @@
 #include <string>
 #include <thread>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/members.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/members.hpp"
+#include "memcg/core/oom/oom.hpp"
 #include "memcg/http/server.hpp"
 
 namespace memcg::http {

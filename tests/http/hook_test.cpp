@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/hook/hook.hpp"
 #include "memcg/http/server.hpp"
 

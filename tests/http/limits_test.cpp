@@ -16,10 +16,10 @@
 
 #include "../watchdog.hpp"
 #include "hostile_client.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/notify.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/notify.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/http/server.hpp"
 
 namespace memcg::http {

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "../../src/http/json_put.hpp"
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
 
 namespace memcg::http {
 namespace {

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/controller.hpp"
-#include "memcg/core/oom.hpp"
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/tree/controller.hpp"
+#include "memcg/core/oom/oom.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 #include "memcg/files/prometheus.hpp"
 #include "memcg/http/columns.hpp"
 

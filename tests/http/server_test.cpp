@@ -25,13 +25,13 @@
 #include <string>
 #include <vector>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/events.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/http/json.hpp"
 #include "memcg/files/prometheus.hpp"
-#include "memcg/core/psi.hpp"
+#include "memcg/core/signal/psi.hpp"
 
 namespace memcg::http {
 namespace {

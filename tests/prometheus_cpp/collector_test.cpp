@@ -18,8 +18,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/events.hpp"
 #include "memcg/files/prometheus.hpp"
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "memcg/base/nofail.hpp"
-#include "memcg/core/attach.hpp"
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/charge/charge.hpp"
 #include "memcg/hook/hook.hpp"
 #include "rocksdb/rocksdb_fixture.hpp"
 #include "watchdog.hpp"

@@ -3,7 +3,7 @@
 // larger than memory.max at once and, with no room, fails or stalls as the options say.
 #include <chrono>
 
-#include "memcg/core/charge.hpp"
+#include "memcg/core/charge/charge.hpp"
 #include "rocksdb/rocksdb_fixture.hpp"
 
 namespace memcg::rocksdb::testing {

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "report.hpp"
 
 namespace memcgctl {

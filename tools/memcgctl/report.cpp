@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "memcg/base/errors.hpp"
-#include "memcg/core/pressure.hpp"
+#include "memcg/core/signal/pressure.hpp"
 #include "memcg/files/parse.hpp"
 
 namespace memcgctl {

@@ -12,8 +12,8 @@
 #include <variant>
 #include <vector>
 
-#include "memcg/core/charge_wait.hpp"
-#include "memcg/core/reservation.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
+#include "memcg/core/admission/reservation.hpp"
 
 namespace memcgctl {
 
@@ -113,7 +113,7 @@ struct ChargeStep {
   Outcome expect = Outcome::kOk;
 };
 
-// A step of the member's reservation (memcg::Reservation, <memcg/core/reservation.hpp>): the
+// A step of the member's reservation (memcg::Reservation, <memcg/core/admission/reservation.hpp>): the
 // admitted memory of one query. A member has one reservation, made at the first `reserve` step
 // that runs for it with the member's options (`oom`, `priority`: the loader gives every step of
 // a member the same ones) and ended by `release: true`, `release` of the member, a kill, a

@@ -25,10 +25,10 @@
 #include <new>
 #include <type_traits>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/group.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 
 namespace memcg {
 

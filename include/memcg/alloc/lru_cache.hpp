@@ -18,8 +18,8 @@
 #include <mutex>
 #include <string>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 
 namespace memcg {
 

@@ -31,11 +31,11 @@
 #include <new>
 #include <stdexcept>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/controller.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
-#include "memcg/core/obj_stock.hpp"
+#include "memcg/core/charge/obj_stock.hpp"
 
 namespace memcg {
 

@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "memcg/core/group.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg {
 

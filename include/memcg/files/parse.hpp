@@ -27,8 +27,8 @@
 #include <string>
 #include <string_view>
 
-#include "memcg/core/pressure.hpp"  // the PSI trigger and vmpressure grammars
-#include "memcg/core/reclaim.hpp"   // ReclaimRequest
+#include "memcg/core/signal/pressure.hpp"  // the PSI trigger and vmpressure grammars
+#include "memcg/core/reclaim/reclaim.hpp"   // ReclaimRequest
 
 namespace memcg {
 

@@ -49,7 +49,7 @@
 #include <string>
 #include <thread>
 
-#include "memcg/core/controller.hpp"
+#include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/host/discovery.hpp"
 

@@ -1,4 +1,4 @@
-// The recent OOM and preemption reports (memcg/core/oom_log.hpp) as GET /v1/oom serves them (JSON)
+// The recent OOM and preemption reports (memcg/core/oom/oom_log.hpp) as GET /v1/oom serves them (JSON)
 // and GET /v1/oom.txt (one line a report, for a log). Part of the optional component memcg::http.
 //
 //   {"version": 1, "capacity": 32, "last_seq": 7,
@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <string>
 
-#include "memcg/core/oom_log.hpp"
+#include "memcg/core/oom/oom_log.hpp"
 
 namespace memcg::http {
 

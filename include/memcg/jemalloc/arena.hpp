@@ -142,10 +142,10 @@
 #include <memory_resource>
 #include <string>
 
-#include "memcg/core/attach.hpp"
-#include "memcg/core/charge.hpp"
-#include "memcg/core/group.hpp"
-#include "memcg/core/safe_point.hpp"
+#include "memcg/core/charge/attach.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/group.hpp"
+#include "memcg/core/charge/safe_point.hpp"
 
 namespace memcg::jemalloc {
 
@@ -285,7 +285,7 @@ class Arena {
 // (thread exit, or mallctl thread.tcache.flush on that thread).
 size_t collect_released() noexcept;
 
-// A safe point (memcg/core/safe_point.hpp) for threads bound to an arena: runs what this thread's
+// A safe point (memcg/core/charge/safe_point.hpp) for threads bound to an arena: runs what this thread's
 // hook charges left (the ladder of a refused or forced allocation, the memory.high throttle, the
 // wake of waiting charges). A long-running loop that allocates with plain malloc calls it between
 // items; operator new and delete and ScopedArenaAttach call it on their own. Returns true if

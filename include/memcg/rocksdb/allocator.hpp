@@ -27,8 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "memcg/core/charge.hpp"
-#include "memcg/core/group.hpp"
+#include "memcg/core/charge/charge.hpp"
+#include "memcg/core/tree/group.hpp"
 
 namespace memcg::rocksdb {
 

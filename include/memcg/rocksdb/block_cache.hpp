@@ -27,7 +27,7 @@
 #include <functional>
 #include <memory>
 
-#include "memcg/core/cache_governor.hpp"
+#include "memcg/core/reclaim/cache_governor.hpp"
 #include "memcg/rocksdb/allocator.hpp"
 
 namespace memcg::rocksdb {

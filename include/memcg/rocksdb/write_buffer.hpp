@@ -45,8 +45,8 @@
 #include <thread>
 #include <vector>
 
-#include "memcg/core/mirror.hpp"
-#include "memcg/core/reclaim.hpp"
+#include "memcg/core/charge/mirror.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 
 namespace memcg::rocksdb {
 
