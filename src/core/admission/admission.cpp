@@ -12,6 +12,7 @@
 
 #include "memcg/base/clock.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/base/internal/lazy_state.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/tree/group.hpp"
 #include "memcg/core/admission/internal/admission_state.hpp"
@@ -60,18 +61,7 @@ namespace {
 
 // The state of `g`, created on first use. The root has none (it admits everything).
 AdmitState* state(Group& g) noexcept {
-  std::atomic<AdmitState*>& slot = AdmitAccess::slot(g);
-  AdmitState* s = slot.load(std::memory_order_acquire);
-  if (s != nullptr) return s;
-  HookBypass bypass;  // library bookkeeping is never charged
-  auto* fresh = new (std::nothrow) AdmitState;
-  if (fresh == nullptr) return nullptr;
-  // acq_rel: publishes the new state; acquire on failure sees the winner's.
-  if (slot.compare_exchange_strong(s, fresh, std::memory_order_acq_rel,
-                                   std::memory_order_acquire))
-    return fresh;
-  delete fresh;
-  return s;
+  return lazy_state(AdmitAccess::slot(g));
 }
 
 // One process-wide admission mutex: the expected-fit check and the promise it grants are one

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/base/internal/lazy_state.hpp"
 #include "memcg/core/admission/admission.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/tree/group.hpp"
@@ -29,17 +30,7 @@ namespace memcg {
 namespace internal {
 
 QueueGroupState* queue_state(Group& g) noexcept {
-  std::atomic<QueueGroupState*>& slot = QueueAccess::slot(g);
-  QueueGroupState* s = slot.load(std::memory_order_acquire);
-  if (s != nullptr) return s;
-  HookBypass bypass;  // library bookkeeping is never charged
-  auto* fresh = new (std::nothrow) QueueGroupState;
-  if (fresh == nullptr) return nullptr;
-  if (slot.compare_exchange_strong(s, fresh, std::memory_order_acq_rel,
-                                   std::memory_order_acquire))
-    return fresh;
-  delete fresh;
-  return s;
+  return lazy_state(QueueAccess::slot(g));
 }
 
 void admit_queue_group_freed(Group& g) noexcept {

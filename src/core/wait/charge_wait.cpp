@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "memcg/base/clock.hpp"
+#include "memcg/base/internal/lazy_state.hpp"
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/tree/group.hpp"
@@ -43,15 +44,7 @@ constexpr int64_t kDefaultAgingNs = 100'000'000;  // 100 ms
 // The wait state of `ctl`, created by the first caller that needs it (allocated with no lock
 // held; a loser of the race frees its copy).
 ControllerWaits* controller_waits(Controller& ctl) noexcept {
-  auto& slot = WaitAccess::state(ctl);
-  ControllerWaits* cw = slot.load(std::memory_order_acquire);
-  if (cw != nullptr) return cw;
-  internal::HookBypass bypass;  // the library's own state is never charged
-  auto* fresh = new (std::nothrow) ControllerWaits(kDefaultAgingNs);
-  if (fresh == nullptr) return nullptr;
-  if (slot.compare_exchange_strong(cw, fresh, std::memory_order_acq_rel)) return fresh;
-  delete fresh;
-  return cw;
+  return internal::lazy_state(WaitAccess::state(ctl), kDefaultAgingNs);
 }
 
 // The queue of `g`, created if need be: allocated before any lock, installed and listed under
