@@ -14,10 +14,42 @@
 namespace memcgctl::detail {
 
 namespace {
-// Virtual time a group's admission costs at weight 1; weight W costs kFairScale / W, so the
-// groups' admissions follow their weights while all of them are backlogged.
-constexpr uint64_t kFairScale = 10'000'000;
+// The library queue's fairness (admission_queue.hpp), on the virtual clock: an admission of U
+// units costs its group U * kVirtualPerUnit / weight of virtual time, so while every group is
+// backlogged the memory admitted follows the weights.
+constexpr uint64_t kVirtualPerUnit = 1'000'000;
+// A group whose head is refused for lack of room on a shared limited level holds back the
+// groups under that level that are this many of their head items ahead of it, for at most
+// kHoldNs of virtual time at a time (the library's defaults).
+constexpr uint64_t kHoldLagItems = 4;
+constexpr uint64_t kHoldNs = 2'000'000;
 constexpr size_t kNone = SIZE_MAX;
+
+uint64_t virtual_cost(int64_t units, uint32_t weight) {
+  return static_cast<uint64_t>(std::max<int64_t>(units, 1)) *
+         (kVirtualPerUnit / std::max(weight, 1u));
+}
+
+// The lowest level of `g`'s path (root excluded) with a memory.max where an admission of
+// `units`, at the growth factor in force, does not fit beside its usage and the running
+// admissions' promises; null when every level has room.
+const memcg::Group* blocking_level(const memcg::Group& g, int64_t units) {
+  const int64_t unlimited = g.controller().max_units();
+  const int64_t need = units * static_cast<int64_t>(memcg::admit_growth(g)) / 1000;
+  for (const memcg::Group* a = &g; a != nullptr && !a->is_root(); a = a->parent()) {
+    const int64_t max = a->memory().max();
+    if (max >= unlimited) continue;
+    const int64_t promised = std::max<int64_t>(0, memcg::admit_stats(*a).promised_units);
+    if (a->memory().usage() + promised + std::min(need, max) > max) return a;
+  }
+  return nullptr;
+}
+
+bool under(const memcg::Group& g, const memcg::Group* level) {
+  for (const memcg::Group* a = &g; a != nullptr; a = a->parent())
+    if (a == level) return true;
+  return false;
+}
 
 // Items within a group: high before normal before low, each in file order.
 size_t class_of(memcg::WaitPriority p) {
@@ -29,7 +61,9 @@ struct QueueState {
   struct Tenant {
     memcg::GroupRef group;
     uint32_t weight = kDefaultAdmitWeight;
-    uint64_t vtime = 0;                        // weighted admissions so far
+    uint64_t vtime = 0;                        // weighted units admitted so far
+    const memcg::Group* starved_at = nullptr;  // the shared level its head found full
+    uint64_t hold_since = 0;                   // when it began to hold others back; 0: not
     std::array<std::deque<size_t>, 3> queued;  // items not yet admitted, by class
     bool trying = false;                       // a lane is in a try of its head
     uint64_t items = 0, admitted = 0, timed_out = 0, refused = 0, tries = 0, killed = 0;
@@ -104,12 +138,17 @@ size_t Runner::queue_take(const QueueStep& q, QueueState& qs) {
         queue_end_item(qs, h, memcg::ReserveStatus::kTimedOut);
       }
     }
-    // The next group to try: the least weighted admissions so far, then the order of `tenants`.
+    // The next group to try: the least virtual time, then the order of `tenants`; a group held
+    // back for a starved one is passed over.
     size_t pick = kNone;
     for (size_t k = 0; k < qs.tenants.size(); ++k) {
       const QueueState::Tenant& t = qs.tenants[k];
       if (tried_now[k] || t.trying || t.head() == kNone) continue;
       if (pick == kNone || t.vtime < qs.tenants[pick].vtime) pick = k;
+    }
+    if (pick != kNone && queue_held_back(q, qs, pick)) {
+      tried_now[pick] = 1;
+      continue;
     }
     if (pick == kNone) break;
     tried_now[pick] = 1;
@@ -148,7 +187,23 @@ size_t Runner::queue_take(const QueueStep& q, QueueState& qs) {
         if (memcg::held(status)) status = memcg::ReserveStatus::kKilled;
       }
     }
-    if (status == memcg::ReserveStatus::kTimedOut) continue;  // not admissible now
+    if (status == memcg::ReserveStatus::kTimedOut) {  // not admissible now
+      const memcg::Group* level =
+          blocking_level(*t.group, units_of(spec.bytes) - st.reservation->units());
+      if (level == t.group.get()) {
+        // Only its own items can make room: no hold-back, and the virtual time it did not use
+        // is not credit (it moves up to the others' smallest).
+        t.starved_at = nullptr;
+        t.hold_since = 0;
+        queue_catch_up(qs, pick, nullptr);
+      } else if (level != t.starved_at) {
+        t.starved_at = level;
+        t.hold_since = 0;
+      }
+      continue;
+    }
+    t.starved_at = nullptr;
+    t.hold_since = 0;
     t.pop();
     --qs.queued;
     if (!memcg::held(status)) {
@@ -162,11 +217,51 @@ size_t Runner::queue_take(const QueueStep& q, QueueState& qs) {
     it.admitted_ns = clock_.now_ns();
     it.order = ++qs.admissions;
     ++t.admitted;
-    t.vtime += kFairScale / t.weight;
+    t.vtime += virtual_cost(units_of(spec.bytes), t.weight);
     return h;
   }
   if (qs.queued == 0) queue_wake(qs, /*all=*/true);  // idle lanes have nothing left to wait for
   return kNone;
+}
+
+// Moves tenant k's virtual time up to the smallest of the other backlogged tenants under
+// `level` (all when null): time not used is not credit.
+void Runner::queue_catch_up(QueueState& qs, size_t k, const memcg::Group* level) {
+  uint64_t m = UINT64_MAX;
+  for (size_t j = 0; j < qs.tenants.size(); ++j) {
+    const QueueState::Tenant& o = qs.tenants[j];
+    if (j != k && o.head() != kNone && (level == nullptr || under(*o.group, level)))
+      m = std::min(m, o.vtime);
+  }
+  if (m != UINT64_MAX) qs.tenants[k].vtime = std::max(qs.tenants[k].vtime, m);
+}
+
+// Whether tenant x's head waits for a starved tenant: one starved at a level above x that x is
+// ahead of by kHoldLagItems of its head item; a hold that lasted kHoldNs ends, and the starved
+// tenant gives up its lag.
+bool Runner::queue_held_back(const QueueStep& q, QueueState& qs, size_t x) {
+  QueueState::Tenant& t = qs.tenants[x];
+  const uint64_t lag = kHoldLagItems * virtual_cost(units_of(q.items[t.head()].bytes), t.weight);
+  for (size_t k = 0; k < qs.tenants.size(); ++k) {
+    QueueState::Tenant& s = qs.tenants[k];
+    if (k == x || s.starved_at == nullptr) continue;
+    if (s.head() == kNone) {
+      s.starved_at = nullptr;
+      continue;
+    }
+    if (t.vtime < s.vtime || t.vtime - s.vtime < lag || !under(*t.group, s.starved_at)) continue;
+    const uint64_t now = clock_.now_ns() + 1;  // + 1: hold_since 0 means "not holding"
+    if (s.hold_since == 0) {
+      s.hold_since = now;
+    } else if (now - s.hold_since >= kHoldNs) {
+      queue_catch_up(qs, k, s.starved_at);
+      s.starved_at = nullptr;
+      s.hold_since = 0;
+      continue;
+    }
+    return true;
+  }
+  return false;
 }
 
 bool Runner::queue_run_item(const QueueStep& q, QueueState& qs, size_t i, size_t lane,
@@ -255,14 +350,18 @@ bool Runner::perform_body(const Step&, const QueueStep& q, StepResult* res) {
             continue;
           }
           if (qs.queued == 0) break;
-          // Nothing admissible: wait, in no group's admission, for a step of the block to end
-          // or the first deadline of a head that was tried (a head in another lane's try is
-          // that lane's to follow).
+          // Nothing admissible: wait, in no group's admission, for a step of the block to end,
+          // the first deadline of a head that was tried (a head in another lane's try is that
+          // lane's to follow) or the end of a hold-back.
           uint64_t wake_at = memcg::Clock::kMaxNs;
+          const uint64_t now = clock_.now_ns();
           for (const QueueState::Tenant& t : qs.tenants) {
             const size_t h = t.head();
             if (h != kNone && !t.trying && qs.items[h].tried)
               wake_at = std::min(wake_at, qs.items[h].deadline_at);
+            // (A hold whose end has passed holds nobody now: waiting for it would spin.)
+            if (t.starved_at != nullptr && t.hold_since != 0 && t.hold_since - 1 + kHoldNs > now)
+              wake_at = std::min(wake_at, t.hold_since - 1 + kHoldNs);
           }
           std::unique_lock<std::mutex> l(qs.mu);
           qs.idle[lane] = 1;

@@ -217,6 +217,8 @@ class Runner {
   // A round of tries on a free lane: the head of each group with queued items, in fair order,
   // until one is admitted (its index) or none is (SIZE_MAX). Items past their deadline end.
   size_t queue_take(const QueueStep& q, QueueState& qs);
+  bool queue_held_back(const QueueStep& q, QueueState& qs, size_t x);
+  void queue_catch_up(QueueState& qs, size_t k, const memcg::Group* level);
   // Runs admitted item `i` on `lane`; false when the scenario turned out malformed.
   bool queue_run_item(const QueueStep& q, QueueState& qs, size_t i, size_t lane, StepResult* res,
                       uint64_t* unwound);
