@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "memcg/base/clock.hpp"
+#include "memcg/core/admission/admission.hpp"
+#include "memcg/core/admission/admission_queue.hpp"
+#include "memcg/core/admission/reservation.hpp"
 #include "memcg/core/charge/charge.hpp"
 #include "memcg/core/wait/charge_wait.hpp"
 #include "memcg/core/tree/controller.hpp"
@@ -440,6 +443,61 @@ TEST(PrometheusTest, WaitGaugesWhileAChargeWaits) {
   EXPECT_EQ(outcome(fits, "pool/kid", "never_fits"), 0);
   EXPECT_EQ(outcome(fits, "pool", "timed_out"), 1);
   uncharge(*kid, 2);
+}
+
+// Admission: the promise of an admitted reservation, a waiting admission that did not fit, and
+// an admission queue's item, each as memory.wait and memory.admit.queue count them.
+TEST(PrometheusTest, AdmissionFiguresAreExported) {
+  testing::Watchdog dog("AdmissionFiguresAreExported");
+  Controller ctl;
+  const uint64_t unit = ctl.unit_size();
+  GroupRef svc, t;
+  ASSERT_EQ(ctl.create("svc", &svc), 0);
+  ASSERT_EQ(ctl.create("svc/t", &t), 0);
+  svc->set_max(64 * unit);
+  ASSERT_EQ(set_admit_growth(*t, 2000), 0);  // expects twice what is asked
+  Reservation r(*t);
+  ASSERT_EQ(r.reserve_for(16 * unit, std::chrono::milliseconds(0)), ReserveStatus::kOk);
+  const int64_t promised = admit_stats(*svc).promised_units;
+  ASSERT_GT(promised, 0);
+  // 40 units expect 80: never within 64 beside the promise; the admission waits, then gives up.
+  Reservation big(*t);
+  EXPECT_EQ(big.reserve_for(24 * unit, std::chrono::milliseconds(2)), ReserveStatus::kTimedOut);
+  {
+    AdmissionQueue q(ctl);
+    std::atomic<bool> ran{false};
+    WorkItem w;
+    w.bytes = 4 * unit;
+    w.run = [&ran](Reservation&) { ran = true; };
+    ASSERT_EQ(q.submit(*t, std::move(w)), SubmitStatus::kOk);
+    for (int i = 0; i < 10'000 && admit_queue_stats(*t).running + admit_queue_stats(*t).queued != 0;
+         ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_TRUE(ran);
+  }
+  const std::string text = render_prometheus(ctl);
+  const auto f = parse_exposition(text);
+  EXPECT_EQ(f.at("memcg_memory_admit_promised_bytes").type, "gauge");
+  EXPECT_EQ(value_of(f, "memcg_memory_admit_promised_bytes", {{"group", "svc"}}),
+            static_cast<double>(promised) * unit);
+  EXPECT_EQ(value_of(f, "memcg_memory_admit_waits_total", {{"group", "svc"}}),
+            static_cast<double>(admit_stats(*svc).admit_waits));
+  EXPECT_GE(value_of(f, "memcg_memory_admit_waits_total", {{"group", "svc"}}), 1);
+  EXPECT_EQ(value_of(f, "memcg_memory_admit_reclaims_total", {{"group", "svc"}}), 0);
+  EXPECT_EQ(value_of(f, "memcg_memory_admit_reclaimed_bytes_total", {{"group", "svc"}}), 0);
+  const auto item = [&](const char* outcome) {
+    return value_of(f, "memcg_memory_admit_queue_items_total",
+                    {{"group", "svc/t"}, {"outcome", outcome}});
+  };
+  EXPECT_EQ(item("admitted"), 1);
+  EXPECT_EQ(item("timed_out"), 0);
+  EXPECT_EQ(value_of(f, "memcg_memory_admit_queue_items", {{"group", "svc/t"}, {"state", "queued"}}),
+            0);
+  EXPECT_GE(value_of(f, "memcg_memory_admit_queue_tries_total", {{"group", "svc/t"}}), 1);
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_memory_admit_promised_bytes", {{"group", "/"}})));
+  if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
+    EXPECT_TRUE(testing::promtool_accepts("promtool", text));
+  }
 }
 
 // Forced charges: counted, and their size in bytes (whole units), controller-wide.

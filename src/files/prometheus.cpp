@@ -70,7 +70,7 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
   if (controller_wide && !s.root) return;  // once, with the root's label
   if (s.root && !controller_wide && f != kCurrent && f != kPeak && f != kStatBytes &&
       f != kStatEvents && f != kPsiSeconds && f != kPsiAvg)
-    return;  // knobs, waits, events and vmpressure exist only for non-root groups
+    return;  // knobs, waits, events, vmpressure and admission exist only for non-root groups
   switch (f) {
     case kPsiSeconds:
       for (int i = 0; i < 2; ++i) {
@@ -94,6 +94,25 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
         out.put('\n');
       }
       return;
+    case kAdmitPromised: return count(s.admit_promised_bytes);
+    case kAdmitWaits: return count(s.admit_waits);
+    case kAdmitReclaims: return count(s.admit_reclaims);
+    case kAdmitReclaimedBytes: return count(s.admit_reclaimed_bytes);
+    case kQueueItems:
+      for (int i = 0; i < 2; ++i) {
+        start(prefix[f], queue_state_suffix[i]);
+        out.u64(s.queue_items[i]);
+        out.put('\n');
+      }
+      return;
+    case kQueueOutcomes:
+      for (int i = 0; i < kNumQueueOutcomes; ++i) {
+        start(prefix[f], queue_outcome_suffix[i]);
+        out.u64(s.queue_outcomes[i]);
+        out.put('\n');
+      }
+      return;
+    case kQueueTries: return count(s.queue_tries);
     case kOomReports:
       for (int o = 0; o < kNumOomOutcomes; ++o) {
         start(prefix[f], outcome_suffix[o]);

@@ -53,6 +53,26 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
      "avg10/avg60/avg300, as a ratio 0..1)."},
     {"memcg_memory_vmpressure_windows_total", "counter",
      "Windows of the group's own reclaim completed, by vmpressure level (low, medium, critical)."},
+    {"memcg_memory_admit_promised_bytes", "gauge",
+     "Memory promised to admitted reservations under the group beyond what they charged: "
+     "their expected peaks not reached yet (memory.wait admit_promised_bytes)."},
+    {"memcg_memory_admit_waits_total", "counter",
+     "Waiting admissions that slept because their expected peak did not fit on the group's "
+     "memory.max (memory.wait admit_waits)."},
+    {"memcg_memory_admit_reclaims_total", "counter",
+     "Waiting admissions that reclaimed on the group's memory.max to fit their expected peak "
+     "(memory.wait admit_reclaims)."},
+    {"memcg_memory_admit_reclaimed_bytes_total", "counter",
+     "Bytes those admissions reclaimed on the group (memory.wait admit_reclaimed_bytes)."},
+    {"memcg_memory_admit_queue_items", "gauge",
+     "The group's admission queue items now: waiting for admission or running "
+     "(memory.admit.queue queued, running)."},
+    {"memcg_memory_admit_queue_items_total", "counter",
+     "The group's admission queue items by outcome: admitted, or completed timed out, "
+     "cancelled, never fitting or refused (memory.admit.queue)."},
+    {"memcg_memory_admit_queue_tries_total", "counter",
+     "Admission tries of the group's admission queue items, admitted or not (memory.admit.queue "
+     "tries)."},
     {"memcg_oom_reports_total", "counter",
      "OOM killer decisions reported in the controller, by what happened: a kill, an OOM "
      "handler made room, a spill made room, or none of these (outcome: kill, handled, spilled, "
@@ -123,6 +143,10 @@ void PrometheusExposition::State::prepare_text() {
   level_suffix[0] = keyed("level", "low");
   level_suffix[1] = keyed("level", "medium");
   level_suffix[2] = keyed("level", "critical");
+  queue_state_suffix[0] = keyed("state", "queued");
+  queue_state_suffix[1] = keyed("state", "running");
+  for (int i = 0; i < kNumQueueOutcomes; ++i)
+    queue_outcome_suffix[i] = keyed("outcome", kQueueOutcomeNames[i]);
   for (int o = 0; o < kNumOomOutcomes; ++o)
     outcome_suffix[o] = keyed("outcome", oom_outcome_name(static_cast<OomOutcome>(o)));
   for (int i = 0; i < kNumWaitOutcomes; ++i)

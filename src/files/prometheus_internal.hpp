@@ -26,6 +26,13 @@ constexpr int kNumWaitOutcomes = 5;
 constexpr const char* kWaitOutcomeNames[kNumWaitOutcomes] = {"granted", "timed_out", "cancelled",
                                                              "removed", "never_fits"};
 
+// How the admission queues' items of a group ended or were admitted (memory.admit.queue): the
+// label values of memcg_memory_admit_queue_items_total.
+constexpr int kNumQueueOutcomes = 5;
+constexpr const char* kQueueOutcomeNames[kNumQueueOutcomes] = {"admitted", "timed_out",
+                                                               "cancelled", "never_fits",
+                                                               "refused"};
+
 // One group's values, read during the walk and printed family by family afterwards (a family's
 // samples must be contiguous). The statistics live in one array for all groups (State::stats).
 struct Snapshot {
@@ -39,6 +46,13 @@ struct Snapshot {
   uint64_t psi_total_ns[2];   // memory.pressure some/full totals
   uint64_t psi_avg[2][3];     // [some/full][10/60/300 s], percent x kPsiOnePercent
   uint64_t vmp_levels[3];     // vmpressure windows of its own reclaim: low, medium, critical
+  // Admission (memory.wait's admit_* lines, memory.admit.queue): what admitted reservations
+  // under the group were promised beyond their charges, waiting admissions that waited or
+  // reclaimed on its limit, and its items in the admission queues.
+  uint64_t admit_promised_bytes, admit_waits, admit_reclaims, admit_reclaimed_bytes;
+  uint64_t queue_items[2];  // queued, running
+  uint64_t queue_outcomes[kNumQueueOutcomes];
+  uint64_t queue_tries;
 };
 
 // Controller-wide counts, written once with the root's label.
@@ -64,6 +78,13 @@ enum Family : int {
   kPsiSeconds,
   kPsiAvg,
   kVmpressure,
+  kAdmitPromised,
+  kAdmitWaits,
+  kAdmitReclaims,
+  kAdmitReclaimedBytes,
+  kQueueItems,
+  kQueueOutcomes,
+  kQueueTries,
   kOomReports,
   kOomDecisions,
   kOomKilled,
@@ -198,6 +219,8 @@ struct PrometheusExposition::State {
   std::string prefix[internal::prom::kNumFamilies];  // name{group="
   std::string plain_suffix;           // "}<space>
   std::string event_suffix[kNumEvents];                 // ",event="high"}<space>
+  std::string queue_state_suffix[2];                    // ",state="queued"}<space>, running
+  std::string queue_outcome_suffix[internal::prom::kNumQueueOutcomes];
   std::string bucket_prefix, bucket_suffix[WaitStats::kBuckets];  // _bucket{group=" / ",le="..."}
   std::string sum_prefix, count_prefix;
   std::vector<std::string> item_suffix;  // per statistic: ",item="name"}<space>

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "memcg/base/events.hpp"
+#include "memcg/core/admission/admission.hpp"
+#include "memcg/core/admission/admission_queue.hpp"
 #include "memcg/core/wait/charge_wait.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/oom/oom_log.hpp"
@@ -66,6 +68,19 @@ PrometheusExposition::PrometheusExposition(Controller& ctl) {
         psi_stall_totals(g, s.psi_total_ns);
         std::fill(&s.psi_avg[0][0], &s.psi_avg[0][0] + 6, uint64_t{0});
         vmpressure_level_counts(g, s.vmp_levels);
+        const AdmitStats a = s.root ? AdmitStats{} : admit_stats(g);
+        const uint64_t unit = uint64_t{1} << g.controller().unit_shift();
+        s.admit_promised_bytes = static_cast<uint64_t>(std::max<int64_t>(a.promised_units, 0)) * unit;
+        s.admit_waits = a.admit_waits;
+        s.admit_reclaims = a.admit_reclaims;
+        s.admit_reclaimed_bytes = a.admit_reclaimed_units * unit;
+        const AdmitQueueStats q = s.root ? AdmitQueueStats{} : admit_queue_stats(g);
+        s.queue_items[0] = q.queued;
+        s.queue_items[1] = q.running;
+        const uint64_t qo[kNumQueueOutcomes] = {q.admitted, q.timed_out, q.cancelled,
+                                                q.never_fits, q.refused};
+        std::copy(std::begin(qo), std::end(qo), s.queue_outcomes);
+        s.queue_tries = q.tries;
         refs.push_back(GroupRef(&g));
         const size_t at = st.stats.size();
         st.stats.resize(at + st.stride);
