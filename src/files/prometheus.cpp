@@ -66,6 +66,13 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
     out.u64(v);
     out.put('\n');
   };
+  auto labeled = [&](const std::string* suffixes, const uint64_t* values, int n) {
+    for (int i = 0; i < n; ++i) {
+      start(prefix[f], suffixes[i]);
+      out.u64(values[i]);
+      out.put('\n');
+    }
+  };
   const bool controller_wide = f >= kOomReports && f <= kChargesFailed;
   if (controller_wide && !s.root) return;  // once, with the root's label
   if (s.root && !controller_wide && f != kCurrent && f != kPeak && f != kStatBytes &&
@@ -87,31 +94,13 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
           out.put('\n');
         }
       return;
-    case kVmpressure:
-      for (int i = 0; i < 3; ++i) {
-        start(prefix[f], level_suffix[i]);
-        out.u64(s.vmp_levels[i]);
-        out.put('\n');
-      }
-      return;
+    case kVmpressure: return labeled(level_suffix, s.vmp_levels, 3);
     case kAdmitPromised: return count(s.admit_promised_bytes);
     case kAdmitWaits: return count(s.admit_waits);
     case kAdmitReclaims: return count(s.admit_reclaims);
     case kAdmitReclaimedBytes: return count(s.admit_reclaimed_bytes);
-    case kQueueItems:
-      for (int i = 0; i < 2; ++i) {
-        start(prefix[f], queue_state_suffix[i]);
-        out.u64(s.queue_items[i]);
-        out.put('\n');
-      }
-      return;
-    case kQueueOutcomes:
-      for (int i = 0; i < kNumQueueOutcomes; ++i) {
-        start(prefix[f], queue_outcome_suffix[i]);
-        out.u64(s.queue_outcomes[i]);
-        out.put('\n');
-      }
-      return;
+    case kQueueItems: return labeled(queue_state_suffix, s.queue_items, 2);
+    case kQueueOutcomes: return labeled(queue_outcome_suffix, s.queue_outcomes, kNumQueueOutcomes);
     case kQueueTries: return count(s.queue_tries);
     case kOomReports:
       for (int o = 0; o < kNumOomOutcomes; ++o) {
@@ -156,13 +145,7 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
       out.u64(s.wait_buckets[WaitStats::kBuckets - 1]);
       out.put('\n');
       return;
-    case kWaitOutcomes:
-      for (int i = 0; i < kNumWaitOutcomes; ++i) {
-        start(prefix[f], wait_outcome_suffix[i]);
-        out.u64(s.wait_outcomes[i]);
-        out.put('\n');
-      }
-      return;
+    case kWaitOutcomes: return labeled(wait_outcome_suffix, s.wait_outcomes, kNumWaitOutcomes);
     case kEvents:
     case kEventsLocal:
       for (int e = 0; e < kNumEvents; ++e) {

@@ -60,6 +60,14 @@ const Json& item(const Json& q, const std::string& member) {
   return q["items"][0];
 }
 
+// How many of the queue's first n admissions went to `group`.
+int among_first(const Json& q, uint64_t n, const std::string& group) {
+  int k = 0;
+  for (const Json& i : q["items"])
+    if (i.contains("order") && i["order"].get<uint64_t>() <= n && i["group"] == group) ++k;
+  return k;
+}
+
 // The virtual time at which an item's first step ended.
 uint64_t first_step_ns(const RunResult& r, const std::string& member) {
   for (const StepResult& s : r.steps)
@@ -125,9 +133,7 @@ steps:
   const RunResult r = run_text(text);
   ASSERT_FALSE(r.malformed) << r.error.message;
   const Json& q = queue_result(r);
-  int b_first = 0;  // of the first 40 admissions
-  for (const Json& i : q["items"])
-    if (i["order"].get<uint64_t>() <= 40 && i["group"] == "b") ++b_first;
+  const int b_first = among_first(q, 40, "b");
   EXPECT_GE(b_first, 29);  // 30 of 40, within 10 %
   EXPECT_LE(b_first, 31);
   EXPECT_EQ(q["tenants"]["a"]["admit_weight"], 100);
@@ -154,9 +160,7 @@ steps:
   const RunResult r = run_text(text);
   ASSERT_FALSE(r.malformed) << r.error.message;
   const Json& q = queue_result(r);
-  int b_first = 0;  // of the first 30 admissions
-  for (const Json& i : q["items"])
-    if (i["order"].get<uint64_t>() <= 30 && i["group"] == "b") ++b_first;
+  const int b_first = among_first(q, 30, "b");
   EXPECT_GE(b_first, 19);  // 20 of 30, within 10 %
   EXPECT_LE(b_first, 21);
   EXPECT_EQ(q["tenants"]["a"]["admitted"], 30);
@@ -189,9 +193,7 @@ steps:
   const RunResult r = run_text(text);
   ASSERT_FALSE(r.malformed) << r.error.message;
   const Json& q = queue_result(r);
-  int bigs = 0;  // of the first 70 admissions, while both groups are backlogged
-  for (const Json& i : q["items"])
-    if (i.contains("order") && i["order"].get<uint64_t>() <= 70 && i["group"] == "p/big") ++bigs;
+  const int bigs = among_first(q, 70, "p/big");  // while both groups are backlogged
   EXPECT_GE(bigs, 7) << "of 70 admissions";
   EXPECT_LE(bigs, 14) << "of 70 admissions";
   EXPECT_EQ(q["tenants"]["p/big"]["admitted"], 40);
