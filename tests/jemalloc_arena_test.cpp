@@ -9,6 +9,7 @@
 #include <jemalloc/jemalloc.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -337,6 +338,12 @@ TEST(JemallocArena, RemovedGroupKeepsItsPagesChargedUntilItsBlocksAreFreed) {
     flush_thread_cache();
   }).join();
   EXPECT_EQ(collect_released(), 0u);  // emptied: purged and destroyed
+  // The collector thread (collector.cpp) may have taken the emptied arena off the queue first:
+  // then collect_released() finds nothing and the destruction ends on that thread. Wait for it.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((ctl.nr_dying() != 0 || parent->current() != 0) &&
+         std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(parent->current(), 0u);
   EXPECT_EQ(ctl.nr_dying(), 0u);
 }

@@ -88,7 +88,13 @@ Outcome run(Protect protect, uint64_t heap_bytes) {
                     tq.write_buffers().mirror().forced_bytes() +
                     tn.write_buffers().mirror().forced_bytes() +
                     3 * (std::max(index_bytes(*dq), index_bytes(*dn)) + 8192) +
-                    std::thread::hardware_concurrency() * 4096;
+                    std::thread::hardware_concurrency() * 4096 +
+                    // memory.peak of /p is raised by forced charges, and a forced charge's usage
+                    // includes what a concurrent failing try_charge has added at /p and not yet
+                    // backed out (page_counter.hpp: the add is speculative, as in the kernel).
+                    // Each of the three reading threads has at most one such try in flight: a
+                    // stock refill of `batch` units, or the block itself when larger.
+                    3 * (static_cast<uint64_t>(ctl.options().batch) * ctl.unit_size() + 8192);
     std::printf("protect %d heap %zu KiB: quiet usage %llu cache %llu, noisy %llu, low events "
                 "%llu, parent peak %llu (max + %llu allowed)\n",
                 static_cast<int>(protect), heap.size() * 64,

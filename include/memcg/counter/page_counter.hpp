@@ -204,6 +204,10 @@ class BasicPageCounter {
   int64_t high() const noexcept { return high_.load(std::memory_order_relaxed); }
   int64_t min() const noexcept { return min_.load(std::memory_order_relaxed); }
   int64_t low() const noexcept { return low_.load(std::memory_order_relaxed); }
+  // The highest usage a charge saw (memory.peak). A try_charge that succeeds never passes max,
+  // but a forced charge() records the usage it saw, which may hold the speculative add of a
+  // concurrent failing try_charge not yet backed out: a peak above max can exceed the forced
+  // bytes by up to one failing try (batch or request) per concurrently charging thread.
   int64_t watermark() const noexcept { return watermark_.load(std::memory_order_relaxed); }
   int64_t local_watermark() const noexcept {
     return local_watermark_.load(std::memory_order_relaxed);
