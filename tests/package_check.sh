@@ -11,6 +11,8 @@
 #      find_package consumer against the extracted tree (every packaged component required,
 #      tests/consumer/components.sh), the extracted memcgctl --version, and the Python package's
 #      service example (bindings/python/README.md) from the extracted tree alone.
+# With MEMCG_PACKAGE_ALL=1 (CI), the same Release build then compiles the examples and the
+# benchmarks too: the -O3 compile of every shipped program, done once.
 # Usage: package_check.sh <source-dir> [work-dir]   (uses ccache when it is installed)
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -23,9 +25,11 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 # A Release build (-O3), as a distribution builds the packages.
+all=OFF
+[[ ${MEMCG_PACKAGE_ALL:-0} == 1 ]] && all=ON
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEMCG_SHARED=ON \
-  -DCMAKE_INSTALL_PREFIX=/usr -DMEMCG_BUILD_TESTS=OFF -DMEMCG_BUILD_BENCH=OFF \
-  -DMEMCG_BUILD_EXAMPLES=OFF -DMEMCG_BUILD_TOOLS=ON "${launcher[@]}" >/dev/null
+  -DCMAKE_INSTALL_PREFIX=/usr -DMEMCG_BUILD_TESTS=OFF -DMEMCG_BUILD_BENCH=$all \
+  -DMEMCG_BUILD_EXAMPLES=$all -DMEMCG_BUILD_TOOLS=ON "${launcher[@]}" >/dev/null
 cmake --build "$build" --target memcg_libraries -j "${JOBS:-2}" >/dev/null
 # Installing after building only the libraries: everything but memcgctl, and no error.
 rm -f "$build/tools/memcgctl/memcgctl"
@@ -33,6 +37,11 @@ DESTDIR=$work/libs-only cmake --install "$build" >/dev/null
 [[ -e $work/libs-only/usr/include/memcg/memcg.hpp && ! -e $work/libs-only/usr/bin/memcgctl ]] ||
   fail "install after building the libraries only"
 cmake --build "$build" --target memcgctl -j "${JOBS:-2}" >/dev/null
+if [[ $all == ON ]]; then
+  cmake --build "$build" -j "${JOBS:-2}" >"$work/build-all.log" ||
+    { tail -n 40 "$work/build-all.log" >&2; fail "the Release build of the examples and benchmarks"; }
+  echo "package_check: examples and benchmarks compiled at -O3"
+fi
 version=$(sed -n 's/^#define MEMCG_VERSION_STRING "\(.*\)"/\1/p' "$build/include/memcg/base/version.hpp")
 soversion=$(objdump -p "$build/libmemcg.so" | awk '/SONAME/ {print $2}')
 [[ $soversion == libmemcg.so.${version%.*} ]] || fail "SONAME $soversion for version $version"
