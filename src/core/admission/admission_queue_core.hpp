@@ -291,7 +291,7 @@ struct AdmissionQueueCore {
   // One pass over the backlogged groups in virtual-time order. Returns with `lock` held; true
   // when it admitted (and ran) or completed something.
   bool scan(std::unique_lock<std::mutex>& lock, std::vector<Completion>& done);
-  void run_admitted(std::unique_lock<std::mutex>& lock, QueueGroupState* s, ItemPtr item);
+  void run_admitted(std::unique_lock<std::mutex>& lock, GroupRef group, ItemPtr item);
 };
 
 }  // namespace internal

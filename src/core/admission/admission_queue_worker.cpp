@@ -110,8 +110,11 @@ void AdmissionQueueCore::complete(std::vector<Completion>& list) noexcept {
 
 // ---- the workers ---------------------------------------------------------------------------------
 
-void AdmissionQueueCore::run_admitted(std::unique_lock<std::mutex>& lock, QueueGroupState* s,
+void AdmissionQueueCore::run_admitted(std::unique_lock<std::mutex>& lock, GroupRef group,
                                       ItemPtr item) {
+  // The group's entry may be gone (nothing else queued): `group` keeps its statistics alive
+  // until they are counted, and is released with no lock held.
+  QueueGroupState* s = QueueAccess::peek(*group);
   const uint64_t now = clock.now_ns();
   const uint64_t waited = now > item->submit_ns ? now - item->submit_ns : 0;
   add(s->admitted, 1);
@@ -131,9 +134,10 @@ void AdmissionQueueCore::run_admitted(std::unique_lock<std::mutex>& lock, QueueG
     count_error(s);
   }
   item.reset();  // the reservation gives its memory back (unless run moved it)
-  lock.lock();
   add(s->running, -1);
   nrunning.fetch_sub(1, std::memory_order_relaxed);
+  group.reset();
+  lock.lock();
   ++epoch;  // memory came back: heads may be admissible now
 }
 
@@ -178,9 +182,9 @@ bool AdmissionQueueCore::scan(std::unique_lock<std::mutex>& lock, std::vector<Co
       e->trying = 0;
       forget(*item, e);
       admitted(e, item->units);
-      QueueGroupState* s = e->stats;
+      GroupRef group = e->group;
       settle(e);
-      run_admitted(lock, s, std::move(item));
+      run_admitted(lock, std::move(group), std::move(item));
       return true;
     }
     if (held(st)) {
