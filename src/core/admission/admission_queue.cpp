@@ -271,8 +271,8 @@ AdmissionQueueShape AdmissionQueueAccess::shape(const AdmissionQueue& q) {
   AdmissionQueueCore& c = *q.core_;
   std::lock_guard<std::mutex> lock(c.mu);
   AdmissionQueueShape s;
-  s.groups = c.entries.size();
   s.leads = c.leads.size();
+  s.groups = c.entries.size() - s.leads;
   for (const GroupEntry* e = c.starved; e != nullptr; e = e->snext) ++s.starved;
   s.stop_callbacks = c.stop_regs.load(std::memory_order_relaxed);
   return s;

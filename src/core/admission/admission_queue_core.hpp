@@ -138,17 +138,20 @@ struct VKey {
   }
 };
 
-// A group with queued items (or one being tried). Exists only while the group is backlogged.
+// A group with queued items (or one being tried), or an idle group whose virtual time is ahead
+// of where it would re-enter (a lead: no reference, no statistics; AdmissionQueueCore::leads).
 struct GroupEntry {
-  GroupRef group;
+  uint64_t gid = 0;                  // Group::id()
+  GroupRef group;                    // null while idle
   QueueGroupState* stats = nullptr;  // the group's, alive while `group` is held
   uint64_t order = 0;                // first submission (since idle): breaks ties
   uint64_t vtime = 0;
   std::map<ItemKey, ItemPtr> items;  // queued, not being tried
   uint64_t trying = 0;               // id of the item a worker is trying (0: none)
   bool cancel_trying = false;        // Ticket::cancel() of that item came meanwhile
-  // In AdmissionQueueCore::backlog unless held back: then held_by is the starved group, the
-  // entry is in its list (hprev/hnext) and its node of the index is kept here (no allocation).
+  // In AdmissionQueueCore::backlog unless held back or idle: then its node of the index is kept
+  // here (no allocation when it comes back); held back, held_by is the starved group and the
+  // entry is in its list (hprev/hnext).
   GroupEntry* held_by = nullptr;
   GroupEntry *hprev = nullptr, *hnext = nullptr;
   std::set<VKey>::node_type parked;
@@ -182,17 +185,13 @@ struct AdmissionQueueCore {
   std::mutex mu;
   // ---- guarded by mu ----
   bool stopping = false;
-  std::unordered_map<uint64_t, std::unique_ptr<GroupEntry>> entries;  // by group id
+  std::unordered_map<uint64_t, std::unique_ptr<GroupEntry>> entries;  // by group id, leads too
   std::set<VKey> backlog;  // backlogged groups not held back, by virtual time
   GroupEntry* starved = nullptr;  // groups with a starved_at (a list through sprev/snext)
   std::set<std::pair<uint64_t, GroupEntry*>> hold_ends;  // (end of the hold, starved group)
-  // Idle groups whose virtual time is ahead of where they would re-enter: by group id, and by
-  // virtual time (to drop them once the others pass them). No reference to the group is held.
-  struct Lead {
-    uint64_t vtime, order;
-  };
-  std::unordered_map<uint64_t, Lead> leads;
-  std::set<std::pair<uint64_t, uint64_t>> leads_by_vtime;  // (vtime, group id)
+  // The idle entries (leads) by virtual time, to drop them once the others pass them. No
+  // reference to their group is held.
+  std::set<std::pair<uint64_t, GroupEntry*>> leads;
   struct Where {
     GroupEntry* entry;
     int priority;

@@ -40,39 +40,39 @@ bool under(const Group& g, const Group* level) noexcept {
 GroupEntry* AdmissionQueueCore::entry_for(Group& g, QueueGroupState* stats) {
   HookBypass bypass;
   auto found = entries.find(g.id());
-  if (found != entries.end()) {
-    GroupEntry* e = found->second.get();
+  GroupEntry* e = found != entries.end() ? found->second.get() : nullptr;
+  if (e != nullptr && e->group) {
     if (e->held_by != nullptr) release(e);  // its head may change: the next pass looks again
     return e;
   }
-  auto e = std::make_unique<GroupEntry>();
-  e->group = GroupRef(&g);
-  e->stats = stats;
   // Idle time is not credit: a group re-enters at the others' smallest virtual time, or where
   // it was if that is ahead (its lead). A group without a lead was never ahead of where it
   // re-enters: nothing of its past matters.
   const uint64_t m = min_vtime();
-  auto lead = leads.find(g.id());
-  if (lead != leads.end()) {
-    e->vtime = std::max(lead->second.vtime, m);
-    e->order = lead->second.order;
-  } else {
-    e->vtime = m;
-    e->order = next_order++;
+  if (e != nullptr) {  // a lead: its entry comes back, with its node of the index
+    leads.erase({e->vtime, e});
+    e->group = GroupRef(&g);
+    e->stats = stats;
+    e->vtime = std::max(e->vtime, m);
+    e->parked.value() = e->key();
+    backlog.insert(std::move(e->parked));
+    return e;
   }
-  GroupEntry* raw = e.get();
-  auto slot = entries.emplace(g.id(), std::move(e)).first;
+  auto made = std::make_unique<GroupEntry>();
+  e = made.get();
+  e->gid = g.id();
+  e->group = GroupRef(&g);
+  e->stats = stats;
+  e->vtime = m;
+  e->order = next_order++;
+  auto slot = entries.emplace(g.id(), std::move(made)).first;
   try {
-    backlog.insert(raw->key());
+    backlog.insert(e->key());
   } catch (...) {
     entries.erase(slot);
     throw;
   }
-  if (lead != leads.end()) {
-    leads_by_vtime.erase({lead->second.vtime, g.id()});
-    leads.erase(lead);
-  }
-  return raw;
+  return e;
 }
 
 void AdmissionQueueCore::drop_entry(GroupEntry* e) noexcept {
@@ -83,34 +83,34 @@ void AdmissionQueueCore::drop_entry(GroupEntry* e) noexcept {
     if (e->hprev != nullptr) e->hprev->hnext = e->hnext;
     else s->held = e->hnext;
     if (e->hnext != nullptr) e->hnext->hprev = e->hprev;
-    e->held_by = nullptr;
+    e->hprev = e->hnext = nullptr;
+    e->held_by = nullptr;  // its node of the index is parked already
   } else {
-    backlog.erase(e->key());
-  }
-  const uint64_t id = e->group->id();
-  if (e->vtime > floor()) {
-    // Ahead of where it would re-enter: kept by id until the others pass it. Without memory
-    // for it the group loses its lead (it re-enters at the others' smallest).
-    try {
-      leads_by_vtime.emplace(e->vtime, id);
-      try {
-        leads.emplace(id, Lead{e->vtime, e->order});
-      } catch (...) {
-        leads_by_vtime.erase({e->vtime, id});
-      }
-    } catch (...) {
-    }
+    e->parked = backlog.extract(e->key());
   }
   // The group's reference goes under the lock: never the last one, since the item that left
   // holds its own (its reservation), and items are destroyed with no lock held.
-  entries.erase(id);
+  e->group = GroupRef();
+  e->stats = nullptr;
+  if (e->vtime > floor()) {
+    // Ahead of where it would re-enter: kept (without its group) until the others pass it.
+    // Without memory for that the group loses its lead (it re-enters at the others' smallest).
+    try {
+      leads.emplace(e->vtime, e);
+      return;
+    } catch (...) {
+    }
+  }
+  entries.erase(e->gid);
 }
 
 void AdmissionQueueCore::prune_leads() noexcept {
+  HookBypass bypass;
   const uint64_t f = floor();
-  while (!leads_by_vtime.empty() && leads_by_vtime.begin()->first <= f) {
-    leads.erase(leads_by_vtime.begin()->second);
-    leads_by_vtime.erase(leads_by_vtime.begin());
+  while (!leads.empty() && leads.begin()->first <= f) {
+    const uint64_t gid = leads.begin()->second->gid;
+    leads.erase(leads.begin());
+    entries.erase(gid);
   }
 }
 
@@ -187,14 +187,15 @@ void AdmissionQueueCore::rebase() noexcept {
   backlog.swap(moved);
   for (auto& [id, e] : entries)
     if (e->held_by != nullptr) e->vtime = down(e->vtime);
-  std::set<std::pair<uint64_t, uint64_t>> by_vtime;
-  while (!leads_by_vtime.empty()) {
-    auto node = leads_by_vtime.extract(leads_by_vtime.begin());
-    node.value().first = down(node.value().first);
-    if (auto l = leads.find(node.value().second); l != leads.end()) l->second.vtime = node.value().first;
+  std::set<std::pair<uint64_t, GroupEntry*>> by_vtime;
+  while (!leads.empty()) {
+    auto node = leads.extract(leads.begin());
+    GroupEntry* e = node.value().second;
+    e->vtime = down(e->vtime);
+    node.value().first = e->vtime;
     by_vtime.insert(by_vtime.end(), std::move(node));
   }
-  leads_by_vtime.swap(by_vtime);
+  leads.swap(by_vtime);
   vclock = down(vclock);
 }
 
