@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "admission_queue_support.hpp"
@@ -82,6 +85,46 @@ TEST_F(QueueTest, AGroupRemovedWithItemsQueuedIsNotPinned) {
   ASSERT_TRUE(eventually([&] { return q.running() == 0 && q.queued() == 0; }));
   EXPECT_EQ(Shape::shape(q).groups, 0u);
   EXPECT_EQ(ctl.nr_dying(), 0u);  // freed while the queue lives on
+}
+
+// A group of large items under a shared limit is starved there and holds the other group back
+// (admission_queue_fairness_test.cpp has the shares): it is on the starved list while it waits,
+// and once everything ran nothing is left of either, listed, held or referenced.
+TEST_F(QueueTest, TheStarvedListEmptiesWhenItsGroupsAreServed) {
+  testing::Watchdog dog("starved list");
+  GroupRef p = make("p", 100);
+  GroupRef big, small;
+  ASSERT_EQ(ctl.create(*p, "big", &big), 0);
+  ASSERT_EQ(ctl.create(*p, "small", &small), 0);
+  AdmissionQueueOptions o;
+  o.workers = 12;
+  AdmissionQueue q(ctl, o);
+  std::atomic<int> ran{0};
+  auto item = [&](int64_t units) {
+    WorkItem w;
+    w.bytes = static_cast<uint64_t>(units) * kUnit;
+    w.run = [&ran](Reservation&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ++ran;
+    };
+    return w;
+  };
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_EQ(q.submit(*big, item(60)), SubmitStatus::kOk);
+    ASSERT_EQ(q.submit(*small, item(10)), SubmitStatus::kOk);
+  }
+  size_t most_starved = 0;
+  ASSERT_TRUE(eventually([&] {
+    most_starved = std::max(most_starved, Shape::shape(q).starved);
+    return ran.load() == 80;
+  }));
+  EXPECT_GE(most_starved, 1u);  // seen while it ran (big's heads wait for room in p)
+  EXPECT_LE(most_starved, 2u);
+  ASSERT_TRUE(eventually([&] { return q.running() == 0; }));
+  const internal::AdmissionQueueShape s = Shape::shape(q);
+  EXPECT_EQ(s.starved, 0u);
+  EXPECT_EQ(s.groups, 0u);
+  EXPECT_EQ(p->memory().usage(), 0);
 }
 
 }  // namespace
