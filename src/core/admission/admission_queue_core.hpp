@@ -13,8 +13,8 @@
 // Cost (issue: queues of 10 000 tenants): the groups with queued items are kept in an ordered
 // index by virtual time (`backlog`), the starved ones in their own list, the groups a starved
 // group holds back out of the index until it lets them go; an admission costs O(log G). A group
-// with nothing queued has no entry (its GroupRef is released): only a virtual time ahead of the
-// others' is kept (`leads`, by group id) until the others pass it.
+// with nothing queued holds no GroupRef: its entry goes, unless its virtual time is ahead of
+// where it would re-enter (a lead, kept by group id without the group until the others pass it).
 #pragma once
 
 #include <algorithm>
