@@ -10,7 +10,7 @@
 // tried is out of its group's map, owned by the trying worker; its group is marked busy so that
 // no other worker tries the same group at the same time.
 //
-// Cost (issue: queues of 10 000 tenants): the groups with queued items are kept in an ordered
+// Cost (queues of 10 000 tenants): the groups with queued items are kept in an ordered
 // index by virtual time (`backlog`), the starved ones in their own list, the groups a starved
 // group holds back out of the index until it lets them go; an admission costs O(log G). A group
 // with nothing queued holds no GroupRef: its entry goes, unless its virtual time is ahead of
