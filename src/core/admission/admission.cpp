@@ -268,15 +268,18 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
     }
     // Room that reclaim can make at once is room: take it rather than wait for it. Outside the
     // admission mutex (reclaimers are called); then everything is looked at again.
+    bool freed = false;
     if (clock.now_ns() >= reclaim_after_ns) {
       lock.unlock();
-      const bool freed = admit_reclaim(g, need);
+      freed = admit_reclaim(g, need);
       lock.lock();
-      if (freed) continue;
+      if (freed && fits_expected(g, need)) continue;  // admitted at the top
       // Nothing to take: look again after a while, not at every wake-up (a cache refills, a
       // protection changes; a reclaim that frees nothing costs a walk of the subtree).
-      reclaim_after_ns = Clock::after(clock.now_ns(), kAdmitReclaimRetryNs);
+      if (!freed) reclaim_after_ns = Clock::after(clock.now_ns(), kAdmitReclaimRetryNs);
     }
+    // The stop and the deadline are looked at on every retry: room freed and taken again
+    // before this look (a cache refilled meanwhile) does not keep the admission going.
     if (stop.stop_requested()) {
       result = AdmitWait::kCancelled;
       break;
@@ -286,6 +289,7 @@ AdmitWait admit_wait(Group& g, int64_t need, uint64_t deadline_ns,
       result = AdmitWait::kTimedOut;
       break;
     }
+    if (freed) continue;  // reclaim made progress: try again at once, without sleeping
     if (!counted) count_admit_wait(g, need);  // it sleeps: a try that did not fit is no wait
     counted = true;
     if (!listed) {

@@ -1,12 +1,14 @@
-// The admission queue (admission_queue.hpp): per-group queues ordered by priority, a pool of
-// workers that try heads without waiting, the public calls. The shared state and its locking
-// are in admission_queue_core.hpp; the order of the groups (weighted fair queueing of the
-// memory admitted, the hold-back) in admission_queue_fairness.cpp.
+// The admission queue (admission_queue.hpp): the public calls (submission, cancellation, the
+// queue's start and end) and the groups' weights and statistics. The shared state and its
+// locking are in admission_queue_core.hpp; the workers and the timer in
+// admission_queue_worker.cpp; the order of the groups (weighted fair queueing of the memory
+// admitted, the hold-back) in admission_queue_fairness.cpp.
 
 #include "memcg/core/admission/admission_queue.hpp"
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -36,181 +38,6 @@ QueueGroupState* queue_state(Group& g) noexcept {
 void admit_queue_group_freed(Group& g) noexcept {
   HookBypass bypass;
   delete QueueAccess::slot(g).exchange(nullptr, std::memory_order_acq_rel);
-}
-
-void AdmissionQueueCore::run_admitted(std::unique_lock<std::mutex>& lock, GroupEntry* e,
-                                      ItemPtr item) {
-  QueueGroupState* s = e->stats;
-  const uint64_t now = clock.now_ns();
-  const uint64_t waited = now > item->submit_ns ? now - item->submit_ns : 0;
-  add(s->admitted, 1);
-  add(s->running, 1);
-  add(s->wait_ns_sum, static_cast<int64_t>(waited));
-  for (uint64_t m = s->max_wait_ns.load(std::memory_order_relaxed);
-       waited > m && !s->max_wait_ns.compare_exchange_weak(m, waited, std::memory_order_relaxed);) {
-  }
-  nrunning.fetch_add(1, std::memory_order_relaxed);
-  // Others may be admissible too: one more worker looks (it wakes the next in turn).
-  for (const auto& g : groups)
-    if (!g->items.empty()) {
-      wake_one();
-      break;
-    }
-  lock.unlock();
-  try {
-    item->run(item->res);
-  } catch (...) {
-    count_error(s);
-  }
-  item.reset();  // the reservation gives its memory back (unless run moved it)
-  lock.lock();
-  add(s->running, -1);
-  nrunning.fetch_sub(1, std::memory_order_relaxed);
-  ++epoch;  // memory came back: heads may be admissible now
-}
-
-bool AdmissionQueueCore::scan(std::unique_lock<std::mutex>& lock, std::vector<GroupEntry*>& order,
-                              std::vector<Completion>& done) {
-  {
-    HookBypass bypass;
-    order.clear();
-    for (const auto& e : groups)
-      if (!e->items.empty() && e->trying == 0) order.push_back(e.get());
-    std::sort(order.begin(), order.end(), [](const GroupEntry* a, const GroupEntry* b) {
-      return a->vtime != b->vtime ? a->vtime < b->vtime : a->order < b->order;
-    });
-  }
-  for (GroupEntry* e : order) {
-    if (stopping) return false;
-    if (e->items.empty() || e->trying != 0) continue;  // changed while the lock was dropped
-    if (held_back(e)) continue;
-    auto head = e->items.begin();
-    ItemPtr item = std::move(head->second);
-    e->items.erase(head);
-    e->trying = item->id;
-    e->cancel_trying = false;
-    add(e->stats->tries, 1);
-    lock.unlock();
-    const uint64_t now = clock.now_ns();
-    // One try: the expected-peak check and the ladder without the OOM killer, no wait.
-    const ReserveStatus st = now >= item->deadline_ns
-                                 ? ReserveStatus::kTimedOut
-                                 : item->res.reserve_until(item->bytes, now);
-    // Refused for lack of room: where (the hold-back needs the level), read with no lock held.
-    const bool no_room = st == ReserveStatus::kTimedOut && now < item->deadline_ns;
-    const Group* blocked = nullptr;
-    if (no_room) {
-      const Group& g = *e->group;
-      const auto units = static_cast<int64_t>(std::min<uint64_t>(item->units, INT64_MAX));
-      blocked = blocking_level(g, admit_expected(g, units) - item->res.units());
-    }
-    lock.lock();
-    bool cancelled = e->cancel_trying || (!held(st) && item->stop.stop_requested());
-    if (held(st) && !cancelled && !stopping) {
-      e->trying = 0;
-      forget(*item, e);
-      unstarve(e);
-      vclock = e->vtime;
-      const uint32_t w = e->stats->weight.load(std::memory_order_relaxed);
-      const uint64_t cost = virtual_cost(item->units, w);
-      e->vtime = e->vtime > UINT64_MAX - cost ? UINT64_MAX : e->vtime + cost;
-      if (e->vtime >= kRebaseAt) rebase();
-      run_admitted(lock, e, std::move(item));
-      return true;
-    }
-    if (held(st)) {
-      // Admitted while it was cancelled or the queue stops: it does not run.
-      lock.unlock();
-      item->res.release();
-      lock.lock();
-      cancelled = cancelled || e->cancel_trying;
-    }
-    e->trying = 0;
-    e->cancel_trying = false;
-    if (no_room && !cancelled && !stopping) {
-      if (blocked == e->group.get()) {
-        unstarve(e);  // its own items must give memory back: holding others back is no use
-        catch_up(e, nullptr);
-      } else if (blocked != nullptr) {
-        starve(e, blocked);
-      } else {
-        unstarve(e);  // there is room now: the next try will tell
-      }
-    }
-    const bool again = !cancelled && (held(st) || (st == ReserveStatus::kTimedOut &&
-                                                    clock.now_ns() < item->deadline_ns));
-    if (again) {
-      // Not admitted (or the queue stops): back at its place, the head.
-      HookBypass bypass;
-      const ItemKey key{item->priority, item->id};
-      e->items.emplace(key, std::move(item));
-      continue;
-    }
-    forget(*item, e);
-    const ReserveStatus why = cancelled ? ReserveStatus::kCancelled : st;
-    done.push_back({std::move(item), why, e->stats});
-    return true;
-  }
-  return false;
-}
-
-void AdmissionQueueCore::work() {
-  ClockWaiter me;
-  std::vector<GroupEntry*> order;
-  std::vector<Completion> done;
-  {
-    HookBypass bypass;
-    order.reserve(16);
-  }
-  std::unique_lock<std::mutex> lock(mu);
-  while (!stopping) {
-    {
-      HookBypass bypass;
-      sweep(clock.now_ns(), &done);
-    }
-    if (!done.empty()) {
-      lock.unlock();
-      complete(done);
-      lock.lock();
-      continue;
-    }
-    const uint64_t seen = epoch;
-    // The poll period counts from this look: a clock that moved during the scan's tries
-    // already counts towards the next look.
-    const uint64_t looked = clock.now_ns();
-    if (scan(lock, order, done)) {
-      if (!done.empty()) {
-        lock.unlock();
-        complete(done);
-        lock.lock();
-      }
-      continue;
-    }
-    if (stopping) break;
-    if (epoch != seen) continue;  // something came back or arrived while it looked
-    bool any = false;
-    for (const auto& e : groups) any = any || !e->items.empty();
-    // Nothing admissible: one worker polls on the clock (memory freed outside the queue), the
-    // others sleep until woken.
-    if (any && poller == nullptr) {
-      poller = &me;
-      const uint64_t until = Clock::after(looked, options.poll_ns);
-      bool woken = false;
-      // A clock's wait may return early (a ManualClock's every ms of real time): the poll is
-      // measured on the controller's clock.
-      while (!woken && !stopping && epoch == seen && clock.now_ns() < until)
-        woken = clock.wait_until(me, lock, until, {});
-      if (poller == &me) poller = nullptr;
-    } else {
-      {
-        HookBypass bypass;
-        idle.push_back(&me);
-      }
-      bool woken = false;
-      while (!woken && !stopping) woken = clock.wait_until(me, lock, Clock::kMaxNs, {});
-      std::erase(idle, &me);  // when woken by stop or returned early
-    }
-  }
 }
 
 }  // namespace internal
@@ -280,6 +107,9 @@ AdmissionQueue::AdmissionQueue(Controller& controller, AdmissionQueueOptions opt
       workers_.emplace_back([core] { core->work(); });
       core->worker_ids.push_back(workers_.back().get_id());
     }
+    // The timer (admission_queue_worker.cpp) runs done callables too: listed with the workers.
+    workers_.emplace_back([core] { core->timer(); });
+    core->worker_ids.push_back(workers_.back().get_id());
   } catch (...) {
     core->stopping = true;
     core->wake_all();
@@ -304,17 +134,16 @@ AdmissionQueue::~AdmissionQueue() {
     c.wake_all();
   }
   for (std::thread& t : workers_) t.join();  // running items return first
-  std::vector<std::unique_ptr<internal::GroupEntry>> groups;
   {
     std::lock_guard<std::mutex> lock(c.mu);
     internal::HookBypass bypass;
-    for (auto& e : c.groups)
-      while (!e->items.empty()) {
-        internal::ItemPtr item = c.take(e->items.begin()->second->id);
-        done.push_back({std::move(item), ReserveStatus::kCancelled, e->stats});
-      }
-    groups.swap(c.groups);  // their references go below, unlocked
-    c.by_group.clear();
+    std::vector<uint64_t> ids;
+    ids.reserve(c.where.size());
+    for (const auto& [id, w] : c.where) ids.push_back(id);
+    std::sort(ids.begin(), ids.end());  // in the order they were submitted
+    for (uint64_t id : ids) c.take(id, ReserveStatus::kCancelled, &done);
+    for (internal::Completion& s : c.stopped) done.push_back(std::move(s));
+    c.stopped.clear();
   }
   c.complete(done);
 }
@@ -333,51 +162,77 @@ SubmitStatus AdmissionQueue::submit_item(Group& group, Member* member, WorkItem&
   if (!w.run || &group.controller() != &c.ctl || !group.is_online()) return SubmitStatus::kInvalid;
   internal::QueueGroupState* stats = internal::queue_state(group);
   if (stats == nullptr) return SubmitStatus::kFull;  // out of memory for its bookkeeping
-  std::unique_lock<std::mutex> lock(c.mu);
-  if (c.stopping) return SubmitStatus::kStopped;
   if (c.nqueued.load(std::memory_order_relaxed) >= c.options.max_queued)
-    return SubmitStatus::kFull;
+    return SubmitStatus::kFull;  // checked again under the lock
   internal::HookBypass bypass;
-  internal::GroupEntry*& slot = c.by_group[&group];
-  if (slot == nullptr) {
-    auto e = std::make_unique<internal::GroupEntry>();
-    e->group = GroupRef(&group);
-    e->stats = stats;
-    e->order = c.next_order++;
-    e->vtime = c.min_vtime();
-    slot = e.get();
-    c.groups.push_back(std::move(e));
-  } else if (!slot->backlogged()) {
-    slot->vtime = std::max(slot->vtime, c.min_vtime());  // idle time is not credit
-  }
-  internal::GroupEntry* e = slot;
+  // The item is made before the lock is taken, and destroyed after it is released when it is
+  // refused (its stop callback may be running on another thread, waiting for the lock).
   auto item = std::make_unique<internal::QueueItem>();
-  item->id = c.next_id++;
+  const uint64_t id = c.next_id.fetch_add(1, std::memory_order_relaxed);
+  item->id = id;
   item->priority = w.priority;
   item->bytes = w.bytes;
   item->units = static_cast<uint64_t>(std::max<int64_t>(0, c.ctl.to_units_ceil(w.bytes)));
   item->deadline_ns = std::min(w.deadline_ns, Clock::kMaxNs);
-  item->submit_ns = c.clock.now_ns();
   item->stop = w.stop;
   item->res = member != nullptr ? Reservation(*member, w.options, w.stop)
                                 : Reservation(group, w.options, w.stop);
-  item->run = std::move(w.run);
-  item->done = std::move(w.done);
-  const uint64_t id = item->id;
-  c.where.emplace(id, internal::AdmissionQueueCore::Where{e, item->priority});
-  if (item->deadline_ns < Clock::kMaxNs) c.deadlines.emplace(item->deadline_ns, id);
-  if (item->stop.stop_possible()) ++c.stoppable;
-  e->items.emplace(internal::ItemKey{item->priority, id}, std::move(item));
-  c.nqueued.fetch_add(1, std::memory_order_relaxed);
-  internal::add(stats->queued, 1);
-  internal::add(stats->submitted, 1);
-  ++c.epoch;
-  c.wake_one();
-  if (ticket != nullptr) {
-    ticket->core_ = core_;
-    ticket->id_ = id;
+  item->stop_regs = &c.stop_regs;
+  // Registered before the item is queued: a stop requested before it is queued finds nothing
+  // (the check under the lock below sees it); one after takes it out of the queue.
+  if (item->stop.stop_possible()) {
+    item->on_stop.emplace(item->stop, internal::StopHook{&c, id});
+    c.stop_regs.fetch_add(1, std::memory_order_relaxed);
   }
-  return SubmitStatus::kOk;
+  SubmitStatus result = SubmitStatus::kOk;
+  {
+    std::unique_lock<std::mutex> lock(c.mu);
+    const bool timed = c.lock_timing.load(std::memory_order_relaxed);
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    if (c.stopping) {
+      result = SubmitStatus::kStopped;
+    } else if (c.nqueued.load(std::memory_order_relaxed) >= c.options.max_queued) {
+      result = SubmitStatus::kFull;
+    } else {
+      item->submit_ns = c.clock.now_ns();
+      item->run = std::move(w.run);
+      item->done = std::move(w.done);
+      internal::GroupEntry* e = c.entry_for(group, stats);
+      try {
+        c.where.emplace(id, internal::AdmissionQueueCore::Where{e, item->priority});
+        if (item->deadline_ns < Clock::kMaxNs) c.deadlines.emplace(item->deadline_ns, id);
+        e->items.emplace(internal::ItemKey{item->priority, id}, std::move(item));
+      } catch (...) {
+        c.where.erase(id);
+        c.deadlines.erase({item ? item->deadline_ns : 0, id});
+        c.settle(e);
+        throw;
+      }
+      c.nqueued.fetch_add(1, std::memory_order_relaxed);
+      internal::add(stats->queued, 1);
+      internal::add(stats->submitted, 1);
+      ++c.epoch;
+      c.wake_one();
+      const internal::QueueItem& queued = *e->items.find({w.priority, id})->second;
+      if (queued.deadline_ns < Clock::kMaxNs) c.wake_timer(queued.deadline_ns);
+      // Stopped before its callback was registered, or meanwhile: out at once, done(kCancelled)
+      // on the timer.
+      if (queued.stop.stop_requested() && c.take(id, ReserveStatus::kCancelled, &c.stopped))
+        c.wake_timer(0);
+      if (ticket != nullptr) {
+        ticket->core_ = core_;
+        ticket->id_ = id;
+      }
+    }
+    if (timed) {
+      const auto held = std::chrono::steady_clock::now() - t0;
+      c.submit_lock_ns.fetch_add(
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(held).count()),
+          std::memory_order_relaxed);
+      c.submits_timed.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return result;  // a refused item is destroyed here, with no lock held
 }
 
 bool AdmissionQueue::Ticket::cancel() noexcept {
@@ -394,9 +249,7 @@ bool AdmissionQueue::Ticket::cancel() noexcept {
       return true;
     }
     internal::HookBypass bypass;
-    internal::ItemPtr item = core->take(id_);
-    if (!item) return false;
-    done.push_back({std::move(item), ReserveStatus::kCancelled, e->stats});
+    if (!core->take(id_, ReserveStatus::kCancelled, &done)) return false;
   }
   core->complete(done);
   return true;
@@ -412,4 +265,27 @@ uint64_t AdmissionQueue::callback_errors() const noexcept {
   return core_->errors.load(std::memory_order_relaxed);
 }
 
+namespace internal {
+
+AdmissionQueueShape AdmissionQueueAccess::shape(const AdmissionQueue& q) {
+  AdmissionQueueCore& c = *q.core_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  AdmissionQueueShape s;
+  s.leads = c.leads.size();
+  s.groups = c.entries.size() - s.leads;
+  for (const GroupEntry* e = c.starved; e != nullptr; e = e->snext) ++s.starved;
+  s.stop_callbacks = c.stop_regs.load(std::memory_order_relaxed);
+  return s;
+}
+void AdmissionQueueAccess::time_submits(AdmissionQueue& q, bool on) noexcept {
+  q.core_->lock_timing.store(on, std::memory_order_relaxed);
+}
+uint64_t AdmissionQueueAccess::submit_lock_ns(const AdmissionQueue& q) noexcept {
+  return q.core_->submit_lock_ns.load(std::memory_order_relaxed);
+}
+uint64_t AdmissionQueueAccess::submits_timed(const AdmissionQueue& q) noexcept {
+  return q.core_->submits_timed.load(std::memory_order_relaxed);
+}
+
+}  // namespace internal
 }  // namespace memcg

@@ -54,6 +54,13 @@
 // woken. A try never sleeps, so it is no memory.wait admit_wait; the group's tries are counted
 // in memory.admit.queue (`tries`).
 //
+// Stops and deadlines need no free worker: a queued item with a stop token has a
+// std::stop_callback that takes it out of the queue at once (it no longer counts as queued nor
+// against max_queued; no user code runs on the requesting thread), and the queue's timer thread
+// (its own, sleeping on the controller's clock until the next deadline) completes the items
+// stopped or expired while every worker is in a run. An item being tried is completed by its
+// worker right after the try.
+//
 // Items that never run get done(status), once, with no library lock held:
 //   kTimedOut   the item's deadline (controller clock, over all its tries) passed first
 //   kCancelled  Ticket::cancel(), the item's stop token, or the queue's destruction
@@ -61,7 +68,8 @@
 //   kRemoved    its group was removed (the try's reservation says so)
 //   kKilled     its Member was OOM-killed before it was admitted
 //   kInvalid    the reservation refused the request (e.g. ReserveOptions::priority out of range)
-// done runs on a worker, on the thread calling Ticket::cancel(), or on the destroying thread.
+// done runs on a worker, on the queue's timer thread (stopped or expired items), on the thread
+// calling Ticket::cancel(), or on the destroying thread.
 // run and done may throw: the exception is caught, counted (callback_errors(), and the group's
 // memory.admit.queue `errors`), and the worker goes on. After run returns, the reservation is
 // destroyed (its memory given back, its admission ended) unless run moved it elsewhere.
@@ -71,12 +79,17 @@
 //
 // Thread safety: every call may be made from any thread, run and done included (they may submit
 // and cancel). Cost: a submit and each try take the queue's mutex briefly (never across a try,
-// run or done); tries run with no queue lock held. With the queue empty, the workers sleep.
+// run or done); tries run with no queue lock held. With the queue empty, the workers and the
+// timer sleep. With G groups backlogged an admission costs O(log G): the groups are kept in an
+// index by virtual time, the starved ones in a list of their own, and a group held back leaves
+// the index while it is held.
 //
 // REQUIRES: the controller outlives the queue; a Member given to submit() outlives its item's
 // reservation, which the queue destroys after run or done returned and before the callables
 // themselves (so a member owned by the callables, e.g. a captured std::shared_ptr, is enough).
-// The queue holds a reference to every group it was given until it is destroyed.
+// The queue holds a reference to a group only while the group has items queued: a group with
+// nothing queued is forgotten (a removed group is freed), except for a virtual time ahead of
+// where it would re-enter, kept by group id until the others pass it.
 #pragma once
 
 #include <atomic>
@@ -151,8 +164,10 @@ struct WorkItem {
   // Over all tries, on the controller's clock (Controller::clock().now_ns() time).
   uint64_t deadline_ns = Clock::kMaxNs;
   ReserveOptions options;  // of the reservation the item runs with
-  // Cancels the item while it is queued (done(kCancelled) within a poll); given to the
-  // reservation too, so that a request of the running item returns kCancelled.
+  // Cancels the item while it is queued: it leaves the queue when the stop is requested and its
+  // done(kCancelled) runs on the queue's timer (or, when a worker is trying it at that moment,
+  // on that worker after the try). Given to the reservation too, so that a request of the
+  // running item returns kCancelled.
   std::stop_token stop;
   std::function<void(Reservation&)> run;    // required; on a pool worker, admitted
   std::function<void(ReserveStatus)> done;  // optional; for an item that never ran
@@ -160,6 +175,7 @@ struct WorkItem {
 
 namespace internal {
 struct AdmissionQueueCore;
+struct AdmissionQueueAccess;  // introspection for tests and benchmarks (admission_queue_state.hpp)
 }
 
 class AdmissionQueue {
@@ -185,8 +201,8 @@ class AdmissionQueue {
   // Starts the workers. Throws std::invalid_argument for options out of range, and what
   // std::thread throws.
   explicit AdmissionQueue(Controller& controller, AdmissionQueueOptions options = {});
-  // Stops taking items, waits for the running ones to return, then completes every queued item
-  // with kCancelled (done on this thread) and joins the workers.
+  // Stops taking items, waits for the running ones to return and joins the workers and the
+  // timer, then completes every queued item with kCancelled (done on this thread).
   // REQUIRES: not called from a run or done callable of this queue (it would wait for itself:
   // checked, aborts with a message).
   ~AdmissionQueue();
@@ -205,6 +221,7 @@ class AdmissionQueue {
   uint64_t callback_errors() const noexcept;  // exceptions caught from run and done
 
  private:
+  friend struct internal::AdmissionQueueAccess;
   SubmitStatus submit_item(Group& group, Member* member, WorkItem&& item, Ticket* ticket);
   std::shared_ptr<internal::AdmissionQueueCore> core_;
   std::vector<std::thread> workers_;
