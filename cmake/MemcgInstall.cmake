@@ -21,12 +21,18 @@ if(TARGET memcg_shared AND NOT MEMCG_SHARED)
   install(TARGETS memcg_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
           NAMELINK_COMPONENT development)
 endif()
-# The Python package: pure Python over ctypes, in Debian's directory for it under /usr (the
-# interpreter's site-packages elsewhere is the user's PYTHONPATH to set).
+# The Python package: pure Python over ctypes, in Debian's directory for it under /usr; under
+# another prefix where CPython looks in a prefix, lib/python3.<minor>/site-packages of the
+# interpreter found (a venv's pip install of bindings/python is the other way: its README).
 if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   set(MEMCG_PYTHON_DIR lib/python3/dist-packages)
 else()
-  set(MEMCG_PYTHON_DIR ${CMAKE_INSTALL_LIBDIR}/python3/site-packages)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_FOUND)
+    set(MEMCG_PYTHON_DIR lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/site-packages)
+  else()
+    set(MEMCG_PYTHON_DIR lib/python3/site-packages)
+  endif()
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/bindings/python/memcg DESTINATION ${MEMCG_PYTHON_DIR}
         COMPONENT python FILES_MATCHING PATTERN "*.py" PATTERN "py.typed"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Python, Rust and Go packages used by projects outside the tree, exactly as their READMEs
-# say, against an install prefix of this build (the runtime and development components):
+# say, against an install prefix of this build (the runtime, development and python components):
 #   Python  a venv of Debian's python3 (--system-site-packages: its setuptools), the package
 #           installed with `pip install --no-build-isolation` from a copy of bindings/python,
 #           the README's service run outside the tree, the library found by its SONAME;
@@ -20,7 +20,7 @@ work=$build/bindings-consumer
 prefix=$work/prefix
 rm -rf "$prefix" "$work/python"
 mkdir -p "$work"
-for component in runtime development; do
+for component in runtime development python; do
   cmake --install "$build" --prefix "$prefix" --component $component >/dev/null
 done
 pcdir=$(dirname "$(find "$prefix" -name memcg-c.pc | head -n1)")
@@ -51,6 +51,12 @@ else
   echo "bindings_consumer: python skipped: /usr/bin/python3 with venv and setuptools" \
        "(python3-venv, python3-setuptools) is not installed"
 fi
+
+# The python component under a prefix: where CPython looks for a prefix's packages (its user
+# site, with PYTHONUSERBASE naming the prefix).
+out=$(cd "$work" && PYTHONUSERBASE=$prefix python3 -c 'import memcg; print(memcg.__file__)')
+[[ $out == "$prefix"/lib/python3.*/site-packages/memcg/__init__.py ]] ||
+  { echo "bindings_consumer: the python component is not where CPython looks: $out" >&2; exit 1; }
 
 # ---- Rust ----
 if command -v cargo >/dev/null; then
