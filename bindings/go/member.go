@@ -106,10 +106,12 @@ func (s *memberState) closeReservations() {
 	}
 }
 
-// destroy runs once no call pins the member. Its reservations were closed by Close; one that a
-// call on another goroutine still pins (Cancel, Shrink, Bytes) is freed when that call returns,
-// after this: the C API keeps a member alive while reservations are bound to it.
+// destroy runs once no call pins the member. Its reservations were closed by Close, and one
+// made while Close ran (its creation pinned the member) is closed now; one that a call on
+// another goroutine still pins (Cancel, Shrink, Bytes) is freed when that call returns, after
+// this: the C API keeps a member alive while reservations are bound to it.
 func (s *memberState) destroy() {
+	s.closeReservations()
 	C.memcg_member_destroy(s.ptr)
 	if s.cb != 0 {
 		s.cb.Delete() // a kill callback racing with this finds no handle and returns

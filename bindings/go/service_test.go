@@ -329,3 +329,33 @@ func TestEnumStrings(t *testing.T) {
 		}
 	}
 }
+
+// A reservation made while its member closes is closed with it (none left open).
+func TestMemberCloseRacingReservationCreation(t *testing.T) {
+	ctl, _ := setup(t)
+	g := must(ctl.CreateGroup("t/a"))
+	for i := 0; i < 50; i++ {
+		m := must(NewMember(g, "m", 0, nil))
+		var made []*Reservation
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for j := 0; j < 50; j++ {
+				if r, err := m.Reservation(OOMKernel, PriorityDefault); err == nil {
+					made = append(made, r)
+				}
+			}
+		}()
+		time.Sleep(time.Duration(i%5) * 20 * time.Microsecond)
+		noErr(t, m.Close())
+		<-done
+		for _, r := range made {
+			if !r.Closed() {
+				t.Fatalf("round %d: a reservation of the closed member is open", i)
+			}
+		}
+		if n := ctl.OpenHandles(); n != 2 {
+			t.Fatalf("round %d: %d handles, want 2", i, n)
+		}
+	}
+}

@@ -463,9 +463,11 @@ class Member(_Child):
             reservation.close()
 
     def _free(self, ptr: int) -> None:
-        # Reservations first: their calls pin this member, so none is running now.
+        # Reservations first, one made while close() ran included (its creation pinned this
+        # member); one that a call on another thread still pins (cancel, nbytes) is destroyed
+        # when that call returns: the C API keeps the member alive meanwhile.
         for reservation in list(self._reservations):
-            reservation._finish()
+            reservation.close()
         self._lib.memcg_member_destroy(ptr)
         _lib.unregister(self._cid)
 

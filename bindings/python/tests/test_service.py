@@ -240,6 +240,27 @@ class Lifetimes(Base):
             self.assertEqual(ctl.open_handles(), 0, "round %d" % i)
             self.assertIsNone(ctl._ptr, "round %d: the controller was not destroyed" % i)
 
+    def test_member_close_racing_reservation_creation(self) -> None:
+        # A reservation made while its member closes is closed with it (none left open).
+        g = self.ctl.create_group("t/a")
+        for i in range(40):
+            m = memcg.Member(g, "m")
+            made = []
+
+            def make() -> None:
+                for _ in range(40):
+                    try:
+                        made.append(m.reservation())
+                    except memcg.Closed:
+                        pass
+            t = threading.Thread(target=make)
+            t.start()
+            time.sleep((i % 5) * 0.0002)
+            m.close()
+            t.join(30)
+            self.assertTrue(all(r.closed for r in made), "round %d" % i)
+            self.assertEqual(self.ctl.open_handles(), 2, "round %d" % i)
+
 
 if __name__ == "__main__":
     unittest.main()
