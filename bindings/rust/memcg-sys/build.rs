@@ -10,7 +10,12 @@
 use std::process::Command;
 
 fn main() {
-    for var in ["MEMCG_LIB_DIR", "MEMCG_LIB_NAME", "PKG_CONFIG", "PKG_CONFIG_PATH"] {
+    for var in [
+        "MEMCG_LIB_DIR",
+        "MEMCG_LIB_NAME",
+        "PKG_CONFIG",
+        "PKG_CONFIG_PATH",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     if let Ok(dir) = std::env::var("MEMCG_LIB_DIR") {

@@ -223,17 +223,19 @@ impl Controller {
     /// a subtree too, but answers EAGAIN when nothing was reclaimable.
     pub fn drain(&self) -> Result<()> {
         // SAFETY: valid controller.
-        check(unsafe { sys::memcg_controller_drain_stocks(self.ptr()) }, || {
-            "drain".into()
-        })
+        check(
+            unsafe { sys::memcg_controller_drain_stocks(self.ptr()) },
+            || "drain".into(),
+        )
     }
 
     /// Folds every pending statistic, so that the next memory.stat read is exact.
     pub fn flush_stats(&self) -> Result<()> {
         // SAFETY: valid controller.
-        check(unsafe { sys::memcg_controller_flush_stats(self.ptr()) }, || {
-            "flush stats".into()
-        })
+        check(
+            unsafe { sys::memcg_controller_flush_stats(self.ptr()) },
+            || "flush stats".into(),
+        )
     }
 
     /// The sequence number of the latest OOM or preemption report (0 for none).
@@ -299,8 +301,8 @@ pub struct Group {
 pub mod flags {
     pub use memcg_sys::{
         MEMCG_CHARGE_DEFAULT as DEFAULT, MEMCG_CHARGE_HIGH_PRIO as HIGH_PRIO,
-        MEMCG_CHARGE_MAY_BLOCK as MAY_BLOCK, MEMCG_CHARGE_NO_FAIL as NO_FAIL,
-        MEMCG_CHARGE_NOWAIT as NOWAIT, MEMCG_CHARGE_NO_RETRY as NO_RETRY,
+        MEMCG_CHARGE_MAY_BLOCK as MAY_BLOCK, MEMCG_CHARGE_NOWAIT as NOWAIT,
+        MEMCG_CHARGE_NO_FAIL as NO_FAIL, MEMCG_CHARGE_NO_RETRY as NO_RETRY,
         MEMCG_CHARGE_RETRY_MAY_FAIL as RETRY_MAY_FAIL,
     };
 }
@@ -332,7 +334,9 @@ impl Group {
         let c = cstring(name, "file name")?;
         read_text(
             // SAFETY: valid group and name; the buffer holds `size` bytes.
-            |buf, size, len| unsafe { sys::memcg_group_read(self.ptr(), c.as_ptr(), buf, size, len) },
+            |buf, size, len| unsafe {
+                sys::memcg_group_read(self.ptr(), c.as_ptr(), buf, size, len)
+            },
             || format!("read {name}"),
         )
     }

@@ -203,54 +203,65 @@ impl Reservation {
     /// The same, waiting up to `timeout` for room (never OOM-kills).
     pub fn reserve_for(&mut self, total: u64, timeout: Duration) -> Result<bool> {
         let ns = timeout_ns(timeout);
-        let status = self.inner.call(|p| unsafe { sys::memcg_reserve_for(p, total, ns) });
+        let status = self
+            .inner
+            .call(|p| unsafe { sys::memcg_reserve_for(p, total, ns) });
         self.result(status)
     }
 
     /// The same with a deadline: a query whose requests share one passes it to each.
     pub fn reserve_until(&mut self, total: u64, deadline: Instant) -> Result<bool> {
         let at = self.deadline_ns(deadline);
-        let status = self.inner.call(|p| unsafe { sys::memcg_reserve_until(p, total, at) });
+        let status = self
+            .inner
+            .call(|p| unsafe { sys::memcg_reserve_until(p, total, at) });
         self.result(status)
     }
 
     /// Adds `bytes`.
     #[inline]
     pub fn grow(&mut self, bytes: u64) -> Result<bool> {
-        let status = self.inner.call(|p| unsafe { sys::memcg_reservation_grow(p, bytes) });
+        let status = self
+            .inner
+            .call(|p| unsafe { sys::memcg_reservation_grow(p, bytes) });
         self.result(status)
     }
 
     /// Adds `bytes`, waiting up to `timeout`.
     pub fn grow_for(&mut self, bytes: u64, timeout: Duration) -> Result<bool> {
         let ns = timeout_ns(timeout);
-        let status =
-            self.inner.call(|p| unsafe { sys::memcg_reservation_grow_for(p, bytes, ns) });
+        let status = self
+            .inner
+            .call(|p| unsafe { sys::memcg_reservation_grow_for(p, bytes, ns) });
         self.result(status)
     }
 
     /// Adds `bytes`, waiting until `deadline` at most (never OOM-kills).
     pub fn grow_until(&mut self, bytes: u64, deadline: Instant) -> Result<bool> {
         let at = self.deadline_ns(deadline);
-        let status =
-            self.inner.call(|p| unsafe { sys::memcg_reservation_grow_until(p, bytes, at) });
+        let status = self
+            .inner
+            .call(|p| unsafe { sys::memcg_reservation_grow_until(p, bytes, at) });
         self.result(status)
     }
 
     /// Gives back `bytes` (at most what it holds).
     #[inline]
     pub fn shrink(&mut self, bytes: u64) {
-        self.inner.call(|p| unsafe { sys::memcg_reservation_shrink(p, bytes) })
+        self.inner
+            .call(|p| unsafe { sys::memcg_reservation_shrink(p, bytes) })
     }
 
     /// Gives back everything.
     pub fn release(&mut self) {
-        self.inner.call(|p| unsafe { sys::memcg_reservation_release(p) })
+        self.inner
+            .call(|p| unsafe { sys::memcg_reservation_release(p) })
     }
 
     /// What it holds, in bytes.
     pub fn bytes(&self) -> u64 {
-        self.inner.call(|p| unsafe { sys::memcg_reservation_bytes(p) })
+        self.inner
+            .call(|p| unsafe { sys::memcg_reservation_bytes(p) })
     }
 
     /// A handle that cancels it from any thread.

@@ -43,7 +43,10 @@ fn drain_makes_current_zero() {
     // memory.reclaim drains too, but answers EAGAIN when nothing was reclaimable.
     g.charge(8 * KIB, flags::DEFAULT).unwrap();
     g.uncharge(8 * KIB);
-    assert_eq!(g.write("memory.reclaim", "1M").unwrap_err().code(), Some(11));
+    assert_eq!(
+        g.write("memory.reclaim", "1M").unwrap_err().code(),
+        Some(11)
+    );
     assert_eq!(current(&g), 0);
 }
 
@@ -55,7 +58,10 @@ fn flush_stats_list_and_score() {
     let a = ctl.create_group("t/a").unwrap();
     ctl.create_group("t/a/x").unwrap();
     assert_eq!(top.list().unwrap(), ["t/a", "t/a/x", "t/b"]);
-    assert_eq!(ctl.group("/").unwrap().list().unwrap(), ["t", "t/a", "t/a/x", "t/b"]);
+    assert_eq!(
+        ctl.group("/").unwrap().list().unwrap(),
+        ["t", "t/a", "t/a/x", "t/b"]
+    );
     assert!(b.list().unwrap().is_empty());
     a.charge(64 * KIB, flags::DEFAULT).unwrap();
     ctl.flush_stats().unwrap();
@@ -103,7 +109,8 @@ fn grow_until_an_instant_and_nowait() {
     g.write("memory.max", "1M").unwrap();
     let mut r = Reservation::on_group(&g, OomPolicy::Never, Priority::Default).unwrap();
     g.charge(512 * KIB, flags::DEFAULT).unwrap();
-    r.grow_until(256 * KIB, Instant::now() + Duration::from_secs(1)).unwrap();
+    r.grow_until(256 * KIB, Instant::now() + Duration::from_secs(1))
+        .unwrap();
     let start = Instant::now();
     // Would fit were the charge given back: waits, then times out.
     let e = r
@@ -111,7 +118,10 @@ fn grow_until_an_instant_and_nowait() {
         .unwrap_err();
     assert_eq!(e.status(), Some(Status::TimedOut));
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(40) && waited < Duration::from_secs(5), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(40) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
     let start = Instant::now();
     let e = g.charge(512 * KIB, flags::NOWAIT).unwrap_err();
     assert_eq!(e.status(), Some(Status::NoMem));
@@ -139,8 +149,15 @@ fn nul_refused_and_messages_bounded() {
     assert_eq!(ctl.group("evil").unwrap_err().code(), Some(2));
     let e = g.write("memory.max", &"7".repeat(1 << 20)).unwrap_err();
     let msg = e.to_string();
-    assert!(msg.len() < 300 && msg.contains("\"..."), "{} bytes: {:.300}", msg.len(), msg);
-    let e = g.write("memory.max", &format!("{}\0", "7".repeat(1 << 20))).unwrap_err();
+    assert!(
+        msg.len() < 300 && msg.contains("\"..."),
+        "{} bytes: {:.300}",
+        msg.len(),
+        msg
+    );
+    let e = g
+        .write("memory.max", &format!("{}\0", "7".repeat(1 << 20)))
+        .unwrap_err();
     assert!(e.to_string().len() < 300);
 }
 
@@ -156,7 +173,11 @@ fn a_kill_closure_owning_a_member_is_dropped_outside_the_lock() {
         let _ = inner.name();
     })
     .unwrap();
-    within(10, "dropping a member whose closure owns a member", move || drop(outer));
+    within(
+        10,
+        "dropping a member whose closure owns a member",
+        move || drop(outer),
+    );
     // Listeners likewise: a listener whose closure owns a member and another listener.
     let m = Member::with_kill(&g, "m", 0, |_, _| {}).unwrap();
     let l1 = g.watch_events(false, |_, _, _| {}).unwrap();
@@ -165,7 +186,11 @@ fn a_kill_closure_owning_a_member_is_dropped_outside_the_lock() {
             let _ = (m.name(), l1.delivered());
         })
         .unwrap();
-    within(10, "dropping a listener whose closure owns handles", move || drop(l2));
+    within(
+        10,
+        "dropping a listener whose closure owns handles",
+        move || drop(l2),
+    );
     assert_eq!(ctl.open_handles(), 1);
 }
 
@@ -240,7 +265,9 @@ fn a_release_during_a_running_request_applies_when_it_returns() {
     let v = victim.clone();
     let t = std::thread::spawn(move || {
         // Waits for room that only the release gives.
-        let e = waiting.reserve_for(768 * KIB, Duration::from_secs(10)).unwrap_err();
+        let e = waiting
+            .reserve_for(768 * KIB, Duration::from_secs(10))
+            .unwrap_err();
         (e.status(), waiting)
     });
     std::thread::sleep(Duration::from_millis(50));
