@@ -43,7 +43,7 @@ extern "C" {
  * one when it is a shared library. 0.x releases may change the interface at each minor version.
  * 0.2 added, changing no declaration of 0.1: memcg_controller_drain_stocks, _flush_stats,
  * memcg_group_list, memcg_oom_log_read, _last_seq, memcg_member_set_score_adj, _score_adj,
- * memcg_reservation_grow_until, the *_from_name lookups and MEMCG_CHARGE_NOWAIT. */
+ * memcg_reservation_grow_until, the *_from_name lookups, MEMCG_CHARGE_NOWAIT and memcg_quote. */
 #define MEMCG_C_VERSION_MAJOR 0
 #define MEMCG_C_VERSION_MINOR 2
 #define MEMCG_C_VERSION_PATCH 0
@@ -68,7 +68,7 @@ const char* memcg_version_string(void);
 const char* memcg_errno_name(int code);
 /* A short printable form of `text` (`length` bytes, any bytes) for an error message, so that a
  * binding never puts a whole written value into one: in double quotes, a byte outside printable
- * ASCII (and `"`, `\\`) escaped as \xHH (or \", \\), at most MEMCG_QUOTE_MAX bytes of the text
+ * ASCII (and `"`, `\`) escaped as \xHH (or \", \\), at most MEMCG_QUOTE_MAX bytes of the text
  * followed by "..." when it was longer. Into `buf` (NUL-terminated) with `*length` and ERANGE as
  * memcg_group_read; MEMCG_QUOTE_SIZE bytes always suffice. EINVAL for a NULL `text` with a
  * nonzero `length`. */
@@ -162,7 +162,8 @@ int memcg_group_read(memcg_group* group, const char* name, char* buf, size_t siz
  * rejected write changes nothing. A NUL byte inside the `length` bytes is EINVAL (a file's text
  * never holds one; "1\0G" is not "1"). Writing memory.reclaim gives back the stocks of the
  * subtree and reclaims: EAGAIN when less than asked could be reclaimed (nothing reclaimable
- * included), as the kernel's file answers; the stocks were drained all the same. `nonblocking` as O_NONBLOCK (memory.high/max only store). */
+ * included), as the kernel's file answers; the stocks were drained all the same.
+ * `nonblocking` as O_NONBLOCK (memory.high/max only store). */
 int memcg_group_write(memcg_group* group, const char* name, const char* text, size_t length,
                       int nonblocking);
 
