@@ -399,7 +399,8 @@ func (r *Reservation) withContext(ctx context.Context, op string,
 	// No deadline: about 146 years, far from the clock's overflow.
 	now := uint64(C.memcg_controller_now_ns(r.ctl.ptr))
 	deadline := C.uint64_t(now + 1<<62)
-	if at, ok := ctx.Deadline(); ok {
+	at, hasDeadline := ctx.Deadline()
+	if hasDeadline {
 		deadline = C.uint64_t(now + uint64(nanos(time.Until(at))))
 	}
 	stop := make(chan struct{})
@@ -417,9 +418,15 @@ func (r *Reservation) withContext(ctx context.Context, op string,
 	status := request(deadline)
 	close(stop)
 	forced, err := r.end(status, op)
-	if e, ok := err.(*RefusedError); ok && ctx.Err() != nil &&
-		(e.Status == Cancelled || e.Status == TimedOut) {
-		e.Context = ctx.Err()
+	if e, ok := err.(*RefusedError); ok {
+		switch {
+		case e.Status == TimedOut && hasDeadline:
+			// The context's deadline, on the controller's clock: it may pass there a moment
+			// before the context's own timer fires.
+			e.Context = context.DeadlineExceeded
+		case e.Status == Cancelled && ctx.Err() != nil:
+			e.Context = ctx.Err()
+		}
 	}
 	return forced, err
 }
