@@ -123,6 +123,15 @@ class Service(Base):
         with g.charged(192 * KiB), memcg.Reservation(g) as r, self.assertRaises(TimeoutError):
             r.reserve(128 * KiB, timeout=0.01)
 
+    def test_pyproject_version_is_the_librarys(self) -> None:
+        import os
+        import re
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "pyproject.toml")) as f:
+            version = re.search(r'^version = "([^"]+)"$', f.read(), re.M)
+        self.assertIsNotNone(version)
+        self.assertEqual(version.group(1), self.ctl.version())  # type: ignore[union-attr]
+
     def test_library_missing_names_memcg_library(self) -> None:
         import os
         import subprocess
