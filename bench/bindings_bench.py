@@ -20,9 +20,16 @@ root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 build = os.path.abspath(sys.argv[1])
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 work = os.path.join(build, "bindings-bench")
+# The Go package finds the library through pkg-config (#cgo pkg-config: memcg-c): a memcg-c.pc
+# for this build tree.
+os.makedirs(work + "/pkgconfig", exist_ok=True)
+with open(work + "/pkgconfig/memcg-c.pc", "w") as pc:
+    pc.write("Name: memcg-c\nDescription: memcg C API (build tree)\nVersion: 0\n"
+             "Libs: -L%s -lmemcg\nCflags: -I%s/include\n" % (build, root))
 env = dict(os.environ, LD_LIBRARY_PATH=build, MEMCG_LIB_DIR=build,
+           PKG_CONFIG_PATH=work + "/pkgconfig",
            MEMCG_LIBRARY=os.path.join(build, "libmemcg.so"), CARGO_TARGET_DIR=work + "/rust",
-           CGO_CFLAGS="-I" + root + "/include", CGO_LDFLAGS="-L" + build, GOPROXY="off",
+           GOPROXY="off",
            GOFLAGS="", GOCACHE=work + "/go-cache", GOPATH=work + "/go-path",
            PYTHONPATH=root + "/bindings/python")
 

@@ -13,18 +13,26 @@
 # memcg_install_library()'s (cmake/MemcgLibrary.cmake); memcgctl's is optional, so installing
 # after building only the libraries (target memcg_libraries) works.
 memcg_install_library(memcg EXPORT memcgTargets)
-# The static build's libmemcg.so.<SOVERSION>: loaded by its SONAME, never linked by -lmemcg (no
-# link-time symlink), so that C++ users and `pkg-config memcg` keep the static library.
+# The static build's libmemcg.so.<SOVERSION>, with its link-time symlink libmemcg.so among the
+# development files: `-lmemcg` from memcg-c.pc (Rust's memcg-sys, cgo, C) then links the shared
+# object, which carries the C++ runtime. C++ users keep the static library: the CMake package
+# names the archive's path, memcg.pc asks for it by file name (-l:libmemcg.a).
 if(TARGET memcg_shared AND NOT MEMCG_SHARED)
   install(TARGETS memcg_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
-          NAMELINK_SKIP)
+          NAMELINK_COMPONENT development)
 endif()
-# The Python package: pure Python over ctypes, in Debian's directory for it under /usr (the
-# interpreter's site-packages elsewhere is the user's PYTHONPATH to set).
+# The Python package: pure Python over ctypes, in Debian's directory for it under /usr; under
+# another prefix where CPython looks in a prefix, lib/python3.<minor>/site-packages of the
+# interpreter found (a venv's pip install of bindings/python is the other way: its README).
 if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
   set(MEMCG_PYTHON_DIR lib/python3/dist-packages)
 else()
-  set(MEMCG_PYTHON_DIR ${CMAKE_INSTALL_LIBDIR}/python3/site-packages)
+  find_package(Python3 COMPONENTS Interpreter QUIET)
+  if(Python3_FOUND)
+    set(MEMCG_PYTHON_DIR lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/site-packages)
+  else()
+    set(MEMCG_PYTHON_DIR lib/python3/site-packages)
+  endif()
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/bindings/python/memcg DESTINATION ${MEMCG_PYTHON_DIR}
         COMPONENT python FILES_MATCHING PATTERN "*.py" PATTERN "py.typed"
@@ -54,6 +62,11 @@ install(FILES ${PROJECT_BINARY_DIR}/memcgConfig.cmake ${PROJECT_BINARY_DIR}/memc
 # memcg.pc finds the prefix from where it is installed: as many `..` as the library directory
 # has parts (lib, or lib/x86_64-linux-gnu under /usr).
 file(RELATIVE_PATH MEMCG_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
+if(MEMCG_SHARED)
+  set(MEMCG_PC_LIB "-lmemcg")
+else()
+  set(MEMCG_PC_LIB "-l:libmemcg.a")
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/memcg.pc.in ${PROJECT_BINARY_DIR}/memcg.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/memcg.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
         COMPONENT development)

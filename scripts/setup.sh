@@ -15,6 +15,7 @@ packages=(
   clang-19 libclang-rt-19-dev
   chromium
   golang-go
+  python3-setuptools python3-wheel python3-venv python3-pip
 )
 
 missing=()

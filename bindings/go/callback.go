@@ -24,7 +24,7 @@ func lookup(user unsafe.Pointer) (v any) {
 
 // call runs a callback so that nothing unwinds into C: a panic or a returned error is counted
 // and reported to the controller.
-func call(ctl *controllerState, where string, fn func() error) {
+func call(ctl *Controller, where string, fn func() error) {
 	var err error
 	func() {
 		defer func() {
@@ -49,7 +49,7 @@ func memcgGoKill(_ *C.memcg_member, reason C.int, user unsafe.Pointer) {
 	// the call that ran the killer return.
 	defer e.state.unpin()
 	r := CancelReason(reason)
-	if r != OomKill && r != Preempt {
+	if r != OOMKill && r != Preempt {
 		r = Other
 	}
 	call(e.state.ctl, "kill callback of "+e.state.name, func() error {
@@ -62,7 +62,7 @@ type NotifyFunc func(l *Listener, value int, removed bool) error
 
 type listenerState struct {
 	handle
-	ctl *controllerState
+	ctl *Controller
 	ptr *C.memcg_listener
 	cb  cgo.Handle
 	fn  NotifyFunc
@@ -96,7 +96,10 @@ func (g *Group) WatchEvents(local bool, fn NotifyFunc) (*Listener, error) {
 
 // WatchPressure registers for vmpressure notifications (args "low", "medium,hierarchy", ...).
 func (g *Group) WatchPressure(args string, fn NotifyFunc) (*Listener, error) {
-	cargs := C.CString(args)
+	cargs, err := cString(args, "pressure listener "+args)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(cargs))
 	return g.listen(fn, "pressure listener "+args, func(s *listenerState) C.int {
 		return C.memcg_go_listener_vmpressure(g.ptr, cargs, C.uintptr_t(s.cb), &s.ptr)
@@ -122,11 +125,11 @@ func (g *Group) listen(fn NotifyFunc, op string,
 		g.ctl.detach(&s.handle)
 		return nil, err
 	}
-	s.free = func() {
+	s.ready(nil, func() {
 		C.memcg_listener_destroy(s.ptr)
 		s.cb.Delete()
 		s.ctl.detach(&s.handle)
-	}
+	})
 	l := &Listener{s}
 	runtime.SetFinalizer(l, func(l *Listener) { _ = l.Close() })
 	return l, nil

@@ -50,7 +50,12 @@ const (
 )
 
 func (s Status) Error() string {
-	return "memcg: " + C.GoString(C.memcg_reserve_status_name(C.int(s)))
+	return "memcg: " + s.String()
+}
+
+// String is the C API's name of the status ("nomem", "timed-out", "never-fits", ...).
+func (s Status) String() string {
+	return C.GoString(C.memcg_reserve_status_name(C.int(s)))
 }
 
 // IsLimit tells whether a limit held (the refusal then names the limiting group).
@@ -66,6 +71,9 @@ type RefusedError struct {
 	Status        Status
 	Group         string
 	LimitingGroup string
+	// Context is ctx.Err() when a context ended the request (ReserveContext, GrowContext):
+	// errors.Is(err, context.Canceled) then holds too.
+	Context error
 }
 
 func (e *RefusedError) Error() string {
@@ -79,3 +87,8 @@ func (e *RefusedError) Error() string {
 
 // Unwrap gives the Status.
 func (e *RefusedError) Unwrap() error { return e.Status }
+
+// Is matches the context's error too, when a context ended the request.
+func (e *RefusedError) Is(target error) bool {
+	return e.Context != nil && errors.Is(e.Context, target)
+}

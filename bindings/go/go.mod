@@ -1,3 +1,3 @@
-module memcg
+module example.org/memcg
 
 go 1.19

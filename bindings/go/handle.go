@@ -3,15 +3,17 @@ package memcg
 import "sync"
 
 // handle is the life of one C handle: calls pin it; Close marks it closed at once (later calls
-// get ErrClosed) and the C handle is freed when the last pin goes. So a callback closing the
-// handle whose call is running (a kill callback closing the member whose charge ran the OOM
-// killer) frees nothing under that call.
+// get ErrClosed) and the C handle is freed when the last pin goes, so that no C object is freed
+// while a call of it is in flight on any goroutine. A callback closing the handle whose call is
+// running (a kill callback closing the member whose charge ran the OOM killer) frees nothing
+// under that call, and neither does a Close racing a call on another goroutine (Member.Close
+// against Reservation.Cancel: the reservation is freed when Cancel returns).
 type handle struct {
 	mu      sync.Mutex
 	pins    int
 	closing bool
 	freed   bool
-	free    func() // frees the C handle; set once it exists
+	free    func() // frees the C handle; set once it exists (ready)
 	onClose func() // runs once at Close, before the free (a member closes its reservations)
 	rank    int    // order of Controller.Close: reservations, listeners, members, groups
 }
@@ -29,7 +31,7 @@ func (h *handle) pin() error {
 func (h *handle) unpin() {
 	h.mu.Lock()
 	h.pins--
-	run := h.pins == 0 && h.closing && !h.freed
+	run := h.pins == 0 && h.closing && !h.freed && h.free != nil
 	if run {
 		h.freed = true
 	}
@@ -39,19 +41,36 @@ func (h *handle) unpin() {
 	}
 }
 
+// ready records how to free the C handle once it exists. A Close that came while it was being
+// made (Controller.Close closing its children) frees it now: nothing else would.
+func (h *handle) ready(onClose, free func()) {
+	h.mu.Lock()
+	h.onClose = onClose
+	h.free = free
+	run := h.closing && h.pins == 0 && !h.freed
+	if run {
+		h.freed = true
+	}
+	h.mu.Unlock()
+	if run {
+		free()
+	}
+}
+
 func (h *handle) close() error {
 	h.mu.Lock()
-	if h.closing || h.free == nil {
+	if h.closing {
 		h.mu.Unlock()
 		return ErrClosed
 	}
 	h.closing = true
+	onClose := h.onClose
 	h.mu.Unlock()
-	if h.onClose != nil {
-		h.onClose()
+	if onClose != nil {
+		onClose()
 	}
 	h.mu.Lock()
-	run := h.pins == 0 && !h.freed
+	run := h.pins == 0 && !h.freed && h.free != nil
 	if run {
 		h.freed = true
 	}
@@ -60,21 +79,6 @@ func (h *handle) close() error {
 		h.free()
 	}
 	return nil
-}
-
-// forceFree frees a handle that no call can use any more (a reservation of a member being
-// freed: its calls pin the member, which has no pin left).
-func (h *handle) forceFree() {
-	h.mu.Lock()
-	h.closing = true
-	run := !h.freed && h.free != nil
-	if run {
-		h.freed = true
-	}
-	h.mu.Unlock()
-	if run {
-		h.free()
-	}
 }
 
 func (h *handle) isClosed() bool {

@@ -5,9 +5,12 @@ package memcg
 import "C"
 
 import (
+	"context"
 	"runtime"
 	"runtime/cgo"
+	"strconv"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -17,17 +20,29 @@ type CancelReason int
 
 // The reasons (memcg_cancel_reason).
 const (
-	OomKill CancelReason = 0 // the OOM killer chose the member: release its memory
+	OOMKill CancelReason = 0 // the OOM killer chose the member: release its memory
 	Preempt CancelReason = 1 // a waiting charge of a higher class asks for memory back
-	Other   CancelReason = 2
+	Other   CancelReason = 2 // a reason this package does not know yet
 )
+
+func (r CancelReason) String() string {
+	switch r {
+	case OOMKill:
+		return "oom-kill"
+	case Preempt:
+		return "preempt"
+	case Other:
+		return "other"
+	}
+	return "CancelReason(" + strconv.Itoa(int(r)) + ")"
+}
 
 // KillFunc runs on the goroutine (thread) that ran the OOM killer. It may Close the member.
 type KillFunc func(m *Member, reason CancelReason) error
 
 type memberState struct {
 	handle
-	ctl          *controllerState
+	ctl          *Controller
 	group        *Group
 	ptr          *C.memcg_member
 	name         string
@@ -49,6 +64,11 @@ func NewMember(g *Group, name string, scoreAdj int, onKill KillFunc) (*Member, e
 	if g == nil {
 		return nil, ErrClosed
 	}
+	cname, err := cString(name, "member "+name)
+	if err != nil {
+		return nil, err
+	}
+	defer C.free(unsafe.Pointer(cname))
 	s := &memberState{ctl: g.ctl, group: g, name: name, reservations: map[*reservationState]struct{}{}}
 	if err := g.pin(); err != nil {
 		return nil, err
@@ -60,8 +80,6 @@ func NewMember(g *Group, name string, scoreAdj int, onKill KillFunc) (*Member, e
 	if onKill != nil {
 		s.cb = cgo.NewHandle(&killEntry{state: s, fn: onKill})
 	}
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
 	code := C.memcg_go_member_create(g.ptr, cname, C.int(scoreAdj), C.uintptr_t(s.cb), &s.ptr)
 	if err := check(code, "member "+name); err != nil {
 		if s.cb != 0 {
@@ -70,8 +88,7 @@ func NewMember(g *Group, name string, scoreAdj int, onKill KillFunc) (*Member, e
 		g.ctl.detach(&s.handle)
 		return nil, err
 	}
-	s.onClose = s.closeReservations
-	s.free = s.destroy
+	s.ready(s.closeReservations, s.destroy)
 	m := &Member{s}
 	runtime.SetFinalizer(m, func(m *Member) { _ = m.Close() })
 	return m, nil
@@ -89,17 +106,12 @@ func (s *memberState) closeReservations() {
 	}
 }
 
+// destroy runs once no call pins the member. Its reservations were closed by Close, and one
+// made while Close ran (its creation pinned the member) is closed now; one that a call on
+// another goroutine still pins (Cancel, Shrink, Bytes) is freed when that call returns, after
+// this: the C API keeps a member alive while reservations are bound to it.
 func (s *memberState) destroy() {
-	// Reservations first: their calls pin this member, so none runs now.
-	s.mu.Lock()
-	var rs []*reservationState
-	for r := range s.reservations {
-		rs = append(rs, r)
-	}
-	s.mu.Unlock()
-	for _, r := range rs {
-		r.forceFree()
-	}
+	s.closeReservations()
 	C.memcg_member_destroy(s.ptr)
 	if s.cb != 0 {
 		s.cb.Delete() // a kill callback racing with this finds no handle and returns
@@ -136,6 +148,28 @@ func (m *Member) Uncharge(bytes uint64) (uint64, error) {
 	return uint64(C.memcg_member_uncharge(m.ptr, C.uint64_t(bytes))), nil
 }
 
+// SetScoreAdj changes its oom_score_adj (-1000 immune .. 1000); the next OOM decision sees it.
+func (m *Member) SetScoreAdj(scoreAdj int) error {
+	if scoreAdj < -1000 || scoreAdj > 1000 {
+		return &OSError{Op: "score_adj " + strconv.Itoa(scoreAdj), Errno: syscall.EINVAL}
+	}
+	if err := m.pin(); err != nil {
+		return err
+	}
+	defer m.unpin()
+	return check(C.memcg_member_set_score_adj(m.ptr, C.int(scoreAdj)),
+		"score_adj "+strconv.Itoa(scoreAdj))
+}
+
+// ScoreAdj is its oom_score_adj now.
+func (m *Member) ScoreAdj() (int, error) {
+	if err := m.pin(); err != nil {
+		return 0, err
+	}
+	defer m.unpin()
+	return int(C.memcg_member_score_adj(m.ptr)), nil
+}
+
 // Killed tells whether the OOM killer killed it.
 func (m *Member) Killed() (bool, error) {
 	if err := m.pin(); err != nil {
@@ -145,15 +179,27 @@ func (m *Member) Killed() (bool, error) {
 	return C.memcg_member_killed(m.ptr) != 0, nil
 }
 
-// OomPolicy is what a reservation that does not fit may do.
-type OomPolicy int
+// OOMPolicy is what a reservation that does not fit may do.
+type OOMPolicy int
 
 // The policies (MEMCG_OOM_*).
 const (
-	OomKernel OomPolicy = 0 // one charge; over 32 KiB never OOM-kills
-	OomPieces OomPolicy = 1 // 32 KiB pieces: every request is OOM-eligible
-	OomNever  OomPolicy = 2 // reclaim and retries only
+	OOMKernel OOMPolicy = 0 // one charge; over 32 KiB never OOM-kills
+	OOMPieces OOMPolicy = 1 // 32 KiB pieces: every request is OOM-eligible
+	OOMNever  OOMPolicy = 2 // reclaim and retries only
 )
+
+func (p OOMPolicy) String() string {
+	switch p {
+	case OOMKernel:
+		return "kernel"
+	case OOMPieces:
+		return "pieces"
+	case OOMNever:
+		return "never"
+	}
+	return "OOMPolicy(" + strconv.Itoa(int(p)) + ")"
+}
 
 // Priority is a waiting class.
 type Priority int
@@ -166,9 +212,23 @@ const (
 	PriorityHigh    Priority = 2
 )
 
+func (p Priority) String() string {
+	switch p {
+	case PriorityDefault:
+		return "default"
+	case PriorityLow:
+		return "low"
+	case PriorityNormal:
+		return "normal"
+	case PriorityHigh:
+		return "high"
+	}
+	return "Priority(" + strconv.Itoa(int(p)) + ")"
+}
+
 type reservationState struct {
 	handle
-	ctl    *controllerState
+	ctl    *Controller
 	group  *Group
 	member *Member // kept: the member outlives its reservations
 	ptr    *C.memcg_reservation
@@ -178,7 +238,7 @@ type reservationState struct {
 type Reservation struct{ *reservationState }
 
 // NewReservation makes a reservation on group.
-func NewReservation(g *Group, oom OomPolicy, prio Priority) (*Reservation, error) {
+func NewReservation(g *Group, oom OOMPolicy, prio Priority) (*Reservation, error) {
 	if g == nil {
 		return nil, ErrClosed
 	}
@@ -186,11 +246,11 @@ func NewReservation(g *Group, oom OomPolicy, prio Priority) (*Reservation, error
 }
 
 // Reservation makes a reservation charged to this member.
-func (m *Member) Reservation(oom OomPolicy, prio Priority) (*Reservation, error) {
+func (m *Member) Reservation(oom OOMPolicy, prio Priority) (*Reservation, error) {
 	return newReservation(m.group, m, oom, prio)
 }
 
-func newReservation(g *Group, m *Member, oom OomPolicy, prio Priority) (*Reservation, error) {
+func newReservation(g *Group, m *Member, oom OOMPolicy, prio Priority) (*Reservation, error) {
 	s := &reservationState{ctl: g.ctl, group: g, member: m}
 	owner := &g.handle
 	if m != nil {
@@ -213,7 +273,12 @@ func newReservation(g *Group, m *Member, oom OomPolicy, prio Priority) (*Reserva
 		g.ctl.detach(&s.handle)
 		return nil, err
 	}
-	s.free = func() {
+	if m != nil { // under the member's pin: before its Close can list them
+		m.mu.Lock()
+		m.reservations[s] = struct{}{}
+		m.mu.Unlock()
+	}
+	s.ready(nil, func() {
 		C.memcg_reservation_destroy(s.ptr)
 		if m != nil {
 			m.mu.Lock()
@@ -221,12 +286,7 @@ func newReservation(g *Group, m *Member, oom OomPolicy, prio Priority) (*Reserva
 			m.mu.Unlock()
 		}
 		s.ctl.detach(&s.handle)
-	}
-	if m != nil { // under the member's pin: before its Close can list them
-		m.mu.Lock()
-		m.reservations[s] = struct{}{}
-		m.mu.Unlock()
-	}
+	})
 	r := &Reservation{s}
 	runtime.SetFinalizer(r, func(r *Reservation) { _ = r.Close() })
 	return r, nil
@@ -282,12 +342,100 @@ func (r *Reservation) ReserveFor(total uint64, timeout time.Duration) (bool, err
 	return r.end(C.memcg_reserve_for(r.ptr, C.uint64_t(total), nanos(timeout)), "reserve")
 }
 
-// ReserveUntil is Reserve with a deadline on Controller.NowNs.
-func (r *Reservation) ReserveUntil(total, deadlineNs uint64) (bool, error) {
+// ReserveUntil is Reserve with a deadline on Controller.NowNS.
+func (r *Reservation) ReserveUntil(total, deadlineNS uint64) (bool, error) {
 	if err := r.begin(); err != nil {
 		return false, err
 	}
-	return r.end(C.memcg_reserve_until(r.ptr, C.uint64_t(total), C.uint64_t(deadlineNs)), "reserve")
+	return r.end(C.memcg_reserve_until(r.ptr, C.uint64_t(total), C.uint64_t(deadlineNS)), "reserve")
+}
+
+// ReserveContext is Reserve waiting for room (never OOM-kills) until ctx is done: its deadline
+// is the request's, and a cancelled ctx cancels the reservation as Cancel does (every later
+// request fails with Cancelled too). The error then matches both the Status and ctx.Err()
+// (errors.Is(err, context.Canceled)).
+func (r *Reservation) ReserveContext(ctx context.Context, total uint64) (bool, error) {
+	return r.withContext(ctx, "reserve", func(deadline C.uint64_t) C.memcg_reserve_status {
+		return C.memcg_reserve_until(r.ptr, C.uint64_t(total), deadline)
+	})
+}
+
+// GrowFor adds bytes, waiting up to timeout for room (never OOM-kills).
+func (r *Reservation) GrowFor(bytes uint64, timeout time.Duration) (bool, error) {
+	if err := r.begin(); err != nil {
+		return false, err
+	}
+	return r.end(C.memcg_reservation_grow_for(r.ptr, C.uint64_t(bytes), nanos(timeout)), "grow")
+}
+
+// GrowUntil adds bytes, waiting until deadlineNS on Controller.NowNS at most: a query whose
+// requests share one deadline passes it to each.
+func (r *Reservation) GrowUntil(bytes, deadlineNS uint64) (bool, error) {
+	if err := r.begin(); err != nil {
+		return false, err
+	}
+	return r.end(C.memcg_reservation_grow_until(r.ptr, C.uint64_t(bytes), C.uint64_t(deadlineNS)),
+		"grow")
+}
+
+// GrowContext is GrowUntil with ctx's deadline, cancelled with ctx as ReserveContext is.
+func (r *Reservation) GrowContext(ctx context.Context, bytes uint64) (bool, error) {
+	return r.withContext(ctx, "grow", func(deadline C.uint64_t) C.memcg_reserve_status {
+		return C.memcg_reservation_grow_until(r.ptr, C.uint64_t(bytes), deadline)
+	})
+}
+
+// withContext runs a waiting request with ctx's deadline on the controller's clock; a
+// goroutine cancels the reservation if ctx is cancelled meanwhile (Go 1.19 has no
+// context.AfterFunc). An expired deadline is the C call's own timeout, never a cancel.
+func (r *Reservation) withContext(ctx context.Context, op string,
+	request func(deadline C.uint64_t) C.memcg_reserve_status) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, &RefusedError{Op: op, Status: contextStatus(err), Context: err}
+	}
+	if err := r.begin(); err != nil {
+		return false, err
+	}
+	// No deadline: about 146 years, far from the clock's overflow.
+	now := uint64(C.memcg_controller_now_ns(r.ctl.ptr))
+	deadline := C.uint64_t(now + 1<<62)
+	at, hasDeadline := ctx.Deadline()
+	if hasDeadline {
+		deadline = C.uint64_t(now + uint64(nanos(time.Until(at))))
+	}
+	stop := make(chan struct{})
+	if ctx.Done() != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				if ctx.Err() == context.Canceled {
+					_ = r.Cancel()
+				}
+			case <-stop:
+			}
+		}()
+	}
+	status := request(deadline)
+	close(stop)
+	forced, err := r.end(status, op)
+	if e, ok := err.(*RefusedError); ok {
+		switch {
+		case e.Status == TimedOut && hasDeadline:
+			// The context's deadline, on the controller's clock: it may pass there a moment
+			// before the context's own timer fires.
+			e.Context = context.DeadlineExceeded
+		case e.Status == Cancelled && ctx.Err() != nil:
+			e.Context = ctx.Err()
+		}
+	}
+	return forced, err
+}
+
+func contextStatus(err error) Status {
+	if err == context.DeadlineExceeded {
+		return TimedOut
+	}
+	return Cancelled
 }
 
 // Grow adds bytes.

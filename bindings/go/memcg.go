@@ -2,17 +2,21 @@
 // (include/memcg/c/memcg.h) with cgo.
 //
 // Every handle has Close (a second Close returns ErrClosed, a call on a closed handle too) and a
-// finalizer that closes it if the program forgot. Controller.Close closes what was made from it.
+// finalizer that closes it if the program forgot. Controller.Close closes what was made from it;
+// every handle made from a controller keeps it alive, so a program that keeps only its groups
+// keeps a working controller. A C object is freed only when no call of it is in flight.
 // A member closes its reservations before itself; a reservation keeps its member. A handle
 // closed while one of its calls runs (from a callback) is freed when that call returns.
 // Set-up errors are *OSError (errors.Is(err, syscall.EINVAL)); refusals of the memory path are
 // *RefusedError (errors.Is(err, memcg.TimedOut)). Callbacks are Go functions reached through
 // runtime/cgo.Handle; a panic or an error they return is caught, counted and given to
 // Controller.OnCallbackError, never unwound into C. Every type may be used from any goroutine
-// but a Reservation's requests, one goroutine at a time (Cancel from any).
+// but a Reservation's requests, one goroutine at a time (Cancel and Close from any).
+//
+// The library is found through pkg-config (memcg-c.pc, installed with the development files).
 package memcg
 
-// #cgo LDFLAGS: -lmemcg
+// #cgo pkg-config: memcg-c
 // #include <stdlib.h>
 // #include <memcg/c/memcg.h>
 import "C"
@@ -48,7 +52,8 @@ type controllerState struct {
 	onError  atomic.Value // func(error, string)
 }
 
-// Controller is the tree of groups.
+// Controller is the tree of groups. The handles made from it hold this value, so its finalizer
+// runs only once none of them is reachable.
 type Controller struct{ *controllerState }
 
 // NewController makes a controller with the default options.
@@ -57,8 +62,7 @@ func NewController() (*Controller, error) {
 	if err := check(C.memcg_controller_create(nil, &s.ptr), "controller"); err != nil {
 		return nil, err
 	}
-	s.free = func() { C.memcg_controller_destroy(s.ptr) }
-	s.onClose = s.closeChildren
+	s.ready(s.closeChildren, func() { C.memcg_controller_destroy(s.ptr) })
 	c := &Controller{s}
 	runtime.SetFinalizer(c, func(c *Controller) { _ = c.Close() })
 	return c, nil
@@ -101,14 +105,16 @@ func (s *controllerState) closeChildren() {
 }
 
 // attach counts a child (pinning the controller until the child's C handle is freed).
+// The pin and the insertion are one step under mu, which closeChildren's snapshot takes too: a
+// child either sees the controller closing or is in the snapshot that Close closes.
 func (s *controllerState) attach(h *handle, rank int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.pin(); err != nil {
 		return err
 	}
 	h.rank = rank
-	s.mu.Lock()
 	s.children[h] = struct{}{}
-	s.mu.Unlock()
 	return nil
 }
 
@@ -129,8 +135,8 @@ func (s *controllerState) report(err error, where string) {
 	}
 }
 
-// NowNs is the controller's clock, for deadlines.
-func (c *Controller) NowNs() (uint64, error) {
+// NowNS is the controller's clock in nanoseconds, for deadlines (ReserveUntil, GrowUntil).
+func (c *Controller) NowNS() (uint64, error) {
 	if err := c.pin(); err != nil {
 		return 0, err
 	}
@@ -138,9 +144,102 @@ func (c *Controller) NowNs() (uint64, error) {
 	return uint64(C.memcg_controller_now_ns(c.ptr)), nil
 }
 
+// Drain gives back every unit pre-charged in the per-CPU stocks, so that memory.current is
+// exactly what is charged (0 once everything was released). Writing memory.reclaim drains a
+// subtree too, but fails with EAGAIN when nothing was reclaimable.
+func (c *Controller) Drain() error {
+	if err := c.pin(); err != nil {
+		return err
+	}
+	defer c.unpin()
+	return check(C.memcg_controller_drain_stocks(c.ptr), "drain")
+}
+
+// FlushStats folds every pending statistic, so that the next memory.stat read is exact.
+func (c *Controller) FlushStats() error {
+	if err := c.pin(); err != nil {
+		return err
+	}
+	defer c.unpin()
+	return check(C.memcg_controller_flush_stats(c.ptr), "flush stats")
+}
+
+// OOMLogLastSeq is the sequence number of the latest OOM or preemption report (0 for none).
+func (c *Controller) OOMLogLastSeq() (uint64, error) {
+	if err := c.pin(); err != nil {
+		return 0, err
+	}
+	defer c.unpin()
+	return uint64(C.memcg_oom_log_last_seq(c.ptr)), nil
+}
+
+// OOMLog returns the reports with a sequence number above after (0: all the log keeps), oldest
+// first, one line each ("oom_kill seq=3 t=1.250s domain=/a victim=q1 ...").
+func (c *Controller) OOMLog(after uint64) ([]string, error) {
+	if err := c.pin(); err != nil {
+		return nil, err
+	}
+	defer c.unpin()
+	text, err := readText("oom log", func(buf *C.char, size C.size_t, n *C.size_t) C.int {
+		return C.memcg_oom_log_read(c.ptr, C.uint64_t(after), buf, size, n)
+	})
+	return lines(text), err
+}
+
+func lines(text string) []string {
+	if text == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+}
+
+// readText runs a C call that writes a text into a caller's buffer (ERANGE when too small):
+// asked for its length, then read, again when it grew in between.
+func readText(op string, call func(buf *C.char, size C.size_t, n *C.size_t) C.int) (string, error) {
+	for {
+		var n C.size_t
+		code := call(nil, 0, &n)
+		if code != 0 && code != C.int(syscall.ERANGE) {
+			return "", check(code, op)
+		}
+		buf := make([]byte, int(n)+1)
+		cbuf := (*C.char)(unsafe.Pointer(&buf[0]))
+		code = call(cbuf, C.size_t(len(buf)), &n)
+		if code == C.int(syscall.ERANGE) {
+			continue // grew in between
+		}
+		if err := check(code, op); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+}
+
+// cString is C.CString refusing a NUL inside s, which C.CString would cut s at: an
+// *OSError with EINVAL (errors.Is(err, syscall.EINVAL)). Free the result with C.free.
+func cString(s, op string) (*C.char, error) {
+	if strings.IndexByte(s, 0) >= 0 {
+		return nil, &OSError{Op: op + ": " + quote(s) + " holds a NUL", Errno: syscall.EINVAL}
+	}
+	return C.CString(s), nil
+}
+
+// quote is s for an error message, bounded by the C API (memcg_quote): at most 64 bytes of it,
+// then "...".
+func quote(s string) string {
+	var buf [C.MEMCG_QUOTE_SIZE]C.char
+	var n C.size_t
+	text := C.CString(s)
+	defer C.free(unsafe.Pointer(text))
+	if C.memcg_quote(text, C.size_t(len(s)), &buf[0], C.size_t(len(buf)), &n) != 0 {
+		return `"?"`
+	}
+	return C.GoStringN(&buf[0], C.int(n))
+}
+
 type groupState struct {
 	handle
-	ctl *controllerState
+	ctl *Controller
 	ptr *C.memcg_group
 }
 
@@ -154,16 +253,22 @@ func (c *Controller) CreateGroup(path string) (*Group, error) { return c.group(p
 func (c *Controller) Group(path string) (*Group, error) { return c.group(path, false) }
 
 func (c *Controller) group(path string, create bool) (*Group, error) {
-	s := &groupState{ctl: c.controllerState}
+	op := "lookup " + path
+	if create {
+		op = "create " + path
+	}
+	cpath, err := cString(path, op)
+	if err != nil {
+		return nil, err
+	}
+	defer C.free(unsafe.Pointer(cpath))
+	s := &groupState{ctl: c}
 	if err := c.attach(&s.handle, 3); err != nil {
 		return nil, err
 	}
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
 	var code C.int
-	op := "lookup " + path
 	if create {
-		code, op = C.memcg_group_create(c.ptr, cpath, &s.ptr), "create "+path
+		code = C.memcg_group_create(c.ptr, cpath, &s.ptr)
 	} else {
 		code = C.memcg_group_lookup(c.ptr, cpath, &s.ptr)
 	}
@@ -171,10 +276,10 @@ func (c *Controller) group(path string, create bool) (*Group, error) {
 		c.detach(&s.handle)
 		return nil, err
 	}
-	s.free = func() {
+	s.ready(nil, func() {
 		C.memcg_group_release(s.ptr)
 		s.ctl.detach(&s.handle)
-	}
+	})
 	g := &Group{s}
 	runtime.SetFinalizer(g, func(g *Group) { _ = g.Close() })
 	return g, nil
@@ -182,12 +287,15 @@ func (c *Controller) group(path string, create bool) (*Group, error) {
 
 // RemoveGroup takes the group at path offline (like rmdir).
 func (c *Controller) RemoveGroup(path string) error {
+	cpath, err := cString(path, "remove "+path)
+	if err != nil {
+		return err
+	}
+	defer C.free(unsafe.Pointer(cpath))
 	if err := c.pin(); err != nil {
 		return err
 	}
 	defer c.unpin()
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
 	return check(C.memcg_group_remove(c.ptr, cpath), "remove "+path)
 }
 
@@ -212,43 +320,50 @@ func (g *Group) Path() (string, error) {
 
 // Read returns the text of file name ("memory.stat", ...).
 func (g *Group) Read(name string) (string, error) {
+	cname, err := cString(name, "read "+name)
+	if err != nil {
+		return "", err
+	}
+	defer C.free(unsafe.Pointer(cname))
 	if err := g.pin(); err != nil {
 		return "", err
 	}
 	defer g.unpin()
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
-	for {
-		var n C.size_t
-		code := C.memcg_group_read(g.ptr, cname, nil, 0, &n)
-		if code != 0 && code != C.int(syscall.ERANGE) {
-			return "", check(code, "read "+name)
-		}
-		buf := make([]byte, int(n)+1)
-		cbuf := (*C.char)(unsafe.Pointer(&buf[0]))
-		code = C.memcg_group_read(g.ptr, cname, cbuf, C.size_t(len(buf)), &n)
-		if code == C.int(syscall.ERANGE) {
-			continue // grew in between
-		}
-		if err := check(code, "read "+name); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
+	return readText("read "+name, func(buf *C.char, size C.size_t, n *C.size_t) C.int {
+		return C.memcg_group_read(g.ptr, cname, buf, size, n)
+	})
 }
 
-// Write writes value to file name; a rejected write changes nothing.
+// List returns the paths of its online descendants (not itself), a parent before its children,
+// siblings in name order. From the root ("/") for the whole tree.
+func (g *Group) List() ([]string, error) {
+	if err := g.pin(); err != nil {
+		return nil, err
+	}
+	defer g.unpin()
+	text, err := readText("list", func(buf *C.char, size C.size_t, n *C.size_t) C.int {
+		return C.memcg_group_list(g.ptr, buf, size, n)
+	})
+	return lines(text), err
+}
+
+// Write writes value to file name; a rejected write changes nothing. A NUL inside value is
+// EINVAL (the C API refuses it).
 func (g *Group) Write(name, value string) error {
+	cname, err := cString(name, "write "+name)
+	if err != nil {
+		return err
+	}
+	defer C.free(unsafe.Pointer(cname))
 	if err := g.pin(); err != nil {
 		return err
 	}
 	defer g.unpin()
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
+	// C.CString copies every byte of value, a NUL included: the C API sees the whole length.
 	cvalue := C.CString(value)
 	defer C.free(unsafe.Pointer(cvalue))
 	return check(C.memcg_group_write(g.ptr, cname, cvalue, C.size_t(len(value)), 0),
-		"write "+name+"="+strconv.Quote(value))
+		"write "+name+"="+quote(value))
 }
 
 // Key reads one key of a flat-keyed file ("memory.stat", "memory.events"); 0 when absent.
@@ -273,6 +388,9 @@ const (
 	ChargeNoFail       = uint(C.MEMCG_CHARGE_NO_FAIL)
 	ChargeHighPrio     = uint(C.MEMCG_CHARGE_HIGH_PRIO)
 	ChargeDefault      = uint(C.MEMCG_CHARGE_DEFAULT)
+	// ChargeNoWait never sleeps nor reclaims: NoMem at once when the limit holds (for an event
+	// loop that must not stall).
+	ChargeNoWait = uint(C.MEMCG_CHARGE_NOWAIT)
 )
 
 // Charge charges bytes (whole units); forced is true when charged past max.
@@ -317,7 +435,7 @@ func refusal(status Status, op string, gs *groupState) error {
 	if !status.IsLimit() || path == "" {
 		return e
 	}
-	c := &Controller{gs.ctl}
+	c := gs.ctl
 	parts := strings.Split(path, "/")
 	var best int64
 	for i := len(parts); i > 0; i-- {

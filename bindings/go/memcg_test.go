@@ -58,7 +58,7 @@ func setup(t *testing.T) (*Controller, *Group) {
 		if anon := must(top.Key("memory.stat", "anon")); anon != 0 {
 			t.Errorf("anon %d after the test", anon)
 		}
-		if err := top.Write("memory.max", "0"); err != nil { // drains the per-CPU stocks
+		if err := ctl.Drain(); err != nil { // the per-CPU stocks
 			t.Error(err)
 		}
 		if cur := must(top.Key("memory.stat", "anon")); cur != 0 {
@@ -124,7 +124,7 @@ func TestSetUpErrorsAndClosedHandles(t *testing.T) {
 	}
 	g := must(ctl.CreateGroup("t/a"))
 	m := must(NewMember(g, "m", 0, nil))
-	r := must(m.Reservation(OomKernel, PriorityDefault))
+	r := must(m.Reservation(OOMKernel, PriorityDefault))
 	must(r.Reserve(64 * KiB))
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func TestSetUpErrorsAndClosedHandles(t *testing.T) {
 	if _, err := r.Grow(1); err != ErrClosed {
 		t.Errorf("grow after close: %v", err)
 	}
-	if _, err := m.Reservation(OomKernel, PriorityDefault); err != ErrClosed {
+	if _, err := m.Reservation(OOMKernel, PriorityDefault); err != ErrClosed {
 		t.Errorf("reservation of a closed member: %v", err)
 	}
 	if _, err := m.Charge(1, ChargeDefault); err != ErrClosed {
@@ -158,18 +158,18 @@ func TestRefusals(t *testing.T) {
 	noErr(t, top.Write("memory.max", "1M"))
 	child := must(ctl.CreateGroup("t/c"))
 	noErr(t, child.Write("memory.max", "4M"))
-	r := must(NewReservation(child, OomKernel, PriorityDefault))
+	r := must(NewReservation(child, OOMKernel, PriorityDefault))
 	_, err := r.Reserve(2 * MiB)
 	var re *RefusedError
 	if !errors.As(err, &re) || re.Status != NeverFits || re.Group != "t/c" || re.LimitingGroup != "t" {
 		t.Fatalf("never-fits: %#v", err)
 	}
 	must(r.Reserve(768 * KiB))
-	other := must(NewReservation(child, OomNever, PriorityDefault))
+	other := must(NewReservation(child, OOMNever, PriorityDefault))
 	if _, err := other.ReserveFor(512*KiB, 50*time.Millisecond); !errors.Is(err, TimedOut) {
 		t.Errorf("timed out: %v", err)
 	}
-	now := must(ctl.NowNs())
+	now := must(ctl.NowNS())
 	if _, err := other.ReserveUntil(512*KiB, now+50e6); !errors.Is(err, TimedOut) {
 		t.Errorf("deadline: %v", err)
 	}
@@ -191,7 +191,7 @@ func TestRefusals(t *testing.T) {
 func crowd(t *testing.T, victim *Member, g *Group) error {
 	must(victim.Charge(768*KiB, ChargeDefault))
 	other := must(NewMember(g, "other", 0, nil))
-	r := must(other.Reservation(OomPieces, PriorityDefault))
+	r := must(other.Reservation(OOMPieces, PriorityDefault))
 	_, err := r.Reserve(512 * KiB)
 	return err
 }
@@ -232,7 +232,7 @@ func TestKillCallbackClosingItsMember(t *testing.T) {
 	noErr(t, g.Write("memory.max", "1M"))
 	closeIt := func(m *Member, _ CancelReason) error { return m.Close() }
 	victim := must(NewMember(g, "victim", 1000, closeIt))
-	held := must(victim.Reservation(OomKernel, PriorityDefault))
+	held := must(victim.Reservation(OOMKernel, PriorityDefault))
 	if err := crowd(t, victim, g); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestKillCallbackClosingTheMemberWhoseCallRuns(t *testing.T) {
 		return m.Close()
 	}))
 	must(runaway.Charge(512*KiB, ChargeDefault))
-	r := must(runaway.Reservation(OomPieces, PriorityDefault))
+	r := must(runaway.Reservation(OOMPieces, PriorityDefault))
 	_, err := r.Reserve(768 * KiB)
 	if !errors.Is(err, Killed) && !errors.Is(err, NoMem) {
 		t.Errorf("reserve: %v", err)
@@ -308,7 +308,7 @@ func TestServiceWithARunaway(t *testing.T) {
 		killed.Store(true)
 		return m.Close()
 	}))
-	grab := must(runaway.Reservation(OomNever, PriorityDefault))
+	grab := must(runaway.Reservation(OOMNever, PriorityDefault))
 	var wg sync.WaitGroup
 	wg.Add(9)
 	go func() {
@@ -334,7 +334,7 @@ func TestServiceWithARunaway(t *testing.T) {
 			// At least 30 requests, and on until the runaway is killed (bounded).
 			stop := time.Now().Add(30 * time.Second)
 			for j := 0; j < 30 || (!killed.Load() && time.Now().Before(stop)); j++ {
-				r, err := me.Reservation(OomPieces, PriorityDefault)
+				r, err := me.Reservation(OOMPieces, PriorityDefault)
 				if err != nil {
 					t.Error(err)
 					return

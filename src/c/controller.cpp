@@ -1,4 +1,5 @@
 // The C API's version, error names, controller, groups and files (include/memcg/c/memcg.h).
+#include <cstring>
 #include <string>
 #include "memcg/base/errors.hpp"
 #include "memcg/base/version.hpp"
@@ -24,6 +25,31 @@ unsigned memcg_version(void) {
 const char* memcg_version_string(void) { return memcg::version().text; }
 
 const char* memcg_errno_name(int code) { return memcg::errno_name(code); }
+
+int memcg_quote(const char* text, size_t length, char* buf, size_t size, size_t* length_out) {
+  if (text == nullptr && length != 0) return EINVAL;
+  return guarded([&] {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out = "\"";
+    const size_t shown = length > MEMCG_QUOTE_MAX ? MEMCG_QUOTE_MAX : length;
+    for (size_t i = 0; i < shown; ++i) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c >= 0x20 && c < 0x7f) {
+        out += static_cast<char>(c);
+      } else {
+        out += "\\x";
+        out += kHex[c >> 4];
+        out += kHex[c & 0xf];
+      }
+    }
+    out += '"';
+    if (shown < length) out += "...";
+    return copy_out(out, buf, size, length_out);
+  });
+}
 
 void memcg_options_init(memcg_options* options) {
   if (options == nullptr) return;
@@ -117,6 +143,9 @@ int memcg_group_read(memcg_group* group, const char* name, char* buf, size_t siz
 int memcg_group_write(memcg_group* group, const char* name, const char* text, size_t length,
                       int nonblocking) {
   if (group == nullptr || name == nullptr || (text == nullptr && length != 0)) return EINVAL;
+  // The files' parsers read a std::string_view, but a NUL inside the given length would still
+  // cut the value short wherever a C string is made of it (and no file's text holds one).
+  if (length != 0 && std::memchr(text, '\0', length) != nullptr) return EINVAL;
   return guarded([&] {
     return memcg::write_file(*group->ref, name, std::string_view(text, length), nonblocking != 0);
   });

@@ -13,12 +13,14 @@ See bindings/python/README.md for a whole service."""
 from ._lib import SONAME, load
 from .core import (CancelReason, ChargeFlags, Controller, Group, Listener, Member, OomPolicy,
                    Priority, Reservation)
-from .errors import (Cancelled, Closed, InvalidRequest, Killed, MemcgError, MemcgOSError,
-                     MemoryLimit, MemoryLimitCostly, NeverFits, Refused, Removed, TimedOut)
+from .errors import (Cancelled, Closed, Exists, InvalidArgument, InvalidRequest, Killed,
+                     LibraryNotFound, MemcgError, MemcgOSError, MemoryLimit, MemoryLimitCostly,
+                     NeverFits, NotFound, Refused, Removed, TimedOut, TryAgain)
 
 __all__ = [
     "SONAME", "load", "Controller", "Group", "Member", "Reservation", "Listener",
     "CancelReason", "ChargeFlags", "OomPolicy", "Priority", "MemcgError", "MemcgOSError",
     "Closed", "Refused", "MemoryLimit", "MemoryLimitCostly", "TimedOut", "Cancelled", "Killed",
-    "Removed", "InvalidRequest", "NeverFits",
+    "Removed", "InvalidRequest", "NeverFits", "NotFound", "Exists", "InvalidArgument",
+    "LibraryNotFound", "TryAgain",
 ]

@@ -10,9 +10,12 @@ member whose own charge or reservation ran the OOM killer frees nothing under th
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import Optional, TypeVar
 
 from .errors import Closed
+
+_H = TypeVar("_H", bound="Handle")
+
 
 class Handle:
     """One C handle: pinned by calls, destroyed once closed and unpinned."""
@@ -26,7 +29,14 @@ class Handle:
         self._closing = False
 
     def _adopt(self, ptr: int) -> None:
-        self._ptr = ptr
+        """Records the C handle once made. A close() that came while it was being made (a
+        controller closing its children, a member its reservations) found nothing to free:
+        the handle is freed now, else it would leak and keep its controller open."""
+        with self._state:
+            self._ptr = ptr
+            finish = self._closing and self._pins == 0
+        if finish:
+            self._finish()
 
     def _pin(self) -> int:
         with self._state:
@@ -73,7 +83,7 @@ class Handle:
     def _destroy(self, ptr: int) -> None:
         raise NotImplementedError
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self: _H) -> _H:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,13 +3,22 @@
 The library is found, in order, at the path in the environment variable MEMCG_LIBRARY, at the
 path given to :func:`load`, or by its SONAME on the loader's path (the installed libmemcg0.2
 package, or LD_LIBRARY_PATH). Declarations are written once here; the rest of the package never
-calls an undeclared function."""
+calls an undeclared function.
+
+Callbacks: the C library gets one ctypes thunk per callback type, made once here and never
+freed, and an integer id as its ``void* user``; :func:`register` maps the id to the Python
+callable. The C API lets a callback already running on another thread finish after its handle
+was destroyed, so a thunk owned by a handle could be freed under a running call; an id that is
+no longer registered only makes the call return."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
-from typing import Optional
+from typing import Any, Callable, Dict, Optional
+
+from .errors import LibraryNotFound
 
 #: The SONAME this package was written against (cmake/MemcgLibrary.cmake: 0.x minor versions
 #: may change the ABI, so it names the minor version). A test compares it with the build's.
@@ -24,6 +33,55 @@ NOTIFY_FN = ctypes.CFUNCTYPE(None, P, ctypes.c_int, ctypes.c_int, P)
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
 
+# ---- the callback registry ------------------------------------------------------------------
+_callbacks: Dict[int, Callable[..., None]] = {}
+_callbacks_lock = threading.Lock()
+_ids = itertools.count(1)
+
+
+def register(fn: Callable[..., None]) -> int:
+    """Registers ``fn`` for the C thunks; returns the id to pass as ``user``."""
+    with _callbacks_lock:
+        cid = next(_ids)
+        _callbacks[cid] = fn
+        return cid
+
+
+def unregister(cid: int) -> None:
+    """Forgets ``cid``: a call of the C library that comes later finds nothing and returns. The
+    callable is dropped outside the lock (its destructor may register or unregister too)."""
+    with _callbacks_lock:
+        fn = _callbacks.pop(cid, None)
+    del fn
+
+
+def registered() -> int:
+    """How many callbacks are registered (for tests: nothing may be left behind)."""
+    with _callbacks_lock:
+        return len(_callbacks)
+
+
+def _lookup(user: Any) -> Optional[Callable[..., None]]:
+    with _callbacks_lock:
+        return _callbacks.get(int(user or 0))
+
+
+def _kill(_member: int, reason: int, user: int) -> None:
+    fn = _lookup(user)
+    if fn is not None:
+        fn(reason)
+
+
+def _notify(_listener: int, value: int, removed: int, user: int) -> None:
+    fn = _lookup(user)
+    if fn is not None:
+        fn(value, removed)
+
+
+#: The module's thunks: alive as long as the module, whatever the handles do.
+KILL_THUNK = KILL_FN(_kill)
+NOTIFY_THUNK = NOTIFY_FN(_notify)
+
 
 def _declare(lib: ctypes.CDLL) -> None:
     c_int, c_uint, u64, size_t, c_char_p = (ctypes.c_int, ctypes.c_uint, ctypes.c_uint64,
@@ -33,6 +91,15 @@ def _declare(lib: ctypes.CDLL) -> None:
         "memcg_version": (c_uint, []),
         "memcg_version_string": (c_char_p, []),
         "memcg_errno_name": (c_char_p, [c_int]),
+        "memcg_quote": (c_int, [c_char_p, size_t, c_char_p, size_t, ctypes.POINTER(size_t)]),
+        "memcg_controller_drain_stocks": (c_int, [P]),
+        "memcg_controller_flush_stats": (c_int, [P]),
+        "memcg_oom_log_last_seq": (u64, [P]),
+        "memcg_oom_log_read": (c_int, [P, u64, c_char_p, size_t, ctypes.POINTER(size_t)]),
+        "memcg_group_list": (c_int, [P, c_char_p, size_t, ctypes.POINTER(size_t)]),
+        "memcg_member_set_score_adj": (c_int, [P, c_int]),
+        "memcg_member_score_adj": (c_int, [P]),
+        "memcg_reservation_grow_until": (c_int, [P, u64, u64]),
         "memcg_charge_status_name": (c_char_p, [c_int]),
         "memcg_reserve_status_name": (c_char_p, [c_int]),
         "memcg_controller_create": (c_int, [P, pp]),
@@ -84,7 +151,13 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
     with _lock:
         if _lib is None:
             where = os.environ.get("MEMCG_LIBRARY") or path or SONAME
-            lib = ctypes.CDLL(where)
+            try:
+                lib = ctypes.CDLL(where)
+            except OSError as exc:
+                raise LibraryNotFound(
+                    "memcg: cannot load the C library %s (%s). Install the libmemcg%s package, "
+                    "put the directory of %s on LD_LIBRARY_PATH, or set MEMCG_LIBRARY to its path"
+                    % (where, exc, SONAME.split(".so.")[1], SONAME)) from exc
             _declare(lib)
             version = lib.memcg_version()
             if (version // 10000 != C_VERSION // 10000

@@ -13,12 +13,12 @@ import threading
 import traceback
 import weakref
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, Optional, Union
+from typing import Callable, Dict, Iterator, List, Optional, Union
 
 from . import _lib
 from ._handle import Handle
 from .errors import (CHARGE_ERRORS, CHARGE_FORCED, RESERVE_ERRORS, RESERVE_FORCED, Closed,
-                     MemcgError, MemcgOSError, Refused)
+                     MemcgError, Refused, os_error)
 
 P = ctypes.c_void_p
 
@@ -28,6 +28,14 @@ class CancelReason(enum.IntEnum):
     OOM_KILL = 0
     PREEMPT = 1
     OTHER = 2
+
+
+def _reason(value: int) -> CancelReason:
+    """The reason of a C value; OTHER for one a newer library has and this package does not."""
+    try:
+        return CancelReason(value)
+    except ValueError:
+        return CancelReason.OTHER
 
 
 class OomPolicy(enum.IntEnum):
@@ -53,11 +61,39 @@ class ChargeFlags(enum.IntFlag):
     NO_FAIL = 8
     HIGH_PRIO = 16
     DEFAULT = 1
+    #: Never sleeps nor reclaims: MemoryLimit at once when the limit holds (an event loop).
+    NOWAIT = 0
 
 
 def _check(code: int, what: str) -> None:
     if code != 0:
-        raise MemcgOSError(code, what)
+        raise os_error(code, what)
+
+
+def _quote(lib: ctypes.CDLL, data: bytes) -> str:
+    """``data`` for an error message, bounded by the C API (memcg_quote): at most 64 bytes of
+    it, then "..."."""
+    buf = ctypes.create_string_buffer(2 + 4 * 64 + 3 + 1)
+    size = ctypes.c_size_t()
+    if lib.memcg_quote(data, len(data), buf, len(buf), ctypes.byref(size)) != 0:
+        return '"?"'
+    return buf.raw[:size.value].decode()
+
+
+def _read_text(call: Callable[..., int], what: str) -> str:
+    """A text the C API writes into a caller's buffer (ERANGE when too small): asked for its
+    length, then read, again when it grew in between."""
+    while True:
+        size = ctypes.c_size_t()
+        code = call(None, 0, ctypes.byref(size))
+        if code not in (0, errno.ERANGE):  # ERANGE: the size was asked
+            raise os_error(code, what)
+        buf = ctypes.create_string_buffer(size.value + 1)
+        code = call(buf, len(buf), ctypes.byref(size))
+        if code == errno.ERANGE:  # grew in between: ask again
+            continue
+        _check(code, what)
+        return buf.raw[:size.value].decode()
 
 
 def _bytes(value: int, what: str) -> int:
@@ -92,8 +128,10 @@ class Controller(Handle):
 
     # -- children --------------------------------------------------------------------------
     def _attach(self, child: Handle) -> None:
-        self._pin()  # released when the child's C handle is destroyed
+        # The pin and the insertion in one step under the lock that close()'s snapshot takes:
+        # a child either sees the controller closing or is among the children it closes.
         with self._children_lock:
+            self._pin()  # released when the child's C handle is destroyed
             self._children.add(child)
 
     def _detach(self) -> None:
@@ -160,6 +198,39 @@ class Controller(Handle):
     def version(self) -> str:
         """The loaded library's version, "MAJOR.MINOR.PATCH"."""
         return self._lib.memcg_version_string().decode()
+
+    def _run(self, fn: Callable[..., int], *args: object) -> int:
+        ptr = self._pin()
+        try:
+            return int(fn(ptr, *args))
+        finally:
+            self._unpin()
+
+    def drain(self) -> None:
+        """Gives back every unit pre-charged in the per-CPU stocks, so that memory.current is
+        exactly what is charged (0 once everything was released). Writing memory.reclaim drains
+        a subtree too, but raises EAGAIN (BlockingIOError) when nothing was reclaimable."""
+        _check(self._run(self._lib.memcg_controller_drain_stocks), "drain")
+
+    def flush_stats(self) -> None:
+        """Folds every pending statistic, so that the next memory.stat read is exact."""
+        _check(self._run(self._lib.memcg_controller_flush_stats), "flush stats")
+
+    def oom_log_last_seq(self) -> int:
+        """The sequence number of the latest OOM or preemption report (0 for none)."""
+        return self._run(self._lib.memcg_oom_log_last_seq)
+
+    def oom_log(self, after: int = 0) -> List[str]:
+        """The reports with a sequence number above ``after`` (0: all the log keeps), oldest
+        first, one line each ("oom_kill seq=3 t=1.250s domain=/a victim=q1 ...")."""
+        after = _bytes(after, "after")
+        ptr = self._pin()
+        try:
+            text = _read_text(lambda buf, size, n: self._lib.memcg_oom_log_read(
+                ptr, after, buf, size, n), "oom log")
+        finally:
+            self._unpin()
+        return text.splitlines()
 
 
 class _Child(Handle):
@@ -235,23 +306,24 @@ class Group(_Child):
     def read(self, name: str) -> str:
         """The text of file ``name`` ("memory.stat", ...)."""
         data = _text(name, "file name")
-        while True:
-            size = ctypes.c_size_t()
-            code = self._call(self._lib.memcg_group_read, data, None, 0, ctypes.byref(size))
-            if code not in (0, errno.ERANGE):  # ERANGE: the size was asked
-                raise MemcgOSError(code, "read " + name)
-            buf = ctypes.create_string_buffer(size.value + 1)
-            code = self._call(self._lib.memcg_group_read, data, buf, len(buf), ctypes.byref(size))
-            if code == errno.ERANGE:  # grew in between: ask again
-                continue
-            _check(code, "read " + name)
-            return buf.raw[:size.value].decode()
+        return _read_text(lambda buf, size, n: self._call(
+            self._lib.memcg_group_read, data, buf, size, n), "read " + name)
+
+    def list(self) -> List[str]:
+        """The paths of its online descendants (not itself), a parent before its children,
+        siblings in name order. From the root ("/") for the whole tree."""
+        return _read_text(lambda buf, size, n: self._call(
+            self._lib.memcg_group_list, buf, size, n), "list").splitlines()
 
     def write(self, name: str, value: Union[str, int], nonblocking: bool = False) -> None:
-        """Writes ``value`` to file ``name``; a rejected write raises and changes nothing."""
-        text = _text(str(value), "value of " + name)
-        _check(self._call(self._lib.memcg_group_write, _text(name, "file name"), text, len(text),
-                          1 if nonblocking else 0), "write %s=%r" % (name, value))
+        """Writes ``value`` to file ``name``; a rejected write raises and changes nothing. A NUL
+        inside ``value`` raises ValueError."""
+        raw = str(value).encode()
+        if b"\0" in raw:
+            raise ValueError("memcg: value %s of %s holds a NUL" % (_quote(self._lib, raw), name))
+        _check(self._call(self._lib.memcg_group_write, _text(name, "file name"), raw, len(raw),
+                          1 if nonblocking else 0),
+               "write %s=%s" % (name, _quote(self._lib, raw)))
 
     def __getitem__(self, name: str) -> str:
         return self.read(name)
@@ -357,21 +429,31 @@ class Member(_Child):
         self.name = name
         self._reservations: "weakref.WeakSet[Reservation]" = weakref.WeakSet()
         self._on_kill = on_kill
-        self._thunk = _lib.KILL_FN(self._trampoline(weakref.ref(self), on_kill, group._controller)
-                                   ) if on_kill is not None else _lib.KILL_FN()
         data = _text(name, "member name")
-        self._create(group, lambda gptr, out: self._lib.memcg_member_create(
-            gptr, data, int(score_adj), self._thunk, None, out), "member " + name)
+        # The C library gets the module's thunk and an id (_lib.register), never a thunk of
+        # this object's: a kill callback running on another thread after close() finds no id.
+        self._cid = 0
+        thunk = _lib.KILL_FN()
+        if on_kill is not None:
+            self._cid = _lib.register(
+                self._trampoline(weakref.ref(self), on_kill, group._controller))
+            thunk = _lib.KILL_THUNK
+        try:
+            self._create(group, lambda gptr, out: self._lib.memcg_member_create(
+                gptr, data, int(score_adj), thunk, self._cid or None, out), "member " + name)
+        except BaseException:
+            _lib.unregister(self._cid)
+            raise
 
     @staticmethod
     def _trampoline(wself: "weakref.ref[Member]", fn: Callable[["Member", CancelReason], None],
-                    controller: Controller) -> Callable[[int, int, int], None]:
-        def trampoline(_cmember: int, reason: int, _user: int) -> None:
+                    controller: Controller) -> Callable[[int], None]:
+        def trampoline(reason: int) -> None:
             member = wself()  # a strong reference for the duration of the call
             if member is None:
                 return
             try:
-                fn(member, CancelReason(reason) if reason in (0, 1) else CancelReason.OTHER)
+                fn(member, _reason(reason))
             except BaseException as exc:  # noqa: BLE001 - never unwind into C
                 controller._report(exc, "kill callback of member %r" % member.name)
         return trampoline
@@ -381,10 +463,26 @@ class Member(_Child):
             reservation.close()
 
     def _free(self, ptr: int) -> None:
-        # Reservations first: their calls pin this member, so none is running now.
+        # Reservations first, one made while close() ran included (its creation pinned this
+        # member); one that a call on another thread still pins (cancel, nbytes) is destroyed
+        # when that call returns: the C API keeps the member alive meanwhile.
         for reservation in list(self._reservations):
-            reservation._finish()
+            reservation.close()
         self._lib.memcg_member_destroy(ptr)
+        _lib.unregister(self._cid)
+
+    @property
+    def score_adj(self) -> int:
+        """Its oom_score_adj (-1000 immune .. 1000); setting it changes the next OOM decision."""
+        return int(self._call(self._lib.memcg_member_score_adj))
+
+    @score_adj.setter
+    def score_adj(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not -1000 <= value <= 1000:
+            raise ValueError("memcg: score_adj must be an int in [-1000, 1000], not %r"
+                             % (value,))
+        _check(self._call(self._lib.memcg_member_set_score_adj, value),
+               "score_adj of %s" % self.name)
 
     def charge(self, nbytes: int, flags: int = ChargeFlags.DEFAULT) -> bool:
         """Charges ``nbytes`` for this member (counted in its badness); see Group.charge."""
@@ -470,9 +568,14 @@ class Reservation(_Child):
                                 _timeout(timeout))
         return self._status(self._lib.memcg_reserve, "reserve", total, total)
 
-    def grow(self, nbytes: int, timeout: Optional[float] = None) -> bool:
-        """Adds ``nbytes``, at once or waiting up to ``timeout`` seconds."""
+    def grow(self, nbytes: int, timeout: Optional[float] = None,
+             deadline_ns: Optional[int] = None) -> bool:
+        """Adds ``nbytes``, at once, waiting up to ``timeout`` seconds, or until ``deadline_ns``
+        on the controller's clock (a query whose requests share one deadline)."""
         nbytes = _bytes(nbytes, "bytes")
+        if deadline_ns is not None:
+            return self._status(self._lib.memcg_reservation_grow_until, "grow", nbytes, nbytes,
+                                _bytes(deadline_ns, "deadline_ns"))
         if timeout is not None:
             return self._status(self._lib.memcg_reservation_grow_for, "grow", nbytes, nbytes,
                                 _timeout(timeout))
@@ -518,7 +621,7 @@ class Listener(_Child):
         controller = group._controller
         wself = weakref.ref(self)
 
-        def trampoline(_clistener: int, value: int, removed: int, _user: int) -> None:
+        def trampoline(value: int, removed: int) -> None:
             listener = wself()
             if listener is None:
                 return
@@ -527,18 +630,24 @@ class Listener(_Child):
             except BaseException as exc:  # noqa: BLE001 - never unwind into C
                 controller._report(exc, "listener callback of %s" % group.path)
 
-        self._thunk = _lib.NOTIFY_FN(trampoline)
-        if pressure is None:
-            self._create(group, lambda gptr, out: self._lib.memcg_listener_create_events(
-                gptr, 1 if local else 0, self._thunk, None, out), "events listener")
-        else:
-            args = _text(pressure, "pressure args")
-            self._create(group, lambda gptr, out: self._lib.memcg_listener_create_vmpressure(
-                gptr, args, self._thunk, None, out), "pressure listener " + pressure)
+        args = _text(pressure, "pressure args") if pressure is not None else b""
+        self._cid = cid = _lib.register(trampoline)
+        thunk = _lib.NOTIFY_THUNK
+        try:
+            if pressure is None:
+                self._create(group, lambda gptr, out: self._lib.memcg_listener_create_events(
+                    gptr, 1 if local else 0, thunk, cid, out), "events listener")
+            else:
+                self._create(group, lambda gptr, out: self._lib.memcg_listener_create_vmpressure(
+                    gptr, args, thunk, cid, out), "pressure listener " + pressure)
+        except BaseException:
+            _lib.unregister(cid)
+            raise
         return self
 
     def _free(self, ptr: int) -> None:
         self._lib.memcg_listener_destroy(ptr)
+        _lib.unregister(self._cid)
 
     @property
     def delivered(self) -> int:

@@ -20,14 +20,48 @@ class Closed(MemcgError, ValueError):
     """The handle was closed (or its controller was): it must not be used any more."""
 
 
+class LibraryNotFound(MemcgError, ImportError):
+    """The C library could not be loaded; the message says where it was looked for and how to
+    name it (MEMCG_LIBRARY)."""
+
+
 class MemcgOSError(MemcgError, OSError):
     """A set-up call failed: ``errno`` is the C API's code (EINVAL, ENOENT, EEXIST, EBUSY, ...)
-    and nothing changed."""
+    and nothing changed. Made by :func:`os_error`, as the subclass of its code: ENOENT is also a
+    FileNotFoundError, EEXIST a FileExistsError, EINVAL a ValueError, EAGAIN a
+    BlockingIOError."""
 
     def __init__(self, code: int, what: str) -> None:
         name = _errno.errorcode.get(code, "E%d" % code)
         super().__init__(code, "%s: %s (%s)" % (what, os.strerror(code), name))
         self.what = what
+
+
+class NotFound(MemcgOSError, FileNotFoundError):
+    """ENOENT: no such group or file."""
+
+
+class Exists(MemcgOSError, FileExistsError):
+    """EEXIST: the group exists."""
+
+
+class InvalidArgument(MemcgOSError, ValueError):
+    """EINVAL: a malformed path, value or option."""
+
+
+class TryAgain(MemcgOSError, BlockingIOError):
+    """EAGAIN: memory.reclaim could not reclaim what was asked (nothing reclaimable included)."""
+
+
+_OS_ERRORS: Dict[int, Type[MemcgOSError]] = {
+    _errno.ENOENT: NotFound, _errno.EEXIST: Exists, _errno.EINVAL: InvalidArgument,
+    _errno.EAGAIN: TryAgain,
+}
+
+
+def os_error(code: int, what: str) -> MemcgOSError:
+    """The exception of a C API error code."""
+    return _OS_ERRORS.get(code, MemcgOSError)(code, what)
 
 
 class Refused(MemcgError):
@@ -60,7 +94,7 @@ class MemoryLimitCostly(MemoryLimit):
     status_name = "nomem-costly"
 
 
-class TimedOut(Refused):
+class TimedOut(Refused, TimeoutError):
     """A waiting request's timeout or deadline passed."""
     status_name = "timed-out"
 

@@ -18,13 +18,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def drained(group: memcg.Group) -> int:
-    """memory.current of ``group`` once the per-CPU stocks are flushed (memory.max 0 drains
-    them; restored after)."""
-    before = group["memory.max"].strip()
-    group["memory.max"] = "0"
-    current = int(group["memory.current"])
-    group["memory.max"] = before
-    return current
+    """memory.current of ``group`` once the per-CPU stocks are given back."""
+    group._controller.drain()
+    return int(group["memory.current"])
 
 
 class Base(unittest.TestCase):

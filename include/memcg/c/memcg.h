@@ -43,7 +43,7 @@ extern "C" {
  * one when it is a shared library. 0.x releases may change the interface at each minor version.
  * 0.2 added, changing no declaration of 0.1: memcg_controller_drain_stocks, _flush_stats,
  * memcg_group_list, memcg_oom_log_read, _last_seq, memcg_member_set_score_adj, _score_adj,
- * memcg_reservation_grow_until, the *_from_name lookups and MEMCG_CHARGE_NOWAIT. */
+ * memcg_reservation_grow_until, the *_from_name lookups, MEMCG_CHARGE_NOWAIT and memcg_quote. */
 #define MEMCG_C_VERSION_MAJOR 0
 #define MEMCG_C_VERSION_MINOR 2
 #define MEMCG_C_VERSION_PATCH 0
@@ -66,6 +66,15 @@ const char* memcg_version_string(void);
 /* "ok" for 0, "EINVAL" etc. for the codes the library returns, "unknown" otherwise. Never NULL;
  * static storage. */
 const char* memcg_errno_name(int code);
+/* A short printable form of `text` (`length` bytes, any bytes) for an error message, so that a
+ * binding never puts a whole written value into one: in double quotes, a byte outside printable
+ * ASCII (and `"`, `\`) escaped as \xHH (or \", \\), at most MEMCG_QUOTE_MAX bytes of the text
+ * followed by "..." when it was longer. Into `buf` (NUL-terminated) with `*length` and ERANGE as
+ * memcg_group_read; MEMCG_QUOTE_SIZE bytes always suffice. EINVAL for a NULL `text` with a
+ * nonzero `length`. */
+#define MEMCG_QUOTE_MAX 64
+#define MEMCG_QUOTE_SIZE (2 + 4 * MEMCG_QUOTE_MAX + 3 + 1)
+int memcg_quote(const char* text, size_t length, char* buf, size_t size, size_t* length_out);
 /* The inverse, for a configuration or a log read back: "EINVAL" -> EINVAL, "ok" -> 0; -1 for
  * NULL and any other text ("unknown" included). Exact and case-sensitive. */
 int memcg_errno_from_name(const char* name);
@@ -150,7 +159,11 @@ int memcg_group_read(memcg_group* group, const char* name, char* buf, size_t siz
 
 /* Writes `text` (`length` bytes; need not be NUL-terminated) to file `name`. The file's
  * grammar and errors (EINVAL, ERANGE, EBUSY, EAGAIN, EACCES for a read-only file, ...); a
- * rejected write changes nothing. `nonblocking` as O_NONBLOCK (memory.high/max only store). */
+ * rejected write changes nothing. A NUL byte inside the `length` bytes is EINVAL (a file's text
+ * never holds one; "1\0G" is not "1"). Writing memory.reclaim gives back the stocks of the
+ * subtree and reclaims: EAGAIN when less than asked could be reclaimed (nothing reclaimable
+ * included), as the kernel's file answers; the stocks were drained all the same.
+ * `nonblocking` as O_NONBLOCK (memory.high/max only store). */
 int memcg_group_write(memcg_group* group, const char* name, const char* text, size_t length,
                       int nonblocking);
 

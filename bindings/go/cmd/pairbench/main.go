@@ -4,7 +4,7 @@
 // Prints "ns_per_pair X".
 package main
 
-// #cgo LDFLAGS: -lmemcg
+// #cgo pkg-config: memcg-c
 // #include <memcg/c/memcg.h>
 import "C"
 
@@ -14,7 +14,7 @@ import (
 	"strconv"
 	"time"
 
-	"memcg"
+	"example.org/memcg"
 )
 
 func raw(n int) time.Duration {
@@ -54,7 +54,7 @@ func wrapped(n int) time.Duration {
 	if err != nil {
 		panic(err)
 	}
-	r, err := memcg.NewReservation(leaf, memcg.OomKernel, memcg.PriorityDefault)
+	r, err := memcg.NewReservation(leaf, memcg.OOMKernel, memcg.PriorityDefault)
 	if err != nil {
 		panic(err)
 	}

@@ -43,6 +43,12 @@ pub const MEMCG_CHARGE_RETRY_MAY_FAIL: c_uint = 1 << 2;
 pub const MEMCG_CHARGE_NO_FAIL: c_uint = 1 << 3;
 pub const MEMCG_CHARGE_HIGH_PRIO: c_uint = 1 << 4;
 pub const MEMCG_CHARGE_DEFAULT: c_uint = MEMCG_CHARGE_MAY_BLOCK;
+/// Never sleeps nor reclaims: NOMEM at once when the limit holds.
+pub const MEMCG_CHARGE_NOWAIT: c_uint = 0;
+
+/// memcg_quote: at most this many bytes of the text, and a buffer of MEMCG_QUOTE_SIZE suffices.
+pub const MEMCG_QUOTE_MAX: usize = 64;
+pub const MEMCG_QUOTE_SIZE: usize = 2 + 4 * MEMCG_QUOTE_MAX + 3 + 1;
 
 pub const MEMCG_CHARGE_OK: c_int = 0;
 pub const MEMCG_CHARGE_FORCED: c_int = 1;
@@ -91,6 +97,13 @@ extern "C" {
     pub fn memcg_version() -> c_uint;
     pub fn memcg_version_string() -> *const c_char;
     pub fn memcg_errno_name(code: c_int) -> *const c_char;
+    pub fn memcg_quote(
+        text: *const c_char,
+        length: usize,
+        buf: *mut c_char,
+        size: usize,
+        length_out: *mut usize,
+    ) -> c_int;
 
     pub fn memcg_options_init(options: *mut memcg_options);
     pub fn memcg_controller_create(
@@ -99,6 +112,16 @@ extern "C" {
     ) -> c_int;
     pub fn memcg_controller_destroy(controller: *mut memcg_controller) -> c_int;
     pub fn memcg_controller_now_ns(controller: *const memcg_controller) -> u64;
+    pub fn memcg_controller_drain_stocks(controller: *mut memcg_controller) -> c_int;
+    pub fn memcg_controller_flush_stats(controller: *mut memcg_controller) -> c_int;
+    pub fn memcg_oom_log_last_seq(controller: *mut memcg_controller) -> u64;
+    pub fn memcg_oom_log_read(
+        controller: *mut memcg_controller,
+        after: u64,
+        buf: *mut c_char,
+        size: usize,
+        length: *mut usize,
+    ) -> c_int;
 
     pub fn memcg_group_create(
         c: *mut memcg_controller,
@@ -114,6 +137,12 @@ extern "C" {
     pub fn memcg_group_release(group: *mut memcg_group);
     pub fn memcg_group_path(
         group: *const memcg_group,
+        buf: *mut c_char,
+        size: usize,
+        length: *mut usize,
+    ) -> c_int;
+    pub fn memcg_group_list(
+        group: *mut memcg_group,
         buf: *mut c_char,
         size: usize,
         length: *mut usize,
@@ -146,6 +175,8 @@ extern "C" {
         out: *mut *mut memcg_member,
     ) -> c_int;
     pub fn memcg_member_destroy(member: *mut memcg_member);
+    pub fn memcg_member_set_score_adj(member: *mut memcg_member, score_adj: c_int) -> c_int;
+    pub fn memcg_member_score_adj(member: *const memcg_member) -> c_int;
     pub fn memcg_member_charge(member: *mut memcg_member, bytes: u64, flags: c_uint) -> c_int;
     pub fn memcg_member_uncharge(member: *mut memcg_member, bytes: u64) -> u64;
     pub fn memcg_member_killed(member: *const memcg_member) -> c_int;
@@ -176,6 +207,11 @@ extern "C" {
         reservation: *mut memcg_reservation,
         bytes: u64,
         timeout_ns: u64,
+    ) -> c_int;
+    pub fn memcg_reservation_grow_until(
+        reservation: *mut memcg_reservation,
+        bytes: u64,
+        deadline_ns: u64,
     ) -> c_int;
     pub fn memcg_reservation_shrink(reservation: *mut memcg_reservation, bytes: u64);
     pub fn memcg_reservation_release(reservation: *mut memcg_reservation);

@@ -43,12 +43,20 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
+    /// Removes the entry. The user's closure (and what it owns: another member, a listener)
+    /// is dropped after the registry's lock is released, so that its drop may unregister too.
     pub(crate) fn unregister(&self) {
         match self.kind {
-            Kind::Member => drop(lock(&MEMBERS).remove(&self.id)),
-            Kind::Listener => drop(lock(&LISTENERS).remove(&self.id)),
+            Kind::Member => drop(take(&MEMBERS, self.id)),
+            Kind::Listener => drop(take(&LISTENERS, self.id)),
         }
     }
+}
+
+/// The entry `id`, out of the registry; the lock is released when this returns.
+fn take<T: ?Sized, F: ?Sized>(registry: &Registry<T, F>, id: u64) -> Option<Entry<T, F>> {
+    let mut map = lock(registry);
+    map.remove(&id)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -145,7 +153,7 @@ pub(crate) fn member(
         )
     };
     if let Err(e) = check(code, || format!("member {name}")) {
-        lock(&MEMBERS).remove(&id);
+        drop(take(&MEMBERS, id));
         return Err(e);
     }
     let inner = Arc::new(MemberInner {
@@ -156,6 +164,7 @@ pub(crate) fn member(
             id,
             kind: Kind::Member,
         }),
+        reservations: Mutex::new(Vec::new()),
         _count: Counted::new(group.controller()),
     });
     if let Some(e) = lock(&MEMBERS).get_mut(&id) {
@@ -189,7 +198,7 @@ pub(crate) fn listener(
         &mut out,
     );
     if let Err(e) = check(code, || "listener".into()) {
-        lock(&LISTENERS).remove(&id);
+        drop(take(&LISTENERS, id));
         return Err(e);
     }
     let inner = Arc::new(ListenerInner {

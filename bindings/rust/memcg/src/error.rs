@@ -5,6 +5,7 @@ use std::fmt;
 
 /// Why the memory path refused a request (`memcg_reserve_status` / `memcg_charge_status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Status {
     /// memory.max held after reclaim (and the OOM killer where allowed).
     NoMem,
@@ -68,6 +69,7 @@ impl Status {
 
 /// Every failure of this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// A set-up call failed with this errno (EINVAL, ENOENT, EEXIST, EBUSY, ...); nothing
     /// changed.
@@ -78,7 +80,7 @@ pub enum Error {
         group: String,
         limiting_group: Option<String>,
     },
-    /// An argument Rust can refuse before the library (a NUL inside a name).
+    /// An argument refused before the library (a NUL inside a name or a written value).
     InvalidArgument(String),
 }
 

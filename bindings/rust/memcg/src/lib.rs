@@ -25,7 +25,7 @@ pub use error::{Error, Result, Status};
 use std::ffi::{c_int, CStr, CString};
 use std::ptr::{null, null_mut, NonNull};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use memcg_sys as sys;
 
@@ -38,7 +38,52 @@ fn check(code: c_int, what: impl FnOnce() -> String) -> Result<()> {
 }
 
 fn cstring(s: &str, what: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| Error::InvalidArgument(format!("{what} {s:?} holds a NUL")))
+    CString::new(s).map_err(|_| Error::InvalidArgument(format!("{what} {} holds a NUL", quote(s))))
+}
+
+/// `text` for an error message, bounded by the C API (memcg_quote): at most
+/// [`sys::MEMCG_QUOTE_MAX`] bytes of it, then "...".
+pub(crate) fn quote(text: &str) -> String {
+    let mut buf = [0u8; sys::MEMCG_QUOTE_SIZE];
+    let mut len = 0usize;
+    // SAFETY: `text` is text.len() readable bytes; the buffer holds MEMCG_QUOTE_SIZE bytes,
+    // which always suffice.
+    let code = unsafe {
+        sys::memcg_quote(
+            text.as_ptr().cast(),
+            text.len(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut len,
+        )
+    };
+    if code != 0 {
+        return String::from("\"?\"");
+    }
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+/// A text the C API writes into a caller's buffer (`call(buf, size, &mut length)`, ERANGE
+/// when too small): asked for its length, then read, again when it grew in between.
+fn read_text(
+    mut call: impl FnMut(*mut std::ffi::c_char, usize, *mut usize) -> c_int,
+    what: impl Fn() -> String,
+) -> Result<String> {
+    loop {
+        let mut len = 0usize;
+        let code = call(null_mut(), 0, &mut len);
+        if code != 0 && code != ERANGE {
+            return Err(Error::os(code, what()));
+        }
+        let mut buf = vec![0u8; len + 1];
+        let code = call(buf.as_mut_ptr().cast(), buf.len(), &mut len);
+        if code == ERANGE {
+            continue; // grew in between
+        }
+        check(code, &what)?;
+        buf.truncate(len);
+        return Ok(String::from_utf8_lossy(&buf).into_owned());
+    }
 }
 
 /// The loaded library's version, "MAJOR.MINOR.PATCH".
@@ -173,6 +218,43 @@ impl Controller {
         unsafe { sys::memcg_controller_now_ns(self.ptr()) }
     }
 
+    /// Gives back every unit pre-charged in the per-CPU stocks, so that memory.current is
+    /// exactly what is charged (0 once everything was released). Writing memory.reclaim drains
+    /// a subtree too, but answers EAGAIN when nothing was reclaimable.
+    pub fn drain(&self) -> Result<()> {
+        // SAFETY: valid controller.
+        check(
+            unsafe { sys::memcg_controller_drain_stocks(self.ptr()) },
+            || "drain".into(),
+        )
+    }
+
+    /// Folds every pending statistic, so that the next memory.stat read is exact.
+    pub fn flush_stats(&self) -> Result<()> {
+        // SAFETY: valid controller.
+        check(
+            unsafe { sys::memcg_controller_flush_stats(self.ptr()) },
+            || "flush stats".into(),
+        )
+    }
+
+    /// The sequence number of the latest OOM or preemption report (0 for none).
+    pub fn oom_log_last_seq(&self) -> u64 {
+        // SAFETY: valid controller.
+        unsafe { sys::memcg_oom_log_last_seq(self.ptr()) }
+    }
+
+    /// The reports with a sequence number above `after` (0: all the log keeps), oldest first,
+    /// one line each ("oom_kill seq=3 t=1.250s domain=/a victim=q1 ...").
+    pub fn oom_log(&self, after: u64) -> Result<Vec<String>> {
+        let text = read_text(
+            // SAFETY: valid controller; the buffer holds `size` bytes.
+            |buf, size, len| unsafe { sys::memcg_oom_log_read(self.ptr(), after, buf, size, len) },
+            || "oom log".into(),
+        )?;
+        Ok(text.lines().map(str::to_string).collect())
+    }
+
     /// Panics caught in callbacks of this controller's handles.
     pub fn callback_panics(&self) -> u64 {
         self.inner.panics.load(Ordering::Relaxed)
@@ -219,8 +301,9 @@ pub struct Group {
 pub mod flags {
     pub use memcg_sys::{
         MEMCG_CHARGE_DEFAULT as DEFAULT, MEMCG_CHARGE_HIGH_PRIO as HIGH_PRIO,
-        MEMCG_CHARGE_MAY_BLOCK as MAY_BLOCK, MEMCG_CHARGE_NO_FAIL as NO_FAIL,
-        MEMCG_CHARGE_NO_RETRY as NO_RETRY, MEMCG_CHARGE_RETRY_MAY_FAIL as RETRY_MAY_FAIL,
+        MEMCG_CHARGE_MAY_BLOCK as MAY_BLOCK, MEMCG_CHARGE_NOWAIT as NOWAIT,
+        MEMCG_CHARGE_NO_FAIL as NO_FAIL, MEMCG_CHARGE_NO_RETRY as NO_RETRY,
+        MEMCG_CHARGE_RETRY_MAY_FAIL as RETRY_MAY_FAIL,
     };
 }
 
@@ -249,37 +332,36 @@ impl Group {
     /// The text of file `name` ("memory.stat", ...).
     pub fn read(&self, name: &str) -> Result<String> {
         let c = cstring(name, "file name")?;
-        loop {
-            let mut len = 0usize;
-            // SAFETY: size 0 with a NULL buffer asks the length (ERANGE).
-            let code =
-                unsafe { sys::memcg_group_read(self.ptr(), c.as_ptr(), null_mut(), 0, &mut len) };
-            if code != 0 && code != ERANGE {
-                return Err(Error::os(code, format!("read {name}")));
-            }
-            let mut buf = vec![0u8; len + 1];
-            // SAFETY: the buffer holds buf.len() bytes.
-            let code = unsafe {
-                sys::memcg_group_read(
-                    self.ptr(),
-                    c.as_ptr(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    &mut len,
-                )
-            };
-            if code == ERANGE {
-                continue; // grew in between
-            }
-            check(code, || format!("read {name}"))?;
-            buf.truncate(len);
-            return Ok(String::from_utf8_lossy(&buf).into_owned());
-        }
+        read_text(
+            // SAFETY: valid group and name; the buffer holds `size` bytes.
+            |buf, size, len| unsafe {
+                sys::memcg_group_read(self.ptr(), c.as_ptr(), buf, size, len)
+            },
+            || format!("read {name}"),
+        )
     }
 
-    /// Writes `value` to file `name`; a rejected write changes nothing.
+    /// The paths of its online descendants (not itself), a parent before its children,
+    /// siblings in name order. From the root ("/") for the whole tree.
+    pub fn list(&self) -> Result<Vec<String>> {
+        let text = read_text(
+            // SAFETY: valid group; the buffer holds `size` bytes.
+            |buf, size, len| unsafe { sys::memcg_group_list(self.ptr(), buf, size, len) },
+            || "list".into(),
+        )?;
+        Ok(text.lines().map(str::to_string).collect())
+    }
+
+    /// Writes `value` to file `name`; a rejected write changes nothing. A NUL inside `value`
+    /// is [`Error::InvalidArgument`].
     pub fn write(&self, name: &str, value: &str) -> Result<()> {
         let c = cstring(name, "file name")?;
+        if value.as_bytes().contains(&0) {
+            return Err(Error::InvalidArgument(format!(
+                "value {} of {name} holds a NUL",
+                quote(value)
+            )));
+        }
         // SAFETY: `value` is `value.len()` readable bytes (no NUL needed).
         let code = unsafe {
             sys::memcg_group_write(
@@ -290,7 +372,7 @@ impl Group {
                 0,
             )
         };
-        check(code, || format!("write {name}={value:?}"))
+        check(code, || format!("write {name}={}", quote(value)))
     }
 
     /// A flat-keyed file ("memory.stat", "memory.events") as (key, value) pairs.
@@ -413,6 +495,7 @@ fn limiting_group(group: &Group, path: &str) -> Option<String> {
 
 /// Why a kill callback runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CancelReason {
     /// The OOM killer chose the member: release its memory.
     OomKill,
@@ -427,6 +510,8 @@ pub(crate) struct MemberInner {
     group: Group,
     name: String,
     callback: Option<callback::Registration>,
+    /// The reservations bound to it, for [`Member::release_reservations`].
+    pub(crate) reservations: Mutex<Vec<Weak<reservation::ReservationInner>>>,
     pub(crate) _count: Counted,
 }
 // SAFETY: a member may be used from any thread; the callback is Send + Sync.
@@ -503,6 +588,41 @@ impl Member {
     pub fn charged(&self) -> u64 {
         // SAFETY: valid member.
         unsafe { sys::memcg_member_charged(self.ptr()) }
+    }
+
+    /// Changes its oom_score_adj (-1000 immune .. 1000); the next OOM decision sees it.
+    pub fn set_score_adj(&self, score_adj: i32) -> Result<()> {
+        // SAFETY: valid member.
+        check(
+            unsafe { sys::memcg_member_set_score_adj(self.ptr(), score_adj) },
+            || format!("score_adj {score_adj} of {}", self.name()),
+        )
+    }
+
+    /// Its oom_score_adj now.
+    pub fn score_adj(&self) -> i32 {
+        // SAFETY: valid member.
+        unsafe { sys::memcg_member_score_adj(self.ptr()) }
+    }
+
+    /// Cancels every reservation bound to this member and gives back what they hold, whichever
+    /// thread owns them: at once, or, for one whose request is running, when that request
+    /// returns (it returns [`Status::Cancelled`] if it waited). Their later requests return
+    /// Cancelled; dropping them stays the owner's. For a kill callback: the member's queries
+    /// give their memory back as the kernel's killed task does.
+    pub fn release_reservations(&self) {
+        let reservations: Vec<_> = {
+            let mut list = self
+                .inner
+                .reservations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            list.retain(|w| w.strong_count() > 0);
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
+        for r in reservations {
+            r.revoke();
+        }
     }
 }
 
