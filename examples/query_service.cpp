@@ -162,6 +162,9 @@ void count_refusal(qs::Counters& c, memcg::ReserveStatus st) {
 void block_worker(Service& s, int t, uint64_t seed, std::chrono::steady_clock::time_point end) {
   std::mt19937_64 rng(seed);
   while (running_until(end)) {
+    // The worker works for its tenant while it admits and runs the query: PSI counts it as one of
+    // the tenant's tasks, so one worker's stall is `some` while another of the tenant runs.
+    memcg::WorkScope work(*s.tenant[t]);
     const qs::QuerySpec spec = s.next_query(t, rng);
     qs::Query query(*s.tenant[t], t == 0 && s.qp.spill, s.c);
     qs::QueryState& q = query.state();

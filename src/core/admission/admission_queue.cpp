@@ -24,6 +24,7 @@
 #include "memcg/core/admission/internal/admission_queue_state.hpp"
 #include "memcg/core/admission/internal/admission_state.hpp"
 #include "memcg/core/oom/oom.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "admission_queue_core.hpp"
 
 namespace memcg {
@@ -56,11 +57,15 @@ void AdmissionQueueCore::run_admitted(std::unique_lock<std::mutex>& lock, GroupE
       wake_one();
       break;
     }
+  const GroupRef group = e->group;  // the entry may go while the item runs
   lock.unlock();
-  try {
-    item->run(item->res);
-  } catch (...) {
-    count_error(s);
+  {
+    WorkScope task(*group);  // the worker is a task of the item's group while it runs (psi.hpp)
+    try {
+      item->run(item->res);
+    } catch (...) {
+      count_error(s);
+    }
   }
   item.reset();  // the reservation gives its memory back (unless run moved it)
   lock.lock();
