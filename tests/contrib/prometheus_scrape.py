@@ -1,6 +1,8 @@
 """A real Prometheus (Debian's `prometheus`) scrapes the example service and evaluates the rule
 file of contrib/prometheus: every rule group must have been evaluated with every rule healthy
-(no lastError), on series that came from the scrape. Everything listens on 127.0.0.1 only;
+(no lastError), on series that came from the scrape. The served example throttles its adhoc
+tenant on memory.high: its throttle time must be exported and MemcgHighBreached pending or
+firing on svc/adhoc (on no other group). Everything listens on 127.0.0.1 only;
 the whole test is bounded (about 60 s) and stops both processes by their pids at the end.
 
 usage: prometheus_scrape.py PROMETHEUS_BINARY EXAMPLE_BINARY RULES_YML"""
@@ -100,11 +102,21 @@ def main():
                 last = "rule groups not evaluated yet: %s" % [g["name"] for g in groups]
                 continue
             empty = [n for n in sorted(records)
-                     if n != "memcg_group:memory_usage_of_high:ratio"  # no group has a high
-                     and n != "memcg_group:memory_wait_seconds:p99_5m"  # NaN without waits
+                     if n != "memcg_group:memory_wait_seconds:p99_5m"  # NaN without waits
                      and not api(port, "/api/v1/query?query=" + urllib.parse.quote(n))["result"]]
             if empty:
                 last = "recorded series without data yet: %s" % empty
+                continue
+            throttled = api(port, "/api/v1/query?query=" + urllib.parse.quote(
+                'memcg_memory_high_throttled_seconds_total{group="svc/adhoc"} > 0'))["result"]
+            if not throttled:
+                last = "svc/adhoc not throttled on memory.high yet"
+                continue
+            high = [a["labels"].get("group") for a in api(port, "/api/v1/alerts")["alerts"]
+                    if a["labels"].get("alertname") == "MemcgHighBreached"
+                    and a.get("state") in ("pending", "firing")]
+            if high != ["svc/adhoc"]:
+                last = "MemcgHighBreached pending or firing on %s, not on svc/adhoc alone" % high
                 continue
             n_rules = sum(len(g["rules"]) for g in groups)
             print("ok: %d rule groups, %d rules evaluated healthy on the example's series "
