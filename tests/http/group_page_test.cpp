@@ -114,7 +114,8 @@ TEST(HttpGroupPageTest, ShowsFilesHistoryMembersAndReports) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const std::string page = live.get("/group/t:a@b+c.d-e_f");
   EXPECT_NE(page.find("<h1>group t:a@b+c.d-e_f</h1>"), std::string::npos);
-  EXPECT_NE(page.find("<tr class=\"group\" data-group=\"t:a@b+c.d-e_f\">"), std::string::npos);
+  EXPECT_NE(page.find("<tr class=\"group\" data-group=\"t:a@b+c.d-e_f\" data-status=\""),
+            std::string::npos);
   // Its children and parent link to their pages.
   EXPECT_NE(page.find("href=\"/group/t:a@b+c.d-e_f/q\""), std::string::npos);
   EXPECT_NE(page.find("href=\"/group/\">/</a>"), std::string::npos);
