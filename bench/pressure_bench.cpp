@@ -3,7 +3,7 @@
 //       vmpressure listener and a PSI trigger on the group, and with both on every ancestor:
 //       the target is no difference (the hot path has no pressure code);
 //   (b) one MemStall section (enter + leave) on a group at depth 1 and 3, without and with a
-//       trigger;
+//       trigger; one WorkScope (enter + leave) at depth 1 and 3;
 //   (c) delivery latency of a full window to a listener: a callback (synchronous), and an
 //       eventfd read by a thread blocked on it, both threads pinned to the same CPU.
 #include <benchmark/benchmark.h>
@@ -74,6 +74,18 @@ void BM_MemStall(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_MemStall)->ArgNames({"depth", "trigger"})->Args({1, 0})->Args({3, 0})->Args({3, 1});
+
+// (b') one WorkScope (enter + leave) on a group at depth 1 and 3: what an AdmissionQueue item's
+// run and a service's query scope add, beside the MemStall section above.
+void BM_WorkScope(benchmark::State& state) {
+  Tree t;
+  Group& g = state.range(0) == 1 ? *t.a : *t.c;
+  for (auto _ : state) {
+    WorkScope w(g);
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_WorkScope)->ArgName("depth")->Arg(1)->Arg(3);
 
 // (c) callback: the whole window completion and delivery, measured on the reclaiming thread.
 void BM_DeliverCallback(benchmark::State& state) {

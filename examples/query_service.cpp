@@ -46,7 +46,10 @@
 // of completed work per second, kills of well-behaved queries per tenant, the runaways' life and
 // size, svc's mean usage and promised headroom, the caches, and each group's admission figures.
 // --serve PORT serves the controller over HTTP on 127.0.0.1 while it runs (the page, /metrics,
-// /v1/oom: example_server.hpp) until --seconds pass or SIGINT/SIGTERM.
+// /v1/oom: example_server.hpp) until SIGINT/SIGTERM, or until --seconds pass when given. Served,
+// adhoc also has a memory.high of 64M (kServedAdhocHigh), below what its queries need, so that
+// the page, /metrics and the rules show a tenant throttled on memory.high (its `high` events,
+// its throttle time, its pressure) beside etl's kills.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -76,6 +79,8 @@ constexpr auto kAdmitTimeout = std::chrono::seconds(2);  // a query's whole admi
 // share of 16 workers plus a backlog of 4, so that every tenant has queries waiting.
 constexpr int kOutstanding[kTenants] = {10, 9, 9};
 constexpr double kShare[kTenants] = {0.4, 0.3, 0.3};
+// --serve: adhoc's memory.high (its max stays 256M): a tenant in trouble on memory.high.
+constexpr uint64_t kServedAdhocHigh = 64 * kMiB;
 
 enum class Policy { kToday, kAdmit, kExcess, kGrowWait, kSpill, kWait200, kAll };
 constexpr Policy kPolicies[] = {Policy::kToday,    Policy::kAdmit, Policy::kExcess,
@@ -118,7 +123,7 @@ struct Config {
   Policy policy = Policy::kAll;
   bool queue = true;  // --front queue (else block)
   bool caches = false;
-  double seconds = 3;
+  double seconds = 3;  // 0 with --serve and no --seconds: until interrupted
   int workers = 16;
   uint64_t seed = 1;
   bool verbose = false;
@@ -162,6 +167,9 @@ void count_refusal(qs::Counters& c, memcg::ReserveStatus st) {
 void block_worker(Service& s, int t, uint64_t seed, std::chrono::steady_clock::time_point end) {
   std::mt19937_64 rng(seed);
   while (running_until(end)) {
+    // The worker works for its tenant while it admits and runs the query: PSI counts it as one of
+    // the tenant's tasks, so one worker's stall is `some` while another of the tenant runs.
+    memcg::WorkScope work(*s.tenant[t]);
     const qs::QuerySpec spec = s.next_query(t, rng);
     qs::Query query(*s.tenant[t], t == 0 && s.qp.spill, s.c);
     qs::QueryState& q = query.state();
@@ -243,6 +251,7 @@ Result run(const Config& cfg) {
   dash.set_min(128 * kMiB);
   adhoc.set_max(256 * kMiB);
   adhoc.set_low(32 * kMiB);
+  if (cfg.port >= 0) adhoc.set_high(kServedAdhocHigh);
   // Learned-peak admission is on by default (auto); without it a fixed growth factor of 1
   // admits as before it.
   const char* growth = learned_admission(cfg.policy) ? "auto" : "1";
@@ -280,8 +289,10 @@ Result run(const Config& cfg) {
     }
   });
   const auto start = std::chrono::steady_clock::now();
-  const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                               std::chrono::duration<double>(cfg.seconds));
+  const auto end =
+      cfg.seconds > 0 ? start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(cfg.seconds))
+                      : std::chrono::steady_clock::time_point::max();  // until interrupted
   if (cfg.queue) {
     memcg::AdmissionQueue queue(ctl, {.workers = cfg.workers, .max_queued = 1024});
     for (int t = 0; t < kTenants; ++t)
@@ -413,6 +424,7 @@ int main(int argc, char** argv) {
   Config cfg;
   std::string policy = "all", front = "queue";
   int rounds = 1;
+  bool seconds_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](const char* name) -> const char* {
@@ -430,6 +442,7 @@ int main(int argc, char** argv) {
       cfg.caches = true;
     } else if (a == "--seconds") {
       cfg.seconds = std::atof(value("--seconds"));
+      seconds_given = true;
     } else if (a == "--workers") {
       cfg.workers = std::atoi(value("--workers"));
     } else if (a == "--rounds") {
@@ -456,6 +469,7 @@ int main(int argc, char** argv) {
                "queue or block, --serve in [0, 65535]\n", stderr);
     return 2;
   }
+  if (cfg.port >= 0 && !seconds_given) cfg.seconds = 0;  // serve until interrupted
   if (cfg.port >= 0) {
     std::signal(SIGINT, [](int) { g_interrupted = 1; });
     std::signal(SIGTERM, [](int) { g_interrupted = 1; });

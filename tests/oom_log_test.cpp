@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <atomic>
 #include <cerrno>
 #include <string>
@@ -56,6 +58,11 @@ TEST(OomLog, AKillIsLoggedWithTheLargestConsumersAtTheDecision) {
   ASSERT_EQ(log.size(), 1u);
   const OomLogEntry& e = log[0];
   EXPECT_EQ(e.seq, 1u);
+  // Wall-clock time beside the controller's clock: within a minute of now.
+  const auto now_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch()).count());
+  EXPECT_LE(e.wall_ns, now_ns);
+  EXPECT_GT(e.wall_ns + 60'000'000'000u, now_ns);
   EXPECT_EQ(e.kind, OomLogKind::kOomKill);
   EXPECT_EQ(e.oom.domain, "d");
   EXPECT_EQ(e.oom.victim, "big");
@@ -83,6 +90,10 @@ TEST(OomLog, AKillIsLoggedWithTheLargestConsumersAtTheDecision) {
   const std::string line = format_oom_log_line(e);
   EXPECT_EQ(line.find('\n'), std::string::npos);
   EXPECT_NE(line.find("victim=big"), std::string::npos) << line;
+  // The request in bytes as every size of the line (one unit of 4 KiB), and the wall-clock time.
+  EXPECT_NE(line.find(" request=4.0KiB "), std::string::npos) << line;
+  EXPECT_NE(line.find(" at=" + format_utc(e.wall_ns) + " "), std::string::npos) << line;
+  EXPECT_EQ(format_utc(1'796'613'901'123'456'789u), "2026-12-07T03:25:01.123Z");
   EXPECT_NE(line.find("top_members=big:240.0KiB/0B"), std::string::npos) << line;
   EXPECT_NE(line.find("top_groups=d:"), std::string::npos) << line;
 }

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "memcg/core/admission/admission_queue.hpp"
+#include "memcg/core/admission/reservation.hpp"
 #include "memcg/core/charge/attach.hpp"
 #include "memcg/core/charge/charge.hpp"
 #include "memcg/core/tree/controller.hpp"
@@ -263,6 +265,112 @@ TEST(PsiStates, SectionsNest) {
   }
   EXPECT_EQ(psi_stats(*s.b).total_us[0], 300'000u);
   EXPECT_EQ(psi_stats(*s.sib).total_us[0], 0u);
+}
+
+// ---- tasks: threads working for a group ---------------------------------------------------------
+
+// Waits (bounded) until `pred` holds; false after 10 s.
+template <typename Pred>
+bool wait_for(Pred pred) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(PsiTasks, TwoWorkersOneThrottledIsSomeNotFull) {
+  // Two unattached workers of a pool, each working for b in a scope; one is throttled on b's
+  // memory.high while the other keeps running: b and its ancestors are SOME, never FULL.
+  Sim s;
+  s.b->set_high(uint64_t{100} << 20);
+  std::atomic<int> phase{0};
+  std::thread other([&] {
+    WorkScope work(*s.b);
+    phase = 1;
+    while (phase != 2) std::this_thread::yield();
+  });
+  ASSERT_TRUE(wait_for([&] { return phase == 1; }));
+  {
+    WorkScope work(*s.b);
+    ASSERT_TRUE(charged(try_charge(*s.b, 120 * 256)));  // over high: a 2 s throttling sleep
+  }
+  EXPECT_EQ(s.clock.total_slept_ns(), 2 * kSec);
+  for (Group* g : {s.b.get(), s.a.get(), &s.ctl.root()}) {
+    const PsiStats st = psi_stats(*g);
+    EXPECT_EQ(st.total_us[0], 2'000'000u) << g->path();
+    EXPECT_EQ(st.total_us[1], 0u) << g->path();
+  }
+  phase = 2;
+  other.join();
+  // Alone, the throttled worker is every task of b: FULL as well.
+  {
+    WorkScope work(*s.b);
+    ASSERT_TRUE(charged(try_charge(*s.b, 40 * 256)));
+  }
+  const PsiStats st = psi_stats(*s.b);
+  EXPECT_GT(st.total_us[1], 0u);
+  EXPECT_EQ(st.total_us[0] - 2'000'000u, st.total_us[1]);
+  uncharge(*s.b, 160 * 256);
+}
+
+TEST(PsiTasks, ScopesNestAndOverrideTheAttachment) {
+  Sim s;
+  ScopedAttach att(*s.sib);  // a task of sib and the root
+  ASSERT_TRUE(att.ok());
+  std::atomic<int> phase{0};
+  std::thread other([&] {
+    WorkScope outer(*s.sib);
+    {
+      WorkScope inner(*s.b);  // now a task of b, a and the root; no longer of sib
+      phase = 1;
+      while (phase != 2) std::this_thread::yield();
+    }
+    phase = 3;
+    while (phase != 4) std::this_thread::yield();
+  });
+  ASSERT_TRUE(wait_for([&] { return phase == 1; }));
+  s.stall(*s.sib, kSec);  // the attached thread alone in sib: FULL there
+  s.stall(*s.a, kSec);    // b's worker runs: SOME in a
+  EXPECT_EQ(psi_stats(*s.sib).total_us[1], 1'000'000u);
+  EXPECT_EQ(psi_stats(*s.a).total_us[0], 1'000'000u);
+  EXPECT_EQ(psi_stats(*s.a).total_us[1], 0u);
+  phase = 2;
+  ASSERT_TRUE(wait_for([&] { return phase == 3; }));
+  s.stall(*s.sib, kSec);  // back in the outer scope: a second task of sib
+  EXPECT_EQ(psi_stats(*s.sib).total_us[0], 2'000'000u);
+  EXPECT_EQ(psi_stats(*s.sib).total_us[1], 1'000'000u);
+  s.stall(*s.a, kSec);    // nobody works for a: the stalling thread is its only task
+  EXPECT_EQ(psi_stats(*s.a).total_us[1], 1'000'000u);
+  phase = 4;
+  other.join();
+}
+
+TEST(PsiTasks, AdmissionQueueItemsAreTasksOfTheirGroup) {
+  // Two items of b on two workers: one stalls while the other runs: SOME only.
+  Sim s;
+  std::atomic<int> phase{0};
+  {
+    AdmissionQueue q(s.ctl, {.workers = 2});
+    WorkItem runs;
+    runs.run = [&](Reservation&) {
+      phase = 1;
+      while (phase != 2) std::this_thread::yield();
+    };
+    WorkItem stalls;
+    stalls.run = [&](Reservation&) {
+      s.stall(*s.b, kSec);
+      phase = 2;
+    };
+    ASSERT_EQ(q.submit(*s.b, std::move(runs)), SubmitStatus::kOk);
+    ASSERT_TRUE(wait_for([&] { return phase == 1; }));
+    ASSERT_EQ(q.submit(*s.b, std::move(stalls)), SubmitStatus::kOk);
+    ASSERT_TRUE(wait_for([&] { return phase == 2; }));
+  }
+  const PsiStats st = psi_stats(*s.b);
+  EXPECT_EQ(st.total_us[0], 1'000'000u);
+  EXPECT_EQ(st.total_us[1], 0u);
 }
 
 // ---- stall sections of the charge path --------------------------------------------------------

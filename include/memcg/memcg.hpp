@@ -29,6 +29,7 @@
 #include "memcg/core/oom/oom.hpp"
 #include "memcg/core/signal/pressure.hpp"
 #include "memcg/core/signal/psi.hpp"
+#include "memcg/core/signal/trouble.hpp"
 #include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/core/admission/reservation.hpp"
 #include "memcg/core/reclaim/vmpressure.hpp"

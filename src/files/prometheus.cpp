@@ -95,6 +95,12 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
         }
       return;
     case kVmpressure: return labeled(level_suffix, s.vmp_levels, 3);
+    case kOomKills: return labeled(admission_suffix, s.oom_kills, kNumKillAdmissions);
+    case kThrottled:
+      start(prefix[f], plain_suffix);
+      put_seconds(out, s.throttled_ns);
+      out.put('\n');
+      return;
     case kAdmitPromised: return count(s.admit_promised_bytes);
     case kAdmitWaits: return count(s.admit_waits);
     case kAdmitReclaims: return count(s.admit_reclaims);

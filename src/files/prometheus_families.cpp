@@ -6,6 +6,7 @@
 #include "memcg/base/events.hpp"
 #include "memcg/core/wait/charge_wait.hpp"
 #include "memcg/core/oom/oom_log.hpp"
+#include "memcg/core/signal/trouble.hpp"
 #include "prometheus_internal.hpp"
 
 namespace memcg {
@@ -46,6 +47,12 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
      "Events of the group and its descendants (memory.events)."},
     {"memcg_memory_events_local_total", "counter",
      "Events of the group itself (memory.events.local)."},
+    {"memcg_memory_oom_kills_total", "counter",
+     "Members of the group itself killed by the OOM killer, by how the victim stood against its "
+     "admission when chosen: within its admitted size or expected peak (a well-behaved member), "
+     "over it (a runaway), or none (it admitted nothing)."},
+    {"memcg_memory_high_throttled_seconds_total", "counter",
+     "Time the group's own charges slept throttled over memory.high (the penalty sleeps)."},
     {"memcg_memory_pressure_stall_seconds_total", "counter",
      "Time some or all of the group's charging threads stalled on memory (memory.pressure total)."},
     {"memcg_memory_pressure_ratio", "gauge",
@@ -153,6 +160,8 @@ void PrometheusExposition::State::prepare_text() {
     wait_outcome_suffix[i] = keyed("outcome", kWaitOutcomeNames[i]);
   for (int d = 0; d < kNumOomDeciders; ++d)
     decider_suffix[d] = keyed("decider", oom_decider_name(static_cast<OomDecider>(d)));
+  for (int a = 0; a < kNumKillAdmissions; ++a)
+    admission_suffix[a] = keyed("admission", kill_admission_name(static_cast<KillAdmission>(a)));
   item_suffix.resize(stride);
   for (int i = 0; i < nr_items; ++i) item_suffix[i] = keyed("item", reg->item(i).name);
   item_suffix[nr_items] = keyed("item", "pgscan");

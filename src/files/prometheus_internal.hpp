@@ -16,6 +16,7 @@
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/oom/oom_log.hpp"
 #include "memcg/core/signal/psi.hpp"
+#include "memcg/core/signal/trouble.hpp"
 #include "memcg/files/prometheus.hpp"
 
 namespace memcg::internal::prom {
@@ -53,6 +54,10 @@ struct Snapshot {
   uint64_t queue_items[2];  // queued, running
   uint64_t queue_outcomes[kNumQueueOutcomes];
   uint64_t queue_tries;
+  // memory.high throttling sleeps of its charges, and its members OOM-killed by KillAdmission
+  // (trouble.hpp): the group's own.
+  uint64_t throttled_ns;
+  uint64_t oom_kills[kNumKillAdmissions];
 };
 
 // Controller-wide counts, written once with the root's label.
@@ -75,6 +80,8 @@ enum Family : int {
   kWaitOutcomes,
   kEvents,
   kEventsLocal,
+  kOomKills,
+  kThrottled,
   kPsiSeconds,
   kPsiAvg,
   kVmpressure,
@@ -230,6 +237,7 @@ struct PrometheusExposition::State {
   std::string outcome_suffix[kNumOomOutcomes];   // ",outcome="kill"}<space>
   std::string wait_outcome_suffix[internal::prom::kNumWaitOutcomes];  // ",outcome="granted"}<sp>
   std::string decider_suffix[kNumOomDeciders];   // ",decider="kernel"}<space>
+  std::string admission_suffix[kNumKillAdmissions];  // ",admission="within"}<space>
   internal::prom::ControllerCounts counts;
 
   int family = 0;           // the family the next piece starts in

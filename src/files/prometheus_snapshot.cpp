@@ -15,6 +15,7 @@
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/oom/oom_log.hpp"
 #include "memcg/core/signal/psi.hpp"
+#include "memcg/core/signal/trouble.hpp"
 #include "memcg/core/reclaim/vmpressure.hpp"
 #include "prometheus_internal.hpp"
 
@@ -81,6 +82,9 @@ PrometheusExposition::PrometheusExposition(Controller& ctl) {
                                                 q.never_fits, q.refused};
         std::copy(std::begin(qo), std::end(qo), s.queue_outcomes);
         s.queue_tries = q.tries;
+        const GroupTrouble trouble = group_trouble(g);
+        s.throttled_ns = trouble.throttled_ns;
+        std::copy(std::begin(trouble.oom_kills), std::end(trouble.oom_kills), s.oom_kills);
         refs.push_back(GroupRef(&g));
         const size_t at = st.stats.size();
         st.stats.resize(at + st.stride);

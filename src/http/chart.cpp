@@ -31,6 +31,10 @@ void time_axis(std::string& out, uint64_t t0, uint64_t t1) {
   out += " s</text><text x=\"488\" y=\"146\" font-size=\"10\">now</text>";
 }
 
+// What a kill mark's title adds when its report is no longer kept.
+constexpr const char* kDroppedNote =
+    " (its report was dropped: the OOM log keeps only the latest reports)";
+
 // Opens a link around an OOM kill mark, to the report that concerns the chart's group, if one
 // is kept; true when it did (the caller closes it).
 bool open_kill_link(std::string& out, const Series& s, const std::vector<OomLogEntry>& reports,
@@ -45,15 +49,15 @@ bool open_kill_link(std::string& out, const Series& s, const std::vector<OomLogE
 
 const OomLogEntry* kill_report(const std::vector<OomLogEntry>& reports, const std::string& group,
                                uint64_t t0_ns, uint64_t t1_ns) {
-  const OomLogEntry* after = nullptr;
   for (const OomLogEntry& e : reports) {  // oldest first
     if (e.kind != OomLogKind::kOomKill || e.oom.killed.empty() || e.time_ns <= t0_ns ||
         !report_concerns(e, group))
       continue;
-    if (e.time_ns <= t1_ns) return &e;
-    if (after == nullptr) after = &e;
+    // The first one after t0: this interval's, or a later one's (then this one's was dropped).
+    if (e.time_ns <= t1_ns || e.time_ns - t1_ns <= kKillReportLagNs) return &e;
+    return nullptr;
   }
-  return after;
+  return nullptr;
 }
 
 void usage_bar(std::string& out, const TopColumns& c) {
@@ -103,7 +107,10 @@ void history_chart(std::string& out, const Series& s, const std::vector<OomLogEn
     return kL + kPw * static_cast<double>(t - t0) / static_cast<double>(t1 - t0);
   };
   auto Y = [&](double b) { return kT + kPh - kPh * b / ymax; };
-  auto P = [&](uint32_t ppm) { return kT + kPh - kPh * static_cast<double>(ppm) / 1e6; };
+  // PSI inside the frame: 0 % two pixels above its bottom border, 100 % four below its top.
+  auto P = [&](uint32_t ppm) {
+    return kT + kPh - 2 - (kPh - 6) * static_cast<double>(ppm) / 1e6;
+  };
   open_chart(out, "history", s);
   out += "<text x=\"50\" y=\"12\" font-size=\"12\">";
   esc(out, s.path);
@@ -111,7 +118,7 @@ void history_chart(std::string& out, const Series& s, const std::vector<OomLogEn
   out += "</text><text class=\"mem-axis\" x=\"2\" y=\"26\" font-size=\"10\">";
   out += human_size(static_cast<uint64_t>(ymax));
   out += "</text><text class=\"mem-axis\" x=\"2\" y=\"134\" font-size=\"10\">0</text>"
-         "<line x1=\"50\" x2=\"516\" y1=\"76\" y2=\"76\" stroke=\"#eee\"/>"
+         "<line x1=\"50\" x2=\"516\" y1=\"77\" y2=\"77\" stroke=\"#eee\"/>"
          "<text class=\"psi-axis\" x=\"520\" y=\"26\" font-size=\"10\" fill=\"#9b59b6\">"
          "100 %</text>"
          "<text class=\"psi-axis\" x=\"520\" y=\"80\" font-size=\"10\" fill=\"#9b59b6\">"
@@ -154,7 +161,8 @@ void history_chart(std::string& out, const Series& s, const std::vector<OomLogEn
   for (size_t i = 0; i < v.size(); ++i) {
     const Sample& x = v[i];
     const double px = X(x.t_ns);
-    auto mark = [&](const char* cls, const char* color, double y0, uint32_t n) {
+    auto mark = [&](const char* cls, const char* color, double y0, uint32_t n,
+                    const char* note = "") {
       out += std::string("<line class=\"mark ") + cls + "\" stroke=\"" + color +
              "\" stroke-width=\"2\" x1=\"";
       fmt(out, "%.1f", px);
@@ -164,15 +172,19 @@ void history_chart(std::string& out, const Series& s, const std::vector<OomLogEn
       fmt(out, "%.1f", y0);
       out += "\" y2=\"";
       fmt(out, "%.1f", y0 + 6);
-      out += "\"><title>" + std::to_string(n) + " " + cls + "</title></line>";
+      out += "\"><title>" + std::to_string(n) + " " + cls + note + "</title></line>";
     };
     if (x.ev_high) mark("e-high", "#e08a00", kT, x.ev_high);
     if (x.ev_max) mark("e-max", "#d02020", kT + 6, x.ev_max);
     if (x.ev_kill) {
       const uint64_t prev = i > 0 ? v[i - 1].t_ns : 0;
       const bool linked = open_kill_link(out, s, reports, prev, x.t_ns);
-      mark("e-kill", "#000", kT + 12, x.ev_kill);
-      if (linked) out += "</a>";
+      if (linked) {
+        mark("e-kill", "#000", kT + 12, x.ev_kill);
+        out += "</a>";
+      } else {
+        mark("e-kill dropped", "#000", kT + 12, x.ev_kill, kDroppedNote);
+      }
     }
   }
   out += "</svg></div>";
@@ -182,8 +194,12 @@ void events_chart(std::string& out, const Series& s, const std::vector<OomLogEnt
   const std::vector<Sample>& v = s.ring;
   if (v.empty()) return;
   const uint64_t t0 = v.front().t_ns, t1 = std::max(v.back().t_ns, t0 + 1);
-  uint32_t most = 1;
-  for (const Sample& x : v) most = std::max({most, x.ev_high, x.ev_max, x.ev_kill});
+  // Limit events on the left axis, kills on their own right axis.
+  uint32_t most = 1, most_kills = 1;
+  for (const Sample& x : v) {
+    most = std::max({most, x.ev_high, x.ev_max});
+    most_kills = std::max(most_kills, x.ev_kill);
+  }
   auto X = [&](uint64_t t) {
     return kL + kPw * static_cast<double>(t - t0) / static_cast<double>(t1 - t0);
   };
@@ -191,23 +207,39 @@ void events_chart(std::string& out, const Series& s, const std::vector<OomLogEnt
   open_chart(out, "events", s);
   out += "<text x=\"50\" y=\"12\" font-size=\"12\">events of ";
   esc(out, s.path);
-  out += " per sample</text><text class=\"count-axis\" x=\"2\" y=\"26\" font-size=\"10\">" +
+  out += " per sample</text>"
+         // The colour key, top right.
+         "<g class=\"key\" font-size=\"10\">"
+         "<rect x=\"300\" y=\"4\" width=\"8\" height=\"8\" fill=\"#e08a00\"/>"
+         "<text x=\"311\" y=\"12\">high</text>"
+         "<rect x=\"345\" y=\"4\" width=\"8\" height=\"8\" fill=\"#d02020\"/>"
+         "<text x=\"356\" y=\"12\">max (left axis)</text>"
+         "<rect x=\"432\" y=\"4\" width=\"8\" height=\"8\" fill=\"#000\"/>"
+         "<text x=\"443\" y=\"12\">OOM kills (right)</text></g>"
+         "<text class=\"count-axis\" x=\"2\" y=\"26\" font-size=\"10\">" +
          std::to_string(most) +
-         "</text><text class=\"count-axis\" x=\"2\" y=\"134\" font-size=\"10\">0</text>";
+         "</text><text class=\"count-axis\" x=\"2\" y=\"134\" font-size=\"10\">0</text>"
+         "<text class=\"kill-axis\" x=\"520\" y=\"26\" font-size=\"10\">" +
+         std::to_string(most_kills) +
+         "</text><text class=\"kill-axis\" x=\"520\" y=\"134\" font-size=\"10\">0</text>";
   time_axis(out, t0, t1);
   for (size_t i = 0; i < v.size(); ++i) {
     const Sample& x = v[i];
-    struct Bar { uint32_t n; const char* cls; const char* color; };
+    struct Bar { uint32_t n; uint32_t scale; const char* cls; const char* color; };
     int k = 0;
-    for (const Bar& b : {Bar{x.ev_high, "e-high", "#e08a00"}, Bar{x.ev_max, "e-max", "#d02020"},
-                         Bar{x.ev_kill, "e-kill", "#000"}}) {
-      const double h = kPh * static_cast<double>(b.n) / most;
+    for (const Bar& b : {Bar{x.ev_high, most, "e-high", "#e08a00"},
+                         Bar{x.ev_max, most, "e-max", "#d02020"},
+                         Bar{x.ev_kill, most_kills, "e-kill", "#000"}}) {
+      // At least 3 px: a count that is not 0 is never a sliver.
+      const double h = std::max(3.0, kPh * static_cast<double>(b.n) / b.scale);
       const double left = std::min(X(x.t_ns) + bar * (k++ - 1.5), kW - kR - bar);
       if (b.n == 0) continue;
       const bool kill = b.cls[2] == 'k';
       const uint64_t prev = i > 0 ? v[i - 1].t_ns : 0;
       const bool linked = kill && open_kill_link(out, s, reports, prev, x.t_ns);
-      out += std::string("<rect class=\"bar ") + b.cls + "\" fill=\"" + b.color + "\" x=\"";
+      const bool dropped = kill && !linked;
+      out += std::string("<rect class=\"bar ") + b.cls + (dropped ? " dropped" : "") +
+             "\" fill=\"" + b.color + "\" x=\"";
       fmt(out, "%.1f", left);
       out += "\" width=\"";
       fmt(out, "%.1f", bar);
@@ -215,7 +247,8 @@ void events_chart(std::string& out, const Series& s, const std::vector<OomLogEnt
       fmt(out, "%.1f", kT + kPh - h);
       out += "\" height=\"";
       fmt(out, "%.1f", h);
-      out += "\"><title>" + std::to_string(b.n) + " " + b.cls + "</title></rect>";
+      out += "\"><title>" + std::to_string(b.n) + " " + b.cls + (dropped ? kDroppedNote : "") +
+             "</title></rect>";
       if (linked) out += "</a>";
     }
   }

@@ -64,6 +64,34 @@ void members_section(std::string& out, Group& g) {
   out += "</table>";
 }
 
+// Its status, and for each trouble the alert it matches with a link to what to do (the runbook
+// under `runbook_base`, or its paragraph named when there is none).
+void status_section(std::string& out, uint32_t status, const std::string& runbook_base) {
+  out += "<h2>Status</h2>";
+  if (status == 0) {
+    out += "<p id=\"status\" class=\"status ok\">ok: nothing troubled the group itself in the "
+           "last minute</p>";
+    return;
+  }
+  out += "<ul id=\"trouble\">";
+  for (const StatusInfo& s : kStatusInfo) {
+    if (!(status & s.flag)) continue;
+    out += std::string("<li><span class=\"status ") + (s.flag >= kStatusBad ? "bad" : "warn") +
+           "\" data-status=\"" + s.key + "\">" + s.text +
+           "</span> in the last minute; what to do: ";
+    const std::string where = std::string("operations.md#") + s.anchor;
+    if (runbook_base.empty()) {
+      out += std::string("runbook ") + s.alert + " (docs/" + where + ")";
+    } else {
+      out += "<a class=\"runbook\" href=\"";
+      esc(out, runbook_base + "/" + where);
+      out += std::string("\">runbook ") + s.alert + "</a>";
+    }
+    out += "</li>";
+  }
+  out += "</ul>";
+}
+
 // The OOM reports that concern it, newest first.
 void reports_section(std::string& out, const std::vector<OomLogEntry>& entries,
                      const std::string& path) {
@@ -101,7 +129,8 @@ void files_section(std::string& out, Group& g) {
 }  // namespace
 
 std::string render_group_page(Controller& ctl, const History& history, const std::string& path,
-                              uint64_t sample_interval_ms, size_t history_bytes_cap) {
+                              uint64_t sample_interval_ms, size_t history_bytes_cap,
+                              const std::string& runbook_base) {
   internal::HookBypass bypass;  // the page is the library's memory
   GroupRef g = path.empty() || path == "/" ? GroupRef(&ctl.root()) : ctl.lookup(path);
   if (!g || !g->is_online()) return "";
@@ -129,9 +158,11 @@ std::string render_group_page(Controller& ctl, const History& history, const std
       out += " and " + std::to_string(children.size() - kGroupPageChildren) + " more";
   }
   out += "</p><table id=\"groups\">";
+  const uint32_t status = history.status(cols.path);
   group_table_header(out);
-  group_table_row(out, cols);
+  group_table_row(out, cols, status);
   out += "</table>";
+  status_section(out, status, runbook_base);
 
   const std::vector<OomLogEntry> entries = ctl.oom_log().snapshot();
   out += "<h2>History and events over time</h2>";

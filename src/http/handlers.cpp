@@ -432,7 +432,8 @@ MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
           s.ctl, static_cast<uint64_t>(s.options.history_interval.count()) * 250'000);
       return render_page(s.ctl, s.history, page_of_target(r.raw_target),
                          static_cast<uint64_t>(s.options.history_interval.count()),
-                         2 * s.options.history_groups * s.options.history_samples * 64);
+                         2 * s.options.history_groups * s.options.history_samples * 64,
+                         sort_of_target(r.raw_target));
     });
   if (r.path == "/group" || r.path.rfind("/group/", 0) == 0) {
     std::string group;
@@ -442,7 +443,8 @@ MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
           s.ctl, static_cast<uint64_t>(s.options.history_interval.count()) * 250'000);
       return render_group_page(s.ctl, s.history, group,
                                static_cast<uint64_t>(s.options.history_interval.count()),
-                               2 * s.options.history_groups * s.options.history_samples * 64);
+                               2 * s.options.history_groups * s.options.history_samples * 64,
+                               s.options.runbook_base);
     });
   }
   if (r.path.rfind("/oom/", 0) == 0) {

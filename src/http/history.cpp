@@ -6,6 +6,7 @@
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/signal/psi.hpp"
+#include "memcg/core/wait/charge_wait.hpp"
 
 namespace memcg::http::detail {
 namespace {
@@ -15,6 +16,8 @@ struct Read {
   uint64_t current, high, max;
   uint64_t psi_ns[2];
   uint64_t events[3];
+  uint64_t local[3];  // own high, max, oom_kill events (the status)
+  uint64_t timed_out;
 };
 
 uint32_t ppm(uint64_t part, uint64_t whole) {
@@ -41,10 +44,22 @@ void History::sample(Controller& ctl) {
         r.events[0] = g.events().get(Event::kHigh);
         r.events[1] = g.events().get(Event::kMax);
         r.events[2] = g.events().get(Event::kOomKill);
+        r.local[0] = g.events_local().get(Event::kHigh);
+        r.local[1] = g.events_local().get(Event::kMax);
+        r.local[2] = g.events_local().get(Event::kOomKill);
+        r.timed_out = g.is_root() ? 0 : wait_stats(g).timed_out;
         reads.push_back(std::move(r));
       },
       /*include_dying=*/false);
   const uint64_t now = ctl.clock().now_ns();
+  std::vector<StatusRead> status_reads(reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    StatusRead& sr = status_reads[i];
+    sr.path = reads[i].path;
+    std::copy(std::begin(reads[i].psi_ns), std::end(reads[i].psi_ns), sr.psi_ns);
+    std::copy(std::begin(reads[i].local), std::end(reads[i].local), sr.local);
+    sr.timed_out = reads[i].timed_out;
+  }
   const size_t keep = std::min(groups_, reads.size());
   std::partial_sort(reads.begin(), reads.begin() + static_cast<ptrdiff_t>(keep), reads.end(),
                     [](const Read& a, const Read& b) {
@@ -53,6 +68,7 @@ void History::sample(Controller& ctl) {
   internal::LockGuard lock(mu_);
   ++round_;
   last_t_ns_ = now;
+  status_.update(status_reads, now);
   for (size_t i = 0; i < keep; ++i) {
     const Read& r = reads[i];
     Series& s = series_[r.path];
@@ -129,6 +145,11 @@ std::vector<Series> History::view() const {
 uint64_t History::rounds() const {
   internal::LockGuard lock(mu_);
   return round_;
+}
+
+uint32_t History::status(const std::string& path) const {
+  internal::LockGuard lock(mu_);
+  return status_.status(path);
 }
 
 size_t History::bytes() const {

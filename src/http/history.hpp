@@ -1,6 +1,8 @@
 // The page's history (memcg::http::Server, GET /): memory.current, PSI some/full and event
 // counts of the largest groups, sampled on the controller's clock by the server. Not installed.
 //
+// Every sample also updates every group's status (status.hpp).
+//
 // Bounds: at most `groups` series (the largest groups by memory.current at each sample; a group
 // that falls out keeps its series until `samples` samples have passed without it), each a ring of
 // `samples` samples of kSampleBytes: at most 2 x groups x samples x kSampleBytes bytes plus the
@@ -13,6 +15,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "status.hpp"
 
 namespace memcg {
 class Controller;
@@ -56,6 +60,8 @@ class History {
   uint64_t rounds() const;
   // Bytes held now (samples and paths).
   size_t bytes() const;
+  // Every group's status at the last sample (status.hpp); 0 for a group not sampled twice yet.
+  uint32_t status(const std::string& path) const;
 
  private:
   const size_t groups_, samples_;
@@ -63,6 +69,7 @@ class History {
   std::map<std::string, Series> series_;  // guarded by mu_
   uint64_t round_ = 0;                    // guarded by mu_
   uint64_t last_t_ns_ = 0;                // guarded by mu_
+  StatusTracker status_;                  // guarded by mu_
 };
 
 }  // namespace memcg::http::detail

@@ -87,7 +87,12 @@ inline constexpr const char kPageStyle[] =
     ".legend span{margin-right:10px;font-size:11px}"
     ".files{display:inline-block;vertical-align:top;margin-right:12px}"
     ".files h3{font-size:13px;margin:6px 0 2px}"
-    "a{color:#1a5fb4}";
+    "a{color:#1a5fb4}"
+    ".status.bad{background:#d02020;color:#fff;font-weight:bold}"
+    ".status.warn{background:#f0a830;color:#000}"
+    ".status.ok{color:#2a7d3b}"
+    ".legend .status{padding:1px 4px}"
+    "#trouble li{margin:2px 0}";
 
 // The document's head and the links every page has. `refresh_s` 0: no automatic reload.
 inline void page_start(std::string& out, std::string_view title, int refresh_s) {

@@ -63,6 +63,10 @@ void append_oom_entry_json(std::string& out, const OomLogEntry& e) {
   put_u64(out, e.seq);
   out += ",\"time_ns\":";
   put_u64(out, e.time_ns);
+  out += ",\"wall_time_ns\":";
+  put_u64(out, e.wall_ns);
+  out += ",\"wall_time\":";
+  put_string(out, format_utc(e.wall_ns));
   out += ",\"kind\":";
   put_string(out, oom_log_kind_name(e.kind));
   out += ',';
@@ -72,6 +76,8 @@ void append_oom_entry_json(std::string& out, const OomLogEntry& e) {
     put_string(out, r.domain);
     out += ",\"request_units\":";
     put_i64(out, r.request_units);
+    out += ",\"request_bytes\":";
+    put_i64(out, r.request_units > 0 ? r.request_units << e.unit_shift : r.request_units);
     out += ",\"order\":";
     put_string(out, oom_order_name(r.order));
     out += ",\"decider\":";

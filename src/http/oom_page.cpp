@@ -141,6 +141,7 @@ std::string render_oom_page(Controller& ctl, uint64_t seq) {
   row(out, "kind", oom_log_kind_name(e->kind));
   char t[32];
   std::snprintf(t, sizeof t, "%.3f s", static_cast<double>(e->time_ns) / 1e9);
+  row(out, "time", format_utc(e->wall_ns) + " (wall clock, UTC)");
   row(out, "time (controller's clock)", t);
   if (e->kind == OomLogKind::kOomKill) {
     const OomReport& r = e->oom;

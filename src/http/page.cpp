@@ -42,7 +42,7 @@ void add_pressure_columns(Group& g, TopColumns* c) {
 }
 
 void group_table_header(std::string& out) {
-  out += "<tr>";
+  out += "<tr><th>STATUS</th>";
   for (size_t c = 0; c < kNumTopColumns; ++c) {
     out += "<th>";
     esc(out, kTopColumnNames[c]);
@@ -51,10 +51,41 @@ void group_table_header(std::string& out) {
   out += "<th>usage against min, low, high, max</th></tr>";
 }
 
-void group_table_row(std::string& out, const TopColumns& c) {
+namespace {
+
+// The status cell: its flags in words, red for trouble, orange for warnings.
+void status_cell(std::string& out, uint32_t status) {
+  const char* cls = status >= kStatusBad ? "bad" : status != 0 ? "warn" : "ok";
+  out += "<td class=\"status ";
+  out += cls;
+  out += "\">";
+  if (status == 0) out += "ok";
+  bool first = true;
+  for (const StatusInfo& s : kStatusInfo) {
+    if (!(status & s.flag)) continue;
+    if (!first) out += ", ";
+    first = false;
+    out += s.text;
+  }
+  out += "</td>";
+}
+
+}  // namespace
+
+void status_legend(std::string& out) {
+  out += "<p class=\"legend\">STATUS: what troubled the group itself in the last minute: "
+         "<span class=\"status bad\">OOM kills, PSI full (5 %), waits timing out</span>"
+         "<span class=\"status warn\">memory.max events, PSI some (20 %), memory.high "
+         "events</span><span class=\"status ok\">ok</span> (a group's page says what to do)."
+         "</p>";
+}
+
+void group_table_row(std::string& out, const TopColumns& c, uint32_t status) {
   out += "<tr class=\"group\" data-group=\"";
   esc(out, c.path);
-  out += "\"><td>";
+  out += "\" data-status=\"" + status_keys(status) + "\">";
+  status_cell(out, status);
+  out += "<td>";
   group_link(out, c.path);
   out += "</td>";
   for (size_t k = 1; k < kNumTopColumns; ++k) {
@@ -84,9 +115,23 @@ namespace {
 struct Row {
   TopColumns cols;
   GroupRef ref;
+  uint32_t status = 0;
 };
 
 }  // namespace
+
+bool sort_of_target(const std::string& raw) {
+  const size_t q = raw.find('?');
+  if (q == std::string::npos) return false;
+  std::string_view rest = std::string_view(raw).substr(q + 1);
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    if (rest.substr(0, amp) == "sort=usage") return true;
+    if (amp == std::string_view::npos) break;
+    rest.remove_prefix(amp + 1);
+  }
+  return false;
+}
 
 size_t page_of_target(const std::string& raw) {
   const size_t q = raw.find('?');
@@ -110,16 +155,18 @@ size_t page_of_target(const std::string& raw) {
 }
 
 std::string render_page(Controller& ctl, const History& history, size_t page,
-                        uint64_t sample_interval_ms, size_t history_bytes_cap) {
+                        uint64_t sample_interval_ms, size_t history_bytes_cap, bool by_usage) {
   internal::HookBypass bypass;  // the page is the library's memory
   std::vector<Row> rows;
   rows.reserve(ctl.nr_groups() + 16);
   ctl.walk(
       ctl.root(), [&](Group& g) { rows.push_back({read_top_columns_fast(g), GroupRef(&g)}); },
       /*include_dying=*/false);
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {  // paths are unique
+  for (Row& r : rows) r.status = history.status(r.cols.path);
+  std::sort(rows.begin(), rows.end(), [by_usage](const Row& a, const Row& b) {
+    if (!by_usage && a.status != b.status) return a.status > b.status;  // trouble first
     return a.cols.current != b.cols.current ? a.cols.current > b.cols.current
-                                            : a.cols.path < b.cols.path;
+                                            : a.cols.path < b.cols.path;  // paths are unique
   });
   const size_t pages = std::max<size_t>(1, (rows.size() + kPageRows - 1) / kPageRows);
   page = std::min(page, pages - 1);
@@ -133,14 +180,23 @@ std::string render_page(Controller& ctl, const History& history, size_t page,
   page_start(out, "memcg", 5);
   out += "<h1>memcg</h1><p>";
   out += std::to_string(rows.size()) + " groups; page " + std::to_string(page + 1) + " of " +
-         std::to_string(pages) + " (" + std::to_string(kPageRows) +
-         " a page, largest memory.current first; a group's name opens its page). ";
-  if (page > 0) out += "<a id=\"prev\" href=\"/?page=" + std::to_string(page - 1) + "\">previous</a> ";
-  if (page + 1 < pages) out += "<a id=\"next\" href=\"/?page=" + std::to_string(page + 1) + "\">next</a> ";
+         std::to_string(pages) + " (" + std::to_string(kPageRows) + " a page, " +
+         (by_usage ? "largest memory.current first"
+                   : "trouble first, then largest memory.current") +
+         "; a group's name opens its page). ";
+  const std::string sort = by_usage ? "&amp;sort=usage" : "";
+  if (page > 0)
+    out += "<a id=\"prev\" href=\"/?page=" + std::to_string(page - 1) + sort + "\">previous</a> ";
+  if (page + 1 < pages)
+    out += "<a id=\"next\" href=\"/?page=" + std::to_string(page + 1) + sort + "\">next</a> ";
+  out += by_usage ? "<a id=\"sort-status\" href=\"/\">trouble first</a> "
+                  : "<a id=\"sort-usage\" href=\"/?sort=usage\">largest first</a> ";
   page_links(out);
-  out += "</p><h2>Groups</h2><table id=\"groups\">";
+  out += "</p><h2>Groups</h2>";
+  status_legend(out);
+  out += "<table id=\"groups\">";
   group_table_header(out);
-  for (size_t i = first; i < last; ++i) group_table_row(out, rows[i].cols);
+  for (size_t i = first; i < last; ++i) group_table_row(out, rows[i].cols, rows[i].status);
   out += "</table>";
 
   const std::vector<Series> series = history.view();

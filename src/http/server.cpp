@@ -71,6 +71,17 @@ void check_options(const ServerOptions& o) {
     fail("memcg::http::ServerOptions::history_samples is not in 2..3600");
   if (o.history_groups * o.history_samples > 262'144)
     fail("memcg::http::ServerOptions history_groups x history_samples is over 262144");
+  if (!o.runbook_base.empty()) {
+    const std::string& b = o.runbook_base;
+    if (b.size() > 1024 || !(b.rfind("https://", 0) == 0 || b.rfind("http://", 0) == 0 ||
+                             b[0] == '/'))
+      fail("memcg::http::ServerOptions::runbook_base must be at most 1024 bytes and start with "
+           "https://, http:// or /");
+    for (char c : b)
+      if (c <= 0x20 || c > 0x7e || c == '"' || c == '\'' || c == '<' || c == '>')
+        fail("memcg::http::ServerOptions::runbook_base must be printable ASCII without spaces, "
+             "quotes, < or >");
+  }
   if (o.allow_writes) {
     if (o.token.empty() || o.token.size() > 4096)
       fail("memcg::http::ServerOptions::token must be 1..4096 bytes when writes are allowed");

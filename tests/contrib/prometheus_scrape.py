@@ -1,9 +1,14 @@
 """A real Prometheus (Debian's `prometheus`) scrapes the example service and evaluates the rule
 file of contrib/prometheus: every rule group must have been evaluated with every rule healthy
-(no lastError), on series that came from the scrape. Everything listens on 127.0.0.1 only;
+(no lastError), on series that came from the scrape. The served example throttles its adhoc
+tenant on memory.high: its throttle time must be exported and MemcgHighBreached pending or
+firing on svc/adhoc (on no other group). Everything listens on 127.0.0.1 only;
 the whole test is bounded (about 60 s) and stops both processes by their pids at the end.
 
-usage: prometheus_scrape.py PROMETHEUS_BINARY EXAMPLE_BINARY RULES_YML"""
+Given the dashboard too, every query of its panels and annotations is then evaluated by that
+Prometheus (its variables as "all", $__rate_interval as 1m): none may be an error.
+
+usage: prometheus_scrape.py PROMETHEUS_BINARY EXAMPLE_BINARY RULES_YML [DASHBOARD_JSON]"""
 import json
 import os
 import shutil
@@ -35,6 +40,21 @@ def api(port, path):
     return doc["data"]
 
 
+def dashboard_exprs(path):
+    """The PromQL of every panel target and annotation of a Grafana dashboard, with its
+    variables replaced as Grafana would with "All" selected."""
+    with open(path) as f:
+        d = json.load(f)
+    out = [t["expr"] for p in d["panels"] for t in p.get("targets", []) if t.get("expr")]
+    out += [a["expr"] for a in d.get("annotations", {}).get("list", []) if a.get("expr")]
+    subst = []
+    for e in out:
+        for var in ("$job", "$instance", "$group"):
+            e = e.replace('"%s"' % var, '".*"')
+        subst.append(e.replace("$__rate_interval", "1m"))
+    return subst
+
+
 def stop(proc):
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -47,6 +67,7 @@ def stop(proc):
 
 def main():
     prometheus, example, rules = sys.argv[1:4]
+    dashboard = sys.argv[4] if len(sys.argv) > 4 else None
     if not prometheus or not os.access(prometheus, os.X_OK):
         print("prometheus is not installed (Debian package 'prometheus'): skipped")
         return EXIT_SKIP
@@ -100,12 +121,34 @@ def main():
                 last = "rule groups not evaluated yet: %s" % [g["name"] for g in groups]
                 continue
             empty = [n for n in sorted(records)
-                     if n != "memcg_group:memory_usage_of_high:ratio"  # no group has a high
-                     and n != "memcg_group:memory_wait_seconds:p99_5m"  # NaN without waits
+                     if n != "memcg_group:memory_wait_seconds:p99_5m"  # NaN without waits
                      and not api(port, "/api/v1/query?query=" + urllib.parse.quote(n))["result"]]
             if empty:
                 last = "recorded series without data yet: %s" % empty
                 continue
+            throttled = api(port, "/api/v1/query?query=" + urllib.parse.quote(
+                'memcg_memory_high_throttled_seconds_total{group="svc/adhoc"} > 0'))["result"]
+            if not throttled:
+                last = "svc/adhoc not throttled on memory.high yet"
+                continue
+            high = [a["labels"].get("group") for a in api(port, "/api/v1/alerts")["alerts"]
+                    if a["labels"].get("alertname") == "MemcgHighBreached"
+                    and a.get("state") in ("pending", "firing")]
+            if high != ["svc/adhoc"]:
+                last = "MemcgHighBreached pending or firing on %s, not on svc/adhoc alone" % high
+                continue
+            if dashboard:
+                failed = []
+                for e in dashboard_exprs(dashboard):
+                    try:
+                        api(port, "/api/v1/query?query=" + urllib.parse.quote(e))
+                    except (OSError, RuntimeError) as err:
+                        failed.append("%s: %s" % (e, err))
+                if failed:
+                    print("FAILED: dashboard queries Prometheus refuses:\n  " +
+                          "\n  ".join(failed))
+                    return 1
+                print("ok: every dashboard query evaluates (%d)" % len(dashboard_exprs(dashboard)))
             n_rules = sum(len(g["rules"]) for g in groups)
             print("ok: %d rule groups, %d rules evaluated healthy on the example's series "
                   "(%.1f s)" % (len(groups), n_rules, time.monotonic() - start))

@@ -3,15 +3,19 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/oom/members.hpp"
 #include "memcg/core/oom/oom.hpp"
+#include "memcg/core/oom/oom_log.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/http/server.hpp"
 
 namespace memcg::http {
@@ -110,7 +114,8 @@ TEST(HttpGroupPageTest, ShowsFilesHistoryMembersAndReports) {
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const std::string page = live.get("/group/t:a@b+c.d-e_f");
   EXPECT_NE(page.find("<h1>group t:a@b+c.d-e_f</h1>"), std::string::npos);
-  EXPECT_NE(page.find("<tr class=\"group\" data-group=\"t:a@b+c.d-e_f\">"), std::string::npos);
+  EXPECT_NE(page.find("<tr class=\"group\" data-group=\"t:a@b+c.d-e_f\" data-status=\""),
+            std::string::npos);
   // Its children and parent link to their pages.
   EXPECT_NE(page.find("href=\"/group/t:a@b+c.d-e_f/q\""), std::string::npos);
   EXPECT_NE(page.find("href=\"/group/\">/</a>"), std::string::npos);
@@ -155,12 +160,78 @@ TEST(HttpGroupPageTest, ShowsFilesHistoryMembersAndReports) {
   // The report's page.
   const std::string report = live.get("/oom/1");
   EXPECT_NE(report.find("<h1>OOM report 1</h1>"), std::string::npos);
+  EXPECT_NE(report.find("Z (wall clock, UTC)</td>"), std::string::npos) << report;
   EXPECT_NE(report.find("<tr><th>victim</th><td class=\"name\">big</td></tr>"), std::string::npos)
       << report;
   EXPECT_NE(report.find("<table id=\"candidates\">"), std::string::npos);
   EXPECT_NE(report.find("<table id=\"top-members\">"), std::string::npos);
   EXPECT_NE(report.find("<a class=\"group-link\" href=\"/group/t:a@b+c.d-e_f/q\">"),
             std::string::npos);
+}
+
+TEST(HttpGroupPageTest, AKillTickLinksOnlyItsOwnReportElseSaysItWasDropped) {
+  Tree tree;
+  ServerOptions so;
+  so.history_interval = std::chrono::milliseconds(100);
+  Live live(tree.ctl, so);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  live.get("/");
+  tree.oom();  // report 1: big killed
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));  // a few samples later
+  ASSERT_EQ(oom_log(tree.ctl).set_capacity(1), 0);
+  tree.big.reset();  // the victim is gone
+  // The charger takes what small holds: small killed, report 2, which pushes report 1 out.
+  EXPECT_TRUE(charge_units(*tree.charger, 60));
+  EXPECT_TRUE(tree.small->killed());
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const std::string page = live.get("/group/t:a@b+c.d-e_f");
+  // The second kill's tick and bar link report 2; the first kill's say that theirs was dropped
+  // and link nothing (not report 2, the first kept after them).
+  EXPECT_EQ(count(page, "<a class=\"oom-link\" href=\"/oom/2\"><line class=\"mark e-kill\""), 1u)
+      << page;
+  EXPECT_EQ(count(page, "<a class=\"oom-link\" href=\"/oom/2\"><rect class=\"bar e-kill\""), 1u);
+  EXPECT_EQ(count(page, "<line class=\"mark e-kill dropped\""), 1u) << page;
+  EXPECT_EQ(count(page, "<rect class=\"bar e-kill dropped\""), 1u) << page;
+  EXPECT_NE(page.find("its report was dropped"), std::string::npos);
+  EXPECT_EQ(page.find("href=\"/oom/1\""), std::string::npos);
+  // The events chart's colour key names what each colour is, and kills have their own axis.
+  EXPECT_NE(page.find("<g class=\"key\""), std::string::npos);
+  EXPECT_NE(page.find("OOM kills (right)</text>"), std::string::npos);
+  EXPECT_NE(page.find("<text class=\"kill-axis\""), std::string::npos);
+}
+
+// The y coordinates of the polyline of class `cls` in `page`.
+std::vector<double> polyline_ys(const std::string& page, const std::string& cls) {
+  std::vector<double> ys;
+  const size_t at = page.find("<polyline class=\"" + cls + "\"");
+  if (at == std::string::npos) return ys;
+  const size_t from = page.find("points=\"", at) + 8, to = page.find('"', from);
+  const std::string pts = page.substr(from, to - from);
+  for (size_t c = pts.find(','); c != std::string::npos; c = pts.find(',', c + 1))
+    ys.push_back(std::stod(pts.substr(c + 1)));
+  return ys;
+}
+
+TEST(HttpGroupPageTest, PsiAtAHundredPercentStaysOffTheFrame) {
+  Tree tree;
+  ServerOptions so;
+  so.history_interval = std::chrono::milliseconds(100);
+  Live live(tree.ctl, so);
+  {
+    MemStall stall(*tree.t);  // the only task of t stalls: some and full at 100 %
+    std::this_thread::sleep_for(std::chrono::milliseconds(450));
+  }
+  const std::string page = live.get("/group/t:a@b+c.d-e_f");
+  for (const char* cls : {"psi-some", "psi-full"}) {
+    const std::vector<double> ys = polyline_ys(page, cls);
+    ASSERT_GE(ys.size(), 3u) << cls << page;
+    double top = 1e9;
+    for (double y : ys) top = std::min(top, y);
+    // The frame's top border is y = 18, its bottom y = 134: the line stays between them.
+    EXPECT_LT(top, 30) << cls << ": no sample near 100 %";
+    EXPECT_GE(top, 20) << cls << ": drawn on the top border";
+    for (double y : ys) EXPECT_LE(y, 132) << cls;
+  }
 }
 
 TEST(HttpGroupPageTest, UnknownGroupsAndReportsAreRefused) {

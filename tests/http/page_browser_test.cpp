@@ -160,10 +160,39 @@ TEST(HttpPageBrowserTest, ChromiumRendersAGroupPageAndItsOomReports) {
   const std::string flags =
       " --headless --no-sandbox --disable-gpu --no-first-run --disable-extensions"
       " --user-data-dir=" MEMCG_BUILD_DIR "/chromium-profile --virtual-time-budget=2000 ";
+  // The main page puts trouble first: etl (its runaways killed) and adhoc (over its memory.high)
+  // are flagged, the first row is one in trouble, and the calm dash comes after both.
+  const std::string main = run("timeout 60 " + chromium + flags + "--dump-dom " + base +
+                               "/ 2>/dev/null");
+  auto status_of = [&](const std::string& g) {
+    const std::string row = "<tr class=\"group\" data-group=\"" + g + "\" data-status=\"";
+    const size_t at = main.find(row);
+    if (at == std::string::npos) return std::string("(no row)");
+    const size_t from = at + row.size();
+    return main.substr(from, main.find('"', from) - from);
+  };
+  const std::string etl = status_of("svc/etl"), adhoc = status_of("svc/adhoc");
+  EXPECT_NE(etl.find("oom_kill"), std::string::npos) << etl << main.substr(0, 4000);
+  EXPECT_NE(adhoc.find("high"), std::string::npos) << adhoc;
+  const size_t first_row = main.find("<tr class=\"group\" data-group=\"");
+  ASSERT_NE(first_row, std::string::npos);
+  EXPECT_NE(main.substr(main.find("data-status=\"", first_row), 16), "data-status=\"ok\"")
+      << "the first row is calm";
+  if (status_of("svc/dash") == "ok") {
+    EXPECT_LT(main.find("data-group=\"svc/etl\""), main.find("data-group=\"svc/dash\""));
+    EXPECT_LT(main.find("data-group=\"svc/adhoc\""), main.find("data-group=\"svc/dash\""));
+  }
+  EXPECT_NE(main.find("<td class=\"status bad\">OOM kills"), std::string::npos);
+
   const std::string dom = run("timeout 60 " + chromium + flags + "--dump-dom " + base +
                               "/group/svc/etl 2>/dev/null");
   ASSERT_FALSE(dom.empty()) << "chromium printed no DOM";
   EXPECT_NE(dom.find("<h1>group svc/etl</h1>"), std::string::npos) << dom.substr(0, 2000);
+  // Its status names its trouble and the runbook of what to do; kills have a colour key.
+  EXPECT_NE(dom.find("<span class=\"status bad\" data-status=\"oom_kill\">OOM kills</span>"),
+            std::string::npos);
+  EXPECT_NE(dom.find("runbook MemcgOomKills"), std::string::npos);
+  EXPECT_NE(dom.find("OOM kills (right)</text>"), std::string::npos);
   // The history chart, its PSI axis labelled in percent beside the bytes axis.
   EXPECT_NE(dom.find("<svg class=\"history\" data-group=\"svc/etl\""), std::string::npos);
   for (const char* label : {">PSI %</text>", ">100 %</text>", ">50 %</text>", ">0 %</text>"})
@@ -184,9 +213,11 @@ TEST(HttpPageBrowserTest, ChromiumRendersAGroupPageAndItsOomReports) {
                                  "/oom/" + seqs.front() + " 2>/dev/null");
   EXPECT_NE(report.find("<h1>OOM report " + seqs.front() + "</h1>"), std::string::npos)
       << report.substr(0, 2000);
+  // Its domain: etl's own limit, or the service's budget (svc) when that was hit first.
   EXPECT_NE(report.find("<tr><th>domain (limit hit)</th><td class=\"name\"><a class=\"group-link\" "
-                        "href=\"/group/svc/etl\">svc/etl</a></td></tr>"),
+                        "href=\"/group/svc"),
             std::string::npos);
+  EXPECT_NE(report.find(" (wall clock, UTC)</td>"), std::string::npos);
   EXPECT_NE(report.find("<table id=\"candidates\">"), std::string::npos);
   EXPECT_NE(report.find("<table id=\"top-members\">"), std::string::npos);
 

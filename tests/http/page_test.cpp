@@ -96,6 +96,10 @@ TEST(HttpPageTest, OomReportsAreServedAsJsonAndText) {
   EXPECT_EQ(r.at("kind"), "oom_kill");
   EXPECT_EQ(r.at("domain"), "tenants/a");
   EXPECT_EQ(r.at("victim"), "big");
+  // Wall-clock time beside the controller's clock, and the request in bytes.
+  EXPECT_GT(r.at("wall_time_ns").get<uint64_t>(), 1'700'000'000'000'000'000u);
+  EXPECT_EQ(r.at("wall_time").get<std::string>().size(), 24u) << r.at("wall_time");
+  EXPECT_EQ(r.at("request_bytes"), r.at("request_units").get<int64_t>() * 4096);
   EXPECT_EQ(r.at("killed")[0], "big");
   EXPECT_EQ(r.at("candidates")[0].at("member"), "big");
   EXPECT_EQ(r.at("top_members")[0].at("name"), "big");
@@ -111,6 +115,9 @@ TEST(HttpPageTest, OomReportsAreServedAsJsonAndText) {
   EXPECT_EQ(count(text->body, "\n"), 1u);
   EXPECT_EQ(text->body.rfind("oom_kill seq=1 ", 0), 0u) << text->body;
   EXPECT_NE(text->body.find("victim=big"), std::string::npos) << text->body;
+  EXPECT_NE(text->body.find(" at=" + r.at("wall_time").get<std::string>() + " "), std::string::npos)
+      << text->body;
+  EXPECT_NE(text->body.find(" request=4.0KiB "), std::string::npos) << text->body;
   EXPECT_NE(text->body.find("top_groups=tenants/a:"), std::string::npos) << text->body;
 }
 

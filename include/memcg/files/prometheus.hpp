@@ -16,6 +16,10 @@
 //                                                            group's memory.max ended (granted,
 //                                                            timed_out, cancelled, removed,
 //                                                            never_fits)
+//   memcg_memory_oom_kills_total{admission}          counter members of the group killed, by how
+//                                                            the victim stood against its admission
+//                                                            (within/over/none; trouble.hpp)
+//   memcg_memory_high_throttled_seconds_total        counter memory.high throttling sleeps
 //   memcg_memory_pressure_stall_seconds_total{state} counter memory.pressure total, some/full
 //   memcg_memory_pressure_ratio{state,window}        gauge   memory.pressure avg10/60/300 as 0..1
 //   memcg_memory_vmpressure_windows_total{level}     counter windows of the group's own reclaim by

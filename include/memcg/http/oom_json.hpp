@@ -9,7 +9,9 @@
 //    "no_victim" is outcomes.none, kept for older readers.)
 //    "reports": [                                   oldest first
 //      {"seq": 6, "time_ns": 1250000000, "kind": "oom_kill",     or "preempt"
-//       "domain": "tenants/a", "request_units": 1,
+//       "wall_time_ns": 1796613901123456789,                      the system's clock (Unix, UTC)
+//       "wall_time": "2026-12-07T03:25:01.123Z",
+//       "domain": "tenants/a", "request_units": 1, "request_bytes": 4096,
 //       "victim": "q1", "oom_group": "", "killed": ["q1"],
 //       "failed": [{"member": "q2", "error": "..."}],
 //       "candidates": [{"member": "q1", "group": "tenants/a", "charged_units": 10,

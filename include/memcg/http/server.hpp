@@ -122,6 +122,11 @@ struct ServerOptions {
   std::chrono::milliseconds history_interval{1000};
   size_t history_groups = 32;
   size_t history_samples = 300;
+  // Where docs/operations.md is served (no trailing slash), for the runbook links of a group in
+  // trouble on its page: <runbook_base>/operations.md#<alert>. Empty (the default): the page
+  // names the runbook's paragraph without linking it. At most 1024 bytes, starting with
+  // "https://", "http://" or "/", printable ASCII without spaces, quotes, '<' or '>'.
+  std::string runbook_base;
 };
 
 // What the server met since start(): monotonic counts, for monitoring and tests.

@@ -19,6 +19,7 @@
 #include "memcg/core/admission/admission.hpp"
 #include "memcg/core/admission/internal/admission_state.hpp"
 #include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/psi.hpp"
 #include "memcg/core/tree/group.hpp"
 
 namespace memcg {
@@ -128,10 +129,13 @@ void AdmissionQueueCore::run_admitted(std::unique_lock<std::mutex>& lock, GroupR
   if (!backlog.empty()) wake_one();
   lock.unlock();
   item->unregister_stop();  // running: the token now reaches the reservation only
-  try {
-    item->run(item->res);
-  } catch (...) {
-    count_error(s);
+  {
+    WorkScope task(*group);  // the worker is a task of the item's group while it runs (psi.hpp)
+    try {
+      item->run(item->res);
+    } catch (...) {
+      count_error(s);
+    }
   }
   item.reset();  // the reservation gives its memory back (unless run moved it)
   add(s->running, -1);

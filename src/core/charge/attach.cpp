@@ -17,7 +17,7 @@ struct Attachment {
     if (g) {
       if (int err = g->attach()) return err;
     }
-    internal::psi_task_moved(group, g);  // PSI counts attached threads as tasks
+    internal::psi_attach_moved(group, g);  // PSI counts attached threads as tasks
     if (group) group->detach();
     group = g;
     internal::tl_attached = g;

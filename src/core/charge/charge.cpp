@@ -12,6 +12,7 @@
 #include "memcg/base/nofail.hpp"
 #include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/core/signal/psi.hpp"
+#include "memcg/core/signal/trouble.hpp"
 #include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/percpu/internal/stock.hpp"
 
@@ -493,6 +494,7 @@ void handle_over_high() noexcept {
       continue;
     }
     ctl.charge_counters().throttled_ms.fetch_add(penalty, std::memory_order_relaxed);
+    internal::count_throttle(*group, penalty * 1'000'000);  // per group (trouble.hpp)
     MemStall stall(*group);
     ctl.clock().sleep_ns(penalty * 1'000'000);
     break;

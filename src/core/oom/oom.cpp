@@ -510,6 +510,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
         }
         batch.entries.push_back(
             {m, std::move(m->on_kill_), GroupRef(&m->group()), m->name(), false});
+        batch.entries.back().admission = internal::kill_admission_of(*m);
       };
       take(victim);
       if (kill_group)
@@ -551,6 +552,7 @@ bool OomKiller::kill(Group& domain, int64_t units, OomReport* report_out) {
       state.cv.notify_all();  // killers waiting for this victim look again
       if (ok) internal::wake_killed_waiters(*e.group);  // its own waits end at once
       if (ok) e.group->raise(Event::kOomKill);
+      if (ok) internal::count_oom_kill(*e.group, e.admission);
       if (i == 0 && group_killed) group_killed->raise(Event::kOomGroupKill);
       lock.lock();
     }

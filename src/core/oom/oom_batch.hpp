@@ -3,6 +3,7 @@
 // and ~Member never waits for it. Private to src/core.
 #pragma once
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/oom/oom.hpp"
+#include "memcg/core/signal/trouble.hpp"
 
 namespace memcg {
 
@@ -22,6 +24,14 @@ struct OomKillerAccess {
 
 namespace internal {
 
+// How `m` stands against its admission now (trouble.hpp): within max(admitted, tolerated peak),
+// past it, or with neither.
+inline KillAdmission kill_admission_of(const Member& m) noexcept {
+  const int64_t bound = std::max(m.admitted(), m.tolerated_peak());
+  if (bound <= 0) return KillAdmission::kNone;
+  return m.charged() <= bound ? KillAdmission::kWithin : KillAdmission::kOver;
+}
+
 // A member chosen by one OOM kill (or asked to give memory back) whose callback has not
 // returned yet.
 struct KillEntry {
@@ -31,6 +41,8 @@ struct KillEntry {
   std::string name;
   bool running = false;  // its callback is executing (on the batch's thread)
   bool done = false;     // its callback has returned
+  // How the member stood against its admission when it was chosen (trouble.hpp).
+  KillAdmission admission = KillAdmission::kNone;
 };
 
 // One OOM kill (or preemption) in progress, on the stack of the thread that runs it, linked into

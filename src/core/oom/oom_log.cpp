@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/base/internal/utf8.hpp"
@@ -27,6 +29,13 @@ bool within(const std::string& path, const std::string& group) {
   if (group == "/") return true;
   return path.size() >= group.size() && path.compare(0, group.size(), group) == 0 &&
          (path.size() == group.size() || path[group.size()] == '/');
+}
+
+// The system's wall clock, ns since the Unix epoch (0 if it reads before it).
+uint64_t wall_now_ns() noexcept {
+  const auto d = std::chrono::system_clock::now().time_since_epoch();
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  return ns > 0 ? static_cast<uint64_t>(ns) : 0;
 }
 
 // The largest members and groups of `domain`'s subtree at the decision. Runs under the OOM lock
@@ -152,6 +161,8 @@ void OomLog::append(Group& domain, const OomReport& r) noexcept {
   try {
     OomLogEntry e;
     e.time_ns = domain.controller().clock().now_ns();
+    e.wall_ns = wall_now_ns();
+    e.unit_shift = domain.controller().unit_shift();
     e.kind = OomLogKind::kOomKill;
     e.oom = r;
     OomReport& o = e.oom;
@@ -182,6 +193,8 @@ void OomLog::append(Group& domain, const PreemptReport& r) noexcept {
   try {
     OomLogEntry e;
     e.time_ns = domain.controller().clock().now_ns();
+    e.wall_ns = wall_now_ns();
+    e.unit_shift = domain.controller().unit_shift();
     e.kind = OomLogKind::kPreempt;
     e.preempt = r;
     PreemptReport& p = e.preempt;
@@ -232,6 +245,15 @@ void put_size(std::string& out, uint64_t b) {
   out += buf;
 }
 
+// A size in charge units as bytes; a count of units that is not positive as it is.
+void put_units(std::string& out, int64_t units, unsigned shift) {
+  if (units <= 0) {
+    out += std::to_string(units) + "B";
+    return;
+  }
+  put_size(out, static_cast<uint64_t>(units) << shift);
+}
+
 // A name on one line: control characters and spaces become '_'.
 void put_name(std::string& out, const std::string& s) {
   if (s.empty()) {
@@ -258,17 +280,30 @@ void put_consumers(std::string& out, const char* key, const std::vector<OomConsu
 
 }  // namespace
 
+std::string format_utc(uint64_t unix_ns) {
+  const auto secs = static_cast<std::time_t>(unix_ns / 1'000'000'000);
+  std::tm tm{};
+  if (::gmtime_r(&secs, &tm) == nullptr) return "-";
+  char buf[96];  // room for any int fields, so the compiler can tell nothing is cut
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<unsigned>(unix_ns / 1'000'000 % 1000));
+  return buf;
+}
+
 std::string format_oom_log_line(const OomLogEntry& e) {
   std::string out = oom_log_kind_name(e.kind);
   char buf[64];
   std::snprintf(buf, sizeof buf, " seq=%llu t=%.3fs", static_cast<unsigned long long>(e.seq),
                 static_cast<double>(e.time_ns) / 1e9);
   out += buf;
+  out += " at=" + format_utc(e.wall_ns);
   if (e.kind == OomLogKind::kOomKill) {
     const OomReport& r = e.oom;
     out += " domain=";
     put_name(out, r.domain);
-    out += " request=" + std::to_string(r.request_units) + "units";
+    out += " request=";
+    put_units(out, r.request_units, e.unit_shift);
     out += std::string(" decider=") + oom_decider_name(r.decider);
     out += std::string(" order=") + oom_order_name(r.order);
     if (!r.handler.empty()) {
@@ -289,7 +324,8 @@ std::string format_oom_log_line(const OomLogEntry& e) {
     out += " waiter=";
     put_name(out, r.waiter_group);
     out += " priority=" + std::to_string(static_cast<int>(r.priority));
-    out += " shortage=" + std::to_string(r.shortage_units) + "units";
+    out += " shortage=";
+    put_units(out, r.shortage_units, e.unit_shift);
     out += " asked=";
     if (r.asked.empty()) out += '-';
     for (size_t i = 0; i < r.asked.size(); ++i) {

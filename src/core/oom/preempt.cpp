@@ -144,6 +144,9 @@ struct Preemption {
       std::string error;
       const bool ok = run_member_callback(e, *m, CancelReason::kPreempt, lock, &error);
       if (!ok) report.failed.push_back({e.name, std::move(error)});
+      // How it stood when asked, if a kill pending for it is told now (trouble.hpp).
+      const KillAdmission admission =
+          e.member != nullptr ? internal::kill_admission_of(*e.member) : KillAdmission::kNone;
       const bool kill = tell_pending_kill(e, lock);
       // A request, not a kill: the member keeps its callback for a later OOM kill or request
       // (unless one taken meanwhile put another there). A kill told here used it up, as the
@@ -153,6 +156,7 @@ struct Preemption {
       state.cv.notify_all();  // an OOM killer waiting for memory looks again
       if (ok) e.group->raise(Event::kPreempt);
       if (kill) e.group->raise(Event::kOomKill);
+      if (kill) internal::count_oom_kill(*e.group, admission);
       lock.lock();
     }
     oom_log(ctl).append(domain, report);

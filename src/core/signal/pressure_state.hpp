@@ -167,6 +167,12 @@ struct PsiGroupState {
   std::vector<std::shared_ptr<PsiTriggerEntry>> triggers;
 };
 
+// The group's trouble counts (trouble.hpp): written on slow paths, read with relaxed loads.
+struct GroupTroubleCounts {
+  std::atomic<uint64_t> throttled_ns{0};
+  std::atomic<uint64_t> oom_kills[3] = {};  // by KillAdmission
+};
+
 struct GroupPressure {
   explicit GroupPressure(uint64_t created_ns) {
     // Times beyond Clock::kMaxNs are taken as that time (clock.hpp).
@@ -176,6 +182,7 @@ struct GroupPressure {
   }
   VmpressureState vmp;
   PsiGroupState psi;
+  GroupTroubleCounts trouble;
 };
 
 }  // namespace memcg::internal

@@ -351,6 +351,24 @@ bool attached_below(const Group* attached, const Group& g) noexcept {
   return attached && attached->is_descendant_of(g);
 }
 
+// The innermost open WorkScope's group of the calling thread, or null.
+thread_local Group* tl_work_group = nullptr;
+
+// The group the calling thread is a task of: its innermost WorkScope's, else its attachment.
+Group* task_group() noexcept {
+  return tl_work_group ? tl_work_group : attached_group();
+}
+
+// The calling thread stops being a task of `from` and becomes one of `to` (either may be null):
+// the levels both share keep their count untouched.
+void task_moved(Group* from, Group* to) noexcept {
+  if (from == to) return;
+  for (Group* g = from; g && !(to && to->is_descendant_of(*g)); g = g->parent())
+    change(*g, 0, 0, -1);
+  for (Group* g = to; g && !(from && from->is_descendant_of(*g)); g = g->parent())
+    change(*g, 0, 0, +1);
+}
+
 }  // namespace
 
 // ---- stall sections -----------------------------------------------------------------------------
@@ -358,7 +376,7 @@ bool attached_below(const Group* attached, const Group& g) noexcept {
 MemStall::MemStall(Group& group) noexcept {
   if (tl_stall_depth++ > 0 || tl_delivering) return;
   group_ = &group;
-  attached_ = attached_group();
+  attached_ = task_group();
   for (Group* g = group_; g; g = g->parent())
     change(*g, +1, attached_below(attached_, *g) ? 0 : 1, 0);
 }
@@ -370,9 +388,21 @@ MemStall::~MemStall() {
     change(*g, -1, attached_below(attached_, *g) ? 0 : -1, 0);
 }
 
-void internal::psi_task_moved(Group* from, Group* to) noexcept {
-  for (Group* g = from; g; g = g->parent()) change(*g, 0, 0, -1);
-  for (Group* g = to; g; g = g->parent()) change(*g, 0, 0, +1);
+void internal::psi_attach_moved(Group* from, Group* to) noexcept {
+  if (tl_work_group) return;  // the scope's group stays the thread's
+  task_moved(from, to);
+}
+
+// ---- work scopes --------------------------------------------------------------------------------
+
+WorkScope::WorkScope(Group& group) noexcept : group_(&group), previous_(tl_work_group) {
+  task_moved(task_group(), group_);
+  tl_work_group = group_;
+}
+
+WorkScope::~WorkScope() {
+  tl_work_group = previous_;
+  task_moved(group_, task_group());
 }
 
 // ---- reading ------------------------------------------------------------------------------------

@@ -49,6 +49,8 @@ const char* oom_log_kind_name(OomLogKind k) noexcept;  // "oom_kill", "preempt"
 struct OomLogEntry {
   uint64_t seq = 0;      // 1, 2, ... in the order appended
   uint64_t time_ns = 0;  // the controller's clock at append
+  uint64_t wall_ns = 0;  // the system's wall clock at append (ns since the Unix epoch, UTC)
+  unsigned unit_shift = 12;  // the controller's charge unit (log2 bytes): sizes in units to bytes
   OomLogKind kind = OomLogKind::kOomKill;
   OomReport oom;         // when kind == kOomKill
   PreemptReport preempt; // when kind == kPreempt
@@ -127,7 +129,10 @@ class OomLog {
 OomLog& oom_log(Controller& controller) noexcept;
 
 // The report as one text line without line feeds, for a log: "oom_kill seq=3 t=1.250s
-// domain=/a victim=q1 ... top_members=q1:64MiB/32MiB,... top_groups=a/b:80MiB/40MiB,...".
+// at=2026-12-07T04:45:01.123Z domain=/a request=14.6MiB victim=q1 ... top_members=q1:64MiB/32MiB,
+// ... top_groups=a/b:80MiB/40MiB,...". Sizes in bytes (KiB, MiB, GiB with one decimal).
 std::string format_oom_log_line(const OomLogEntry& e);
+// Wall-clock time as ISO 8601 UTC with milliseconds: "2026-12-07T04:45:01.123Z".
+std::string format_utc(uint64_t unix_ns);
 
 }  // namespace memcg

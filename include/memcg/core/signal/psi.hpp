@@ -8,11 +8,17 @@
 // A section is accounted to the group whose charge stalled and to every ancestor; the root is
 // the whole process.
 //
-// Tasks. The library sees threads, not a scheduler, so a group's non-idle tasks are: the threads
-// attached to the group or a descendant (attach.hpp; all taken as runnable), plus each thread
-// stalling in a section accounted to the group while not attached below it (an unattached thread,
-// or one attached elsewhere, counts for as long as it stalls there). Then
-//   SOME = at least one task stalled;  FULL = every non-idle task stalled.
+// Tasks. The library sees threads, not a scheduler: a thread is a task of a group while it works
+// for it, taken as runnable. It works for a group while it runs inside a WorkScope of the group
+// (below), which an AdmissionQueue opens around each item's run and a service opens around a
+// query's work; otherwise while it is attached to the group (attach.hpp). It is then a task of
+// the group's ancestors too. A thread stalling in a section accounted to a group it does not work
+// for (an unattached thread outside any scope, or one working elsewhere) counts as a task of that
+// group for as long as it stalls there. Then
+//   SOME = at least one task stalled;  FULL = every non-idle task stalled,
+// so a pool whose workers run the group's work in scopes reports FULL only when every worker of
+// the group stalls, SOME when one stalls while another runs (a pool of unattached threads outside
+// scopes is FULL whenever one stalls: each stalling thread is then its group's only task).
 // One shard per group: time in a state is plain wall-clock time (controller clock).
 //
 // Averages: avg10/avg60/avg300 on a fixed 2 s grid from the group's creation, in 11-bit fixed
@@ -74,6 +80,25 @@ class MemStall {
  private:
   Group* group_ = nullptr;  // null when nested
   const Group* attached_ = nullptr;
+};
+
+// The calling thread works for `group` for the scope: PSI counts it as one of the group's (and its
+// ancestors') tasks, so that a stall of another thread working for the group is SOME and not
+// FULL while this one runs. Scopes nest (the innermost one names the thread's group) and take
+// precedence over the thread's attachment; charges are not redirected (that is ScopedAttach's
+// job). Cost: one short lock per level of the group's path at each end, off the charge path.
+// REQUIRES: the caller holds a reference to `group` for the lifetime of the scope; the scope ends
+// on the thread that opened it.
+class WorkScope {
+ public:
+  explicit WorkScope(Group& group) noexcept;
+  ~WorkScope();
+  WorkScope(const WorkScope&) = delete;
+  WorkScope& operator=(const WorkScope&) = delete;
+
+ private:
+  Group* group_;
+  Group* previous_;  // the enclosing scope's group, or null
 };
 
 // The three running averages, as in memory.pressure's avg10, avg60 and avg300.
@@ -202,8 +227,9 @@ class PsiAverages {
 // x^n in fixed point with `frac_bits` fractional bits, rounding each product.
 uint64_t fixed_power(uint64_t x, unsigned frac_bits, uint64_t n) noexcept;
 
-// The calling thread changed attachment from `from` to `to` (either may be null).
-void psi_task_moved(Group* from, Group* to) noexcept;
+// The calling thread changed attachment from `from` to `to` (either may be null). Inside a
+// WorkScope the thread stays a task of the scope's group: nothing changes for PSI.
+void psi_attach_moved(Group* from, Group* to) noexcept;
 
 
 }  // namespace internal
