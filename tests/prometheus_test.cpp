@@ -638,12 +638,15 @@ TEST(PrometheusOptionsTest, TopKSumsTheOthersAndCountsThem) {
             static_cast<double>(events));
   EXPECT_EQ(value_of(f, "memcg_memory_stat_bytes", {{"group", "(other)"}, {"item", "anon"}}),
             static_cast<double>(current));
-  // A knob left out unlimited makes the sum unlimited; no sum of PSI shares.
+  // A knob left out unlimited makes the sum unlimited; no sum of PSI shares (the stall
+  // seconds are read as one through rate()).
   EXPECT_TRUE(std::isinf(value_of(f, "memcg_memory_max_bytes", {{"group", "(other)"}})));
   EXPECT_TRUE(std::isnan(value_of(f, "memcg_memory_pressure_ratio",
                                   {{"group", "(other)"}, {"state", "some"}, {"window", "10s"}})));
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_memory_pressure_stall_seconds_total",
+                                  {{"group", "(other)"}, {"state", "some"}})));
   EXPECT_FALSE(std::isnan(value_of(f, "memcg_memory_pressure_stall_seconds_total",
-                                   {{"group", "(other)"}, {"state", "some"}})));
+                                   {{"group", "p2/c3"}, {"state", "some"}})));
   // Its length is counted as written, in pieces too.
   EXPECT_EQ(doc.size(), text.size());
   std::string pieces;

@@ -86,6 +86,7 @@ void PrometheusExposition::State::write_group(Sink& out, int f, const Snapshot& 
     return;  // knobs, waits, events, vmpressure and admission exist only for non-root groups
   switch (f) {
     case kPsiSeconds:
+      if (s.other) return;  // read as a share of time (rate), which a sum is not
       for (int i = 0; i < 2; ++i) {
         start(prefix[f], state_suffix[i]);
         put_seconds(out, s.psi_total_ns[i]);

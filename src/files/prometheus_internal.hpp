@@ -115,7 +115,8 @@ constexpr std::string_view kOtherLabel = "(other)";
 int family_of(std::string_view name) noexcept;
 
 // Adds `s` (the values of a group left out by top_k) into `sum`: counts and bytes add up, a
-// knob that is unlimited in either stays unlimited; the PSI averages are not summed.
+// knob that is unlimited in either stays unlimited; PSI is summed but not written (a share of
+// time summed over groups is no share).
 void add_into(Snapshot& sum, const Snapshot& s);
 
 // Where a line goes: Text writes it, Length only counts its bytes (the document's length is

@@ -84,8 +84,8 @@ struct PrometheusOptions {
   int max_depth = -1;
   // The per-group families show the `top_k` groups of largest memory.current (ties go to the
   // group met first in tree order, a parent before its children); the others are summed into
-  // one series labelled group="(other)" (no memcg_memory_pressure_ratio for it: a sum of shares
-  // is no share). 0 shows every group.
+  // one series labelled group="(other)" (no memcg_memory_pressure_* for it: PSI is read as a
+  // share of time, which a sum over groups is not). 0 shows every group.
   size_t top_k = kDefaultTopK;
   // Families left out, by name (the names of the list above, e.g. "memcg_memory_stat_bytes").
   std::vector<std::string> disabled_families;
