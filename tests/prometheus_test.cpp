@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -742,6 +744,52 @@ TEST(PrometheusOptionsTest, BadOptionsAreRefusedWithAReason) {
   o.max_depth = PrometheusOptions::kMaxDepth;
   o.disabled_families = {"memcg_memory_peak_bytes"};
   EXPECT_EQ(check_prometheus_options(t.ctl, o, nullptr), 0);
+}
+
+// Groups created, charged and removed while expositions are made (the values are read after the
+// walk, each group held by a reference): every document parses, shows at most top_k groups plus
+// "(other)", and counts what it left out. Threads and lifetimes: run under TSan and ASan.
+TEST(PrometheusOptionsTest, RendersWhileGroupsComeAndGo) {
+  testing::Watchdog dog("RendersWhileGroupsComeAndGo");
+  Wide t;
+  std::atomic<bool> stop{false};
+  std::atomic<int> cycles{0};
+  std::thread churn([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      GroupRef g;
+      const std::string path = "p" + std::to_string(i % 3) + "/t" + std::to_string(i % 7);
+      if (t.ctl.create(path, &g) != 0) continue;
+      if (charged(try_charge(*g, 1 + i % 5))) uncharge(*g, 1 + i % 5);
+      g->raise(Event::kMax);
+      EXPECT_EQ(t.ctl.remove(*g), 0);
+      cycles.fetch_add(1);
+    }
+  });
+  PrometheusOptions top;
+  top.top_k = 5;
+  PrometheusOptions sub;
+  sub.group = "p1";
+  sub.max_depth = 1;
+  sub.top_k = 3;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  int renders = 0;
+  while (std::chrono::steady_clock::now() < deadline || renders < 10) {
+    for (const PrometheusOptions* o : {&top, &sub}) {
+      PrometheusExposition doc(t.ctl, *o);
+      const std::string text = render_prometheus(t.ctl, *o);
+      const auto f = parse_exposition(text);
+      const std::set<std::string> shown = groups_of(f);
+      EXPECT_LE(doc.groups(), o->top_k);
+      const double omitted = value_of(f, "memcg_exposition_groups_omitted", {});
+      EXPECT_GE(omitted, 1);  // every subtree asked for holds more than top_k groups
+      EXPECT_EQ(shown.count("(other)"), 1u);
+      EXPECT_EQ(shown.size(), o->top_k + 1) << text.substr(0, 2000);
+      ++renders;
+    }
+  }
+  stop = true;
+  churn.join();
+  EXPECT_GT(cycles.load(), 0);
 }
 
 }  // namespace
