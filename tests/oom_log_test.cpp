@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -96,6 +97,43 @@ TEST(OomLog, AKillIsLoggedWithTheLargestConsumersAtTheDecision) {
   EXPECT_EQ(format_utc(1'796'613'901'123'456'789u), "2026-12-07T03:25:01.123Z");
   EXPECT_NE(line.find("top_members=big:240.0KiB/0B"), std::string::npos) << line;
   EXPECT_NE(line.find("top_groups=d:"), std::string::npos) << line;
+}
+
+// A group's admitted bytes are those of the members in its subtree, each counted in every
+// ancestor up to the domain (and none above it).
+TEST(OomLog, GroupsCountTheAdmittedSizesOfTheirSubtree) {
+  Scene s;
+  GroupRef z;
+  ASSERT_EQ(s.ctl.create("d/x/z", &z), 0);
+  Member a(*s.x, "a", release_all);
+  Member b(*z, "b", release_all);
+  Member c(*s.y, "c", release_all);
+  Member charger(*s.y, "charger", release_all, Member::kImmune);
+  a.add_admitted(10);
+  b.add_admitted(5);
+  c.add_admitted(7);
+  ASSERT_TRUE(charge_units(a, 50));
+  ASSERT_TRUE(charge_units(b, 20));
+  ASSERT_TRUE(charge_units(c, 20));
+  ASSERT_TRUE(charge_units(charger, 20));  // past the 10 left: a is killed
+
+  const std::vector<OomLogEntry> log = oom_log(s.ctl).snapshot();
+  ASSERT_EQ(log.size(), 1u);
+  const uint64_t unit = s.ctl.unit_size();
+  std::map<std::string, uint64_t> admitted, held;
+  for (const OomConsumer& g : log[0].groups) {
+    admitted[g.name] = g.admitted_bytes;
+    held[g.name] = g.bytes;
+  }
+  ASSERT_EQ(admitted.size(), 4u);
+  EXPECT_EQ(admitted["d"], 22 * unit);
+  EXPECT_EQ(admitted["d/x"], 15 * unit);
+  EXPECT_EQ(admitted["d/x/z"], 5 * unit);
+  EXPECT_EQ(admitted["d/y"], 7 * unit);
+  // The victim's groups count what it held when chosen.
+  EXPECT_EQ(held["d/x"], 70 * unit);
+  EXPECT_EQ(held["d/x/z"], 20 * unit);
+  EXPECT_GE(held["d"], 100 * unit);
 }
 
 TEST(OomLog, NoVictimIsLoggedToo) {

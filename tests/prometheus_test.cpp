@@ -6,11 +6,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -520,6 +525,271 @@ TEST(PrometheusTest, ForcedChargesAreCountedWithTheirBytes) {
             6.0 * ctl.unit_size());
   EXPECT_TRUE(std::isnan(value_of(f, "memcg_charges_forced_bytes_total", {{"group", "g"}})));
   uncharge(*g, 6);
+}
+
+// ---- what is shown: PrometheusOptions --------------------------------------------------------
+
+// The groups that have a memcg_memory_current_bytes sample.
+std::set<std::string> groups_of(const std::map<std::string, Family>& f) {
+  std::set<std::string> out;
+  for (const Sample& s : f.at("memcg_memory_current_bytes").samples) out.insert(s.labels.at("group"));
+  return out;
+}
+
+// root, p0..p2, each with children c0..c3 charged (p<i>/c<j> holds 1 + 4 i + j units), and
+// p0/c0/deep under p0/c0. No stock (batch 1): memory.current is exactly what was charged.
+struct Wide {
+  static Options options() {
+    Options o;
+    o.batch = 1;
+    o.nr_shards = 1;
+    return o;
+  }
+  Wide() : ctl(options()) {
+    for (int i = 0; i < 3; ++i) {
+      GroupRef p;
+      EXPECT_EQ(ctl.create("p" + std::to_string(i), &p), 0);
+      parents.push_back(p);
+      for (int j = 0; j < 4; ++j) {
+        GroupRef c;
+        EXPECT_EQ(ctl.create(*p, "c" + std::to_string(j), &c), 0);
+        const int64_t units = 1 + 4 * i + j;
+        EXPECT_TRUE(charged(try_charge(*c, units)));
+        if (j == 1) c->set_max(uint64_t{64} << 20);
+        c->raise(Event::kHigh);
+        leaves.push_back(c);
+        charges.push_back(units);
+      }
+    }
+    EXPECT_EQ(ctl.create("p0/c0/deep", &deep), 0);
+    ctl.flush_stats();
+  }
+  ~Wide() {
+    for (size_t i = 0; i < leaves.size(); ++i) uncharge(*leaves[i], charges[i]);
+  }
+  Controller ctl;
+  std::vector<GroupRef> parents, leaves;
+  std::vector<int64_t> charges;
+  GroupRef deep;
+};
+
+TEST(PrometheusOptionsTest, DepthLimitsTheLevelsShown) {
+  Wide t;
+  PrometheusOptions o;
+  o.max_depth = 0;
+  EXPECT_EQ(groups_of(parse_exposition(render_prometheus(t.ctl, o))), std::set<std::string>{"/"});
+  o.max_depth = 1;
+  EXPECT_EQ(groups_of(parse_exposition(render_prometheus(t.ctl, o))),
+            (std::set<std::string>{"/", "p0", "p1", "p2"}));
+  o.max_depth = 2;
+  const auto two = groups_of(parse_exposition(render_prometheus(t.ctl, o)));
+  EXPECT_EQ(two.size(), 1u + 3 + 12);
+  EXPECT_EQ(two.count("p0/c0/deep"), 0u);
+  o.max_depth = -1;
+  EXPECT_EQ(groups_of(parse_exposition(render_prometheus(t.ctl, o))).count("p0/c0/deep"), 1u);
+  // Relative to the subtree shown.
+  o.group = "p0";
+  o.max_depth = 1;
+  EXPECT_EQ(groups_of(parse_exposition(render_prometheus(t.ctl, o))),
+            (std::set<std::string>{"p0", "p0/c0", "p0/c1", "p0/c2", "p0/c3"}));
+}
+
+TEST(PrometheusOptionsTest, OneSubtreeKeepsTheControllerCounts) {
+  Wide t;
+  PrometheusOptions o;
+  o.group = "/p1/";
+  const std::string text = render_prometheus(t.ctl, o);
+  const auto f = parse_exposition(text);
+  EXPECT_EQ(groups_of(f), (std::set<std::string>{"p1", "p1/c0", "p1/c1", "p1/c2", "p1/c3"}));
+  EXPECT_EQ(value_of(f, "memcg_memory_current_bytes", {{"group", "p1"}}),
+            static_cast<double>(t.parents[1]->current()));
+  EXPECT_EQ(value_of(f, "memcg_memory_events_total", {{"group", "p1/c2"}, {"event", "high"}}), 1);
+  // Controller-wide families once, with the root's label, whichever subtree is shown.
+  EXPECT_EQ(f.at("memcg_charges_failed_total").samples.size(), 1u);
+  EXPECT_EQ(f.at("memcg_charges_failed_total").samples[0].labels.at("group"), "/");
+  EXPECT_EQ(value_of(f, "memcg_exposition_groups_omitted", {}), 0);
+  if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
+    EXPECT_TRUE(testing::promtool_accepts("promtool", text));
+  }
+}
+
+TEST(PrometheusOptionsTest, TopKSumsTheOthersAndCountsThem) {
+  Wide t;
+  PrometheusOptions o;
+  o.top_k = 6;  // root, p2, p1, p0 (their usage includes their children's), p2/c3, p2/c2
+  PrometheusExposition doc(t.ctl, o);
+  const size_t all = t.ctl.nr_groups();
+  EXPECT_EQ(doc.groups(), 6u);
+  EXPECT_EQ(doc.groups_omitted(), all - 6);
+  const std::string text = render_prometheus(t.ctl, o);
+  const auto f = parse_exposition(text);
+  EXPECT_EQ(groups_of(f), (std::set<std::string>{"/", "p0", "p1", "p2", "p2/c3", "p2/c2",
+                                                 "(other)"}));
+  EXPECT_EQ(value_of(f, "memcg_exposition_groups_omitted", {}), static_cast<double>(all - 6));
+  EXPECT_EQ(f.at("memcg_exposition_groups_omitted").type, "gauge");
+  // "(other)" is the sum of the groups left out, family by family.
+  uint64_t current = 0, events = 0;
+  for (size_t i = 0; i < t.leaves.size(); ++i) {
+    if (i == 10 || i == 11) continue;  // p2/c2, p2/c3
+    current += t.leaves[i]->current();
+    events += t.leaves[i]->events().get(Event::kHigh);
+  }
+  EXPECT_EQ(value_of(f, "memcg_memory_current_bytes", {{"group", "(other)"}}),
+            static_cast<double>(current));
+  EXPECT_EQ(value_of(f, "memcg_memory_events_local_total", {{"group", "(other)"}, {"event", "high"}}),
+            static_cast<double>(events));
+  EXPECT_EQ(value_of(f, "memcg_memory_stat_bytes", {{"group", "(other)"}, {"item", "anon"}}),
+            static_cast<double>(current));
+  // A knob left out unlimited makes the sum unlimited; no sum of PSI shares (the stall
+  // seconds are read as one through rate()).
+  EXPECT_TRUE(std::isinf(value_of(f, "memcg_memory_max_bytes", {{"group", "(other)"}})));
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_memory_pressure_ratio",
+                                  {{"group", "(other)"}, {"state", "some"}, {"window", "10s"}})));
+  EXPECT_TRUE(std::isnan(value_of(f, "memcg_memory_pressure_stall_seconds_total",
+                                  {{"group", "(other)"}, {"state", "some"}})));
+  EXPECT_FALSE(std::isnan(value_of(f, "memcg_memory_pressure_stall_seconds_total",
+                                   {{"group", "p2/c3"}, {"state", "some"}})));
+  // Its length is counted as written, in pieces too.
+  EXPECT_EQ(doc.size(), text.size());
+  std::string pieces;
+  std::vector<char> buf(333);
+  for (size_t n; (n = doc.read(buf.data(), buf.size())) > 0;) pieces.append(buf.data(), n);
+  EXPECT_EQ(pieces, text);
+  if (std::system("command -v promtool > /dev/null 2>&1") == 0) {
+    EXPECT_TRUE(testing::promtool_accepts("promtool", text));
+  }
+
+  // Only within the subtree and depth asked for.
+  o.group = "p1";
+  o.top_k = 2;  // p1, p1/c3
+  const auto sub = parse_exposition(render_prometheus(t.ctl, o));
+  EXPECT_EQ(groups_of(sub), (std::set<std::string>{"p1", "p1/c3", "(other)"}));
+  EXPECT_EQ(value_of(sub, "memcg_exposition_groups_omitted", {}), 3);
+
+  // 0, or as many as there are: every group, no "(other)".
+  for (size_t k : {size_t{0}, all}) {
+    PrometheusOptions every;
+    every.top_k = k;
+    const auto f2 = parse_exposition(render_prometheus(t.ctl, every));
+    EXPECT_EQ(groups_of(f2).size(), all) << k;
+    EXPECT_EQ(groups_of(f2).count("(other)"), 0u) << k;
+    EXPECT_EQ(value_of(f2, "memcg_exposition_groups_omitted", {}), 0) << k;
+  }
+}
+
+TEST(PrometheusOptionsTest, FamiliesTurnOff) {
+  Wide t;
+  PrometheusOptions o;
+  o.disabled_families = {"memcg_memory_stat_bytes", "memcg_memory_wait_seconds",
+                         "memcg_charges_failed_total", "memcg_exposition_groups_omitted"};
+  PrometheusExposition doc(t.ctl, o);
+  const std::string text = render_prometheus(t.ctl, o);
+  EXPECT_EQ(doc.size(), text.size());
+  const auto f = parse_exposition(text);
+  for (const std::string& name : o.disabled_families) {
+    EXPECT_EQ(f.count(name), 0u) << name;
+    EXPECT_EQ(text.find(name), std::string::npos) << name;
+  }
+  EXPECT_EQ(f.count("memcg_memory_stat_events_total"), 1u);
+  EXPECT_EQ(f.count("memcg_oom_reports_total"), 1u);
+  // Every other family is there.
+  const std::vector<std::string> names = prometheus_family_names();
+  EXPECT_EQ(f.size(), names.size() - o.disabled_families.size());
+  for (const std::string& name : names)
+    if (std::find(o.disabled_families.begin(), o.disabled_families.end(), name) ==
+        o.disabled_families.end()) {
+      EXPECT_EQ(f.count(name), 1u) << name;
+    }
+  // All of them off: an empty document.
+  o.disabled_families = names;
+  EXPECT_EQ(render_prometheus(t.ctl, o), "");
+}
+
+TEST(PrometheusOptionsTest, BadOptionsAreRefusedWithAReason) {
+  Wide t;
+  const auto check = [&](const PrometheusOptions& o, int want, const char* says) {
+    std::string why;
+    EXPECT_EQ(check_prometheus_options(t.ctl, o, &why), want) << says;
+    EXPECT_NE(why.find(says), std::string::npos) << why;
+    try {
+      (void)render_prometheus(t.ctl, o);
+      ADD_FAILURE() << "rendered: " << says;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), why);
+    }
+  };
+  PrometheusOptions o;
+  o.max_depth = -2;
+  check(o, EINVAL, "depth");
+  o.max_depth = PrometheusOptions::kMaxDepth + 1;
+  check(o, EINVAL, "depth");
+  o = {};
+  o.disabled_families = {"memcg_memory_current_bytes", "memcg_nope\n"};
+  check(o, EINVAL, "unknown metric family 'memcg_nope?'");
+  o = {};
+  o.group = "p0/nope";
+  check(o, ENOENT, "no such group: 'p0/nope'");
+  o.group = "../p0";
+  check(o, ENOENT, "no such group");
+  // A removed group is no longer shown.
+  GroupRef gone;
+  ASSERT_EQ(t.ctl.create("gone", &gone), 0);
+  o.group = "gone";
+  EXPECT_EQ(check_prometheus_options(t.ctl, o, nullptr), 0);
+  ASSERT_EQ(t.ctl.remove(*gone), 0);
+  check(o, ENOENT, "no such group: 'gone'");
+  // Valid ones: 0, and nothing said.
+  o = {};
+  o.group = "/";
+  o.max_depth = PrometheusOptions::kMaxDepth;
+  o.disabled_families = {"memcg_memory_peak_bytes"};
+  EXPECT_EQ(check_prometheus_options(t.ctl, o, nullptr), 0);
+}
+
+// Groups created, charged and removed while expositions are made (the values are read after the
+// walk, each group held by a reference): every document parses, shows at most top_k groups plus
+// "(other)", and counts what it left out. Threads and lifetimes: run under TSan and ASan.
+TEST(PrometheusOptionsTest, RendersWhileGroupsComeAndGo) {
+  testing::Watchdog dog("RendersWhileGroupsComeAndGo");
+  Wide t;
+  std::atomic<bool> stop{false};
+  std::atomic<int> cycles{0};
+  std::thread churn([&] {
+    for (int i = 0; !stop.load(); ++i) {
+      GroupRef g;
+      const std::string path = "p" + std::to_string(i % 3) + "/t" + std::to_string(i % 7);
+      if (t.ctl.create(path, &g) != 0) continue;
+      if (charged(try_charge(*g, 1 + i % 5))) uncharge(*g, 1 + i % 5);
+      g->raise(Event::kMax);
+      EXPECT_EQ(t.ctl.remove(*g), 0);
+      cycles.fetch_add(1);
+    }
+  });
+  PrometheusOptions top;
+  top.top_k = 5;
+  PrometheusOptions sub;
+  sub.group = "p1";
+  sub.max_depth = 1;
+  sub.top_k = 3;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  int renders = 0;
+  while (std::chrono::steady_clock::now() < deadline || renders < 10) {
+    for (const PrometheusOptions* o : {&top, &sub}) {
+      PrometheusExposition doc(t.ctl, *o);
+      const std::string text = render_prometheus(t.ctl, *o);
+      const auto f = parse_exposition(text);
+      const std::set<std::string> shown = groups_of(f);
+      EXPECT_LE(doc.groups(), o->top_k);
+      const double omitted = value_of(f, "memcg_exposition_groups_omitted", {});
+      EXPECT_GE(omitted, 1);  // every subtree asked for holds more than top_k groups
+      EXPECT_EQ(shown.count("(other)"), 1u);
+      EXPECT_EQ(shown.size(), o->top_k + 1) << text.substr(0, 2000);
+      ++renders;
+    }
+  }
+  stop = true;
+  churn.join();
+  EXPECT_GT(cycles.load(), 0);
 }
 
 }  // namespace

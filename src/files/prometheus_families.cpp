@@ -2,6 +2,7 @@
 // lines fixed for the whole document (prometheus_internal.hpp).
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "memcg/base/events.hpp"
 #include "memcg/core/wait/charge_wait.hpp"
@@ -109,16 +110,32 @@ constexpr FamilyText kFamilies[kNumFamilies] = {
      "Memory of each kind in the group and its descendants (memory.stat), in bytes."},
     {"memcg_memory_stat_events_total", "counter",
      "Event counts of the group and its descendants (memory.stat)."},
+    {"memcg_exposition_groups_omitted", "gauge",
+     "Groups of the subtree and depth asked for that this exposition left out of the per-group "
+     "families (top K by memory.current): their values are summed into group=\"(other)\"."},
 };
 
 }  // namespace
+
+std::vector<std::string> prometheus_family_names() {
+  std::vector<std::string> names;
+  names.reserve(kNumFamilies);
+  for (const FamilyText& t : kFamilies) names.emplace_back(t.name);
+  return names;
+}
+
+int internal::prom::family_of(std::string_view name) noexcept {
+  for (int f = 0; f < kNumFamilies; ++f)
+    if (name == kFamilies[f].name) return f;
+  return -1;
+}
 
 void PrometheusExposition::State::prepare_text() {
   for (int f = 0; f < kNumFamilies; ++f) {
     const FamilyText& t = kFamilies[f];
     header[f] = std::string("# HELP ") + t.name + ' ' + prometheus_escape_help(t.help) +
                 "\n# TYPE " + t.name + ' ' + t.type + '\n';
-    prefix[f] = std::string(t.name) + "{group=\"";
+    prefix[f] = std::string(t.name) + (exposition_wide(f) ? " " : "{group=\"");
   }
   plain_suffix = "\"} ";
   auto keyed = [](const char* key, std::string_view value) {

@@ -38,7 +38,8 @@ constexpr const char* kQueueOutcomeNames[kNumQueueOutcomes] = {"admitted", "time
 // samples must be contiguous). The statistics live in one array for all groups (State::stats).
 struct Snapshot {
   std::string label;  // the path, escaped for a label value
-  bool root;
+  bool root = false;
+  bool other = false;  // the sum of the groups top_k left out
   uint64_t current, peak, min, low, high, max;
   uint64_t events[kNumEvents], events_local[kNumEvents];
   uint64_t waiters, queued_bytes;  // memory.wait (non-root groups)
@@ -104,8 +105,26 @@ enum Family : int {
   kChargesFailed,
   kStatBytes,
   kStatEvents,
+  kGroupsOmitted,
   kNumFamilies
 };
+
+// Families written once for the controller (with group="/"), not once a group.
+constexpr bool controller_wide(int f) { return f >= kOomReports && f <= kChargesFailed; }
+// Families of the exposition itself, without a group label.
+constexpr bool exposition_wide(int f) { return f == kGroupsOmitted; }
+
+// The label of the series that sums the groups top_k left out: parentheses are never in a
+// group's name (Controller::valid_name), so no group can have it.
+constexpr std::string_view kOtherLabel = "(other)";
+
+// The family named `name`, or -1.
+int family_of(std::string_view name) noexcept;
+
+// Adds `s` (the values of a group left out by top_k) into `sum`: counts and bytes add up, a
+// knob that is unlimited in either stays unlimited; PSI is summed but not written (a share of
+// time summed over groups is no share).
+void add_into(Snapshot& sum, const Snapshot& s);
 
 // Where a line goes: Text writes it, Length only counts its bytes (the document's length is
 // known before it is written). One formatting code serves both, so they cannot disagree.
@@ -219,8 +238,11 @@ struct PrometheusExposition::State {
   const StatRegistry* reg = nullptr;
   int nr_items = 0;
   size_t stride = 0;                  // statistics per group: the registry's, pgscan, pgsteal
+  // The groups shown, in tree order, then "(other)" when some were left out.
   std::vector<internal::prom::Snapshot> groups;
   std::vector<int64_t> stats;         // groups x stride, registry order, then pgscan and pgsteal
+  size_t omitted = 0;                 // groups of the subtree that top_k left out
+  bool enabled[internal::prom::kNumFamilies];  // families not turned off
 
   std::string header[internal::prom::kNumFamilies];  // # HELP and # TYPE lines
   std::string prefix[internal::prom::kNumFamilies];  // name{group="
@@ -248,6 +270,35 @@ struct PrometheusExposition::State {
   size_t spill_taken = 0;   // of `spill`, handed over already
 
   void prepare_text();
+  // Moves `family` past the families with no lines (turned off), when a family starts.
+  void skip_empty_families() noexcept {
+    while (family < internal::prom::kNumFamilies && next_group == 0 && !header_written &&
+           rows(family) == 0)
+      ++family;
+  }
+  // The lines of family `f` are written for rows 0 .. rows(f) - 1: one a group for a
+  // per-group family, one for the others (0 when the family is turned off).
+  size_t rows(int f) const noexcept {
+    if (!enabled[f]) return 0;
+    if (internal::prom::controller_wide(f) || internal::prom::exposition_wide(f)) return 1;
+    return groups.size();
+  }
+  // Asks for the snapshot a few rows ahead of `row` while this one is written: a family's
+  // pass over the groups touches each snapshot once (beyond the cache at thousands of groups),
+  // and its first line (the label) is what every line starts with.
+  void prefetch_ahead(size_t row) const noexcept {
+    constexpr size_t kAhead = 4;
+    if (row + kAhead < groups.size()) __builtin_prefetch(&groups[row + kAhead]);
+  }
+  template <typename Sink>
+  void write_row(Sink& out, int f, size_t row) const {
+    static const internal::prom::Snapshot kNone{};  // for a row of no group (never read)
+    if (row < groups.size()) {
+      write_group(out, f, groups[row], &stats[row * stride]);
+    } else {
+      write_group(out, f, kNone, nullptr);
+    }
+  }
   template <typename Sink>
   void write_group(Sink& out, int f, const internal::prom::Snapshot& s, const int64_t* st) const;
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string_view>
 
 #include "memcg/base/internal/defer_callbacks.hpp"
@@ -15,6 +16,7 @@
 #include "memcg/files/prometheus.hpp"
 #include "memcg/http/json.hpp"
 #include "memcg/http/oom_json.hpp"
+#include "metrics_query.hpp"
 #include "oom_page.hpp"
 #include "page.hpp"
 #include "server_impl.hpp"
@@ -105,7 +107,7 @@ MHD_Result send(MHD_Connection* c, unsigned status, std::string body, const char
 constexpr size_t kBlockBytes = 256 * 1024;
 
 struct StreamedMetrics {
-  explicit StreamedMetrics(Controller& ctl) : doc(ctl) {}
+  StreamedMetrics(Controller& ctl, const PrometheusOptions& options) : doc(ctl, options) {}
   PrometheusExposition doc;
   std::atomic<size_t>* gate = nullptr;
 };
@@ -390,14 +392,23 @@ uint64_t oom_page_seq(std::string_view target) {
   return n;
 }
 
-// The exposition, streamed (StreamedMetrics), within max_answers_in_flight.
-MHD_Result metrics(Impl& s, MHD_Connection* c) {
+// The exposition, streamed (StreamedMetrics), within max_answers_in_flight; the query chooses
+// what it shows (metrics_query.hpp): 400 for a bad query, 404 for a group that does not exist.
+MHD_Result metrics(Impl& s, MHD_Connection* c, const Request& req) {
+  PrometheusOptions options;
+  std::string why;
+  if (parse_metrics_query(req.raw_target, &options, &why) != 0) return reply(c, 400, why);
+  if (const int err = check_prometheus_options(s.ctl, options, &why); err != 0)
+    return reply(c, err == ENOENT ? 404 : 400, why);
   if (!take_place(s)) return too_busy(c);
   std::unique_ptr<StreamedMetrics> m;
   uint64_t length;
   try {
-    m = std::make_unique<StreamedMetrics>(s.ctl);
+    m = std::make_unique<StreamedMetrics>(s.ctl, options);
     length = m->doc.size();
+  } catch (const std::invalid_argument& e) {  // the group was removed since the check
+    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+    return reply(c, 404, e.what());
   } catch (...) {
     s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
     throw;
@@ -418,7 +429,7 @@ MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
   internal::DeferCallbacks defer;
   if (r.target_status != 0) return reply(c, 400, "invalid path");
   if (r.path == "/healthz") return reply(c, 200, "ok");
-  if (r.path == "/metrics") return metrics(s, c);
+  if (r.path == "/metrics") return metrics(s, c, r);
   if (r.path == "/v1/groups")
     return document(s, c, "application/json", [&] { return render_groups_json(s.ctl); });
   if (r.path == "/v1/oom")

@@ -27,6 +27,7 @@
 //   memcg_memory_stat_bytes{item}                   gauge    memory.stat state items
 //   memcg_memory_stat_events_total{item}            counter  memory.stat event items (pgscan and
 //                                                            pgsteal as their sums, as in the file)
+//   memcg_exposition_groups_omitted                 gauge    groups left out by top_k (no labels)
 // Controller-wide counters, once, with group="/" (from OomLog's totals and charge_stats()):
 //   memcg_oom_reports_total{outcome="kill"|"handled"|"spilled"|"none"} (what happened,
 //   OomOutcome),
@@ -44,12 +45,22 @@
 // read of that group.
 //
 // Thread safety: may be called from any thread, concurrently with everything else; the tree lock
-// is held in shared mode during the walk, so groups are not created or removed meanwhile. Cost:
-// proportional to the number of groups times the number of statistic items.
+// is held in shared mode during the walk, which lists the groups online then (and makes one
+// statistics flush of the subtree, proportional to what changed since the last one); their values
+// are read after it, holding a reference to each. Cost: the values of every group of the chosen
+// subtree and depth are read (under 1 us a group: "(other)" needs them), the text is written
+// for the groups shown only (about 4.9 KB a group with the built-in statistics).
+//
+// What is shown (PrometheusOptions, the same as the /metrics query parameters of memcg::http):
+// one subtree, down to a depth, the top K groups of it by memory.current for the per-group
+// families (the others summed into one series labelled group="(other)"; the gauge
+// memcg_exposition_groups_omitted says how many they are), and any families but those turned
+// off. The defaults show every group of the tree down to any depth but at most 1 000 of them
+// (kDefaultTopK): a 10 000-group controller's scrape is about 5 MB instead of 49 MB.
 //
 // PrometheusExposition is the same document in pieces, for a server that sends while it renders
 // (memcg::http does): the values are read once, at construction, and the text is written a piece
-// at a time, so the whole document (about 2.9 KB a group) is never held at once.
+// at a time, so the whole document (3 to 5 KB a group) is never held at once.
 #pragma once
 
 #include <cstddef>
@@ -57,24 +68,65 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace memcg {
 
 class Controller;
 
-// The exposition of every online group of `controller`.
-std::string render_prometheus(Controller& controller);
+// What an exposition shows. Cardinality is the operator's to bound: a scraper that stores every
+// series pays for each group shown, and a process with 10 000 groups is mostly small leaves.
+struct PrometheusOptions {
+  // Per-group families show at most this many groups by default: about 5 MB of text.
+  static constexpr size_t kDefaultTopK = 1000;
+  // Deepest `max_depth` accepted (a tree is never that deep; the bound keeps input sane).
+  static constexpr int kMaxDepth = 1'000'000;
+
+  // The subtree shown: a group's path as Controller::lookup() takes it; "" or "/" for the root.
+  std::string group;
+  // Levels below `group` shown: 0 is `group` alone; -1 (the default) is every level.
+  int max_depth = -1;
+  // The per-group families show the `top_k` groups of largest memory.current (ties go to the
+  // group met first in tree order, a parent before its children); the others are summed into
+  // one series labelled group="(other)" (no memcg_memory_pressure_* for it: PSI is read as a
+  // share of time, which a sum over groups is not). 0 shows every group.
+  size_t top_k = kDefaultTopK;
+  // Families left out, by name (the names of the list above, e.g. "memcg_memory_stat_bytes").
+  std::vector<std::string> disabled_families;
+};
+
+// 0 when `options` can be rendered on `controller`; else ENOENT (no such group) or EINVAL (a
+// depth below -1 or above kMaxDepth, an unknown family name), with a sentence for the operator
+// in `*why` (may be null).
+int check_prometheus_options(const Controller& controller, const PrometheusOptions& options,
+                             std::string* why);
+
+// The names of the families an exposition can have, in the order of the document.
+std::vector<std::string> prometheus_family_names();
+
+// The exposition of the online groups of `controller` that `options` shows. Throws
+// std::invalid_argument (what() is check_prometheus_options()'s sentence) when the options are
+// not valid, or their group was removed meanwhile.
+std::string render_prometheus(Controller& controller, const PrometheusOptions& options = {});
+
+// The same into `*out`, which is cleared first and keeps its capacity: a scraper that passes the
+// same string each time writes into memory it touched already (a fresh 5 MB buffer costs more in
+// page faults than its text costs to write). The strong guarantee is not given: on a throw,
+// `*out` holds nothing useful. REQUIRES: out != nullptr.
+void render_prometheus(Controller& controller, const PrometheusOptions& options, std::string* out);
 
 // The exposition of `controller` as render_prometheus() would return it at construction, written
 // in pieces. Construction reads every online group's values (the walk render_prometheus() makes,
 // notifications included); next() and read() only format them and touch the controller no more,
 // so they may run later, on any one thread at a time, for as long as the object lives.
-// Memory: the values, held until destruction: 448 bytes a group, 8 more per statistic item (12
-// with the built-in ones) and its path (5.5 MB for 10 000 groups named g0..g9999, against 40 MB
-// of text).
+// Memory: the values of the groups shown, held until destruction: 448 bytes a group, 8 more per
+// statistic item (12 with the built-in ones) and its path (0.55 MB for the default 1 000, 5.5 MB
+// for 10 000 groups shown, against 4.9 and 49 MB of text); while it is constructed, 24 bytes
+// more for every group of the subtree (the ranking).
 class PrometheusExposition {
  public:
-  explicit PrometheusExposition(Controller& controller);
+  // Throws std::invalid_argument as render_prometheus() does.
+  explicit PrometheusExposition(Controller& controller, const PrometheusOptions& options = {});
   ~PrometheusExposition();
   PrometheusExposition(const PrometheusExposition&) = delete;
   PrometheusExposition& operator=(const PrometheusExposition&) = delete;
@@ -98,8 +150,12 @@ class PrometheusExposition {
   // written, the first time (a few ms for 10 000 groups), then remembered.
   uint64_t size();
 
-  // The number of groups read at construction.
+  // The number of groups shown with their own label (not counting "(other)").
   size_t groups() const noexcept;
+
+  // The number of groups of the subtree and depth asked for that top_k left out (summed into
+  // "(other)").
+  size_t groups_omitted() const noexcept;
 
  private:
   struct State;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <unordered_map>
 
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/base/internal/utf8.hpp"
@@ -22,13 +23,6 @@ void cap(std::string& s) { internal::utf8_cap(s, OomLog::kMaxName); }
 template <typename T>
 void cap_list(std::vector<T>& v) {
   if (v.size() > OomLog::kMaxListed) v.resize(OomLog::kMaxListed);
-}
-
-// Whether `path` is `group` or below it ("/" is above everything).
-bool within(const std::string& path, const std::string& group) {
-  if (group == "/") return true;
-  return path.size() >= group.size() && path.compare(0, group.size(), group) == 0 &&
-         (path.size() == group.size() || path[group.size()] == '/');
 }
 
 // The system's wall clock, ns since the Unix epoch (0 if it reads before it).
@@ -50,7 +44,7 @@ void largest(Group& domain, OomLogEntry& e, const std::vector<OomCandidate>& dec
   };
   const std::vector<Member*> members = internal::members_below(domain);
   std::vector<OomConsumer> ms;
-  std::vector<std::pair<std::string, uint64_t>> released;  // group path, bytes since released
+  std::vector<std::pair<const Group*, uint64_t>> released;  // group, bytes since released
   ms.reserve(members.size());
   for (const Member* m : members) {
     int64_t units = m->charged();
@@ -58,7 +52,7 @@ void largest(Group& domain, OomLogEntry& e, const std::vector<OomCandidate>& dec
     if (m->killed())
       for (const OomCandidate& c : decided)
         if (c.member == m->name() && c.group == group && c.charged > units) {
-          released.emplace_back(group, bytes(c.charged) - bytes(units));
+          released.emplace_back(&m->group(), bytes(c.charged) - bytes(units));
           units = c.charged;
           break;
         }
@@ -70,16 +64,30 @@ void largest(Group& domain, OomLogEntry& e, const std::vector<OomCandidate>& dec
   ms.resize(nm);
 
   // Groups: memory.current (plus what killed members released since), and the admitted sizes
-  // of the members in their subtree.
+  // of the members in their subtree. Each member's figures go up its ancestors to the domain:
+  // O(members x depth), not O(groups x members) (a comparison of paths each, which took seconds
+  // under the OOM lock at 10 000 groups, docs/BENCHMARKS.md).
   std::vector<OomConsumer> gs;
-  ctl.walk(domain, [&](Group& g) { gs.push_back({true, g.path(), g.path(), g.current(), 0}); },
-           /*include_dying=*/false);
-  for (OomConsumer& g : gs) {
-    for (const auto& [path, b] : released)
-      if (within(path, g.name)) g.bytes += b;
-    for (const Member* m : members)
-      if (within(m->group().path(), g.name)) g.admitted_bytes += bytes(m->admitted());
-  }
+  std::unordered_map<const Group*, size_t> at;  // group -> its entry in gs
+  ctl.walk(
+      domain,
+      [&](Group& g) {
+        at.emplace(&g, gs.size());
+        std::string path = g.path();
+        gs.push_back({true, path, std::move(path), g.current(), 0});
+      },
+      /*include_dying=*/false);
+  auto add_up = [&](const Group* g, uint64_t OomConsumer::*field, uint64_t b) {
+    for (; g != nullptr; g = g->parent()) {
+      const auto it = at.find(g);
+      if (it != at.end()) gs[it->second].*field += b;
+      if (g == &domain) break;
+    }
+  };
+  for (const auto& [g, b] : released) add_up(g, &OomConsumer::bytes, b);
+  for (const Member* m : members)
+    if (const uint64_t b = bytes(m->admitted()); b != 0)
+      add_up(&m->group(), &OomConsumer::admitted_bytes, b);
   const size_t ng = std::min(gs.size(), OomLog::kTopConsumers);
   std::partial_sort(gs.begin(), gs.begin() + static_cast<ptrdiff_t>(ng), gs.end(), by_size);
   gs.resize(ng);
