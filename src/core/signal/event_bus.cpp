@@ -31,6 +31,7 @@
 #include "memcg/base/events.hpp"
 #include "memcg/base/internal/hook_bypass.hpp"
 #include "memcg/base/internal/lock.hpp"
+#include "memcg/base/internal/utf8.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/tree/group.hpp"
 
@@ -104,6 +105,15 @@ const char* bus_drop_reason_name(BusDropReason r) noexcept {
   return i < static_cast<size_t>(kNumBusDropReasons) ? kDropNames[i] : "unknown";
 }
 
+bool bus_subtree_valid(std::string_view path) noexcept {
+  std::string ignored;
+  try {
+    return normalize_subtree(path, &ignored);
+  } catch (...) {
+    return false;
+  }
+}
+
 bool BusFilter::matches(const BusEvent& e) const noexcept {
   if (e.type == BusEventType::kGap) return true;
   if ((types & bus_type_bit(e.type)) == 0) return false;
@@ -116,18 +126,25 @@ bool BusFilter::matches(const BusEvent& e) const noexcept {
 
 void append_json_escaped(std::string* out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
+  while (!s.empty()) {
+    const size_t n = internal::utf8_char_length(s);
+    if (n == 0) {  // not UTF-8: one replacement character for the invalid start
+      out->append("\\ufffd");
+      s.remove_prefix(internal::utf8_invalid_length(s));
+      continue;
+    }
+    const auto c = static_cast<unsigned char>(s[0]);
     if (c == '"' || c == '\\') {
       out->push_back('\\');
-      out->push_back(ch);
+      out->push_back(s[0]);
     } else if (c < 0x20 || c == 0x7f) {
       out->append("\\u00");
       out->push_back(kHex[c >> 4]);
       out->push_back(kHex[c & 15]);
     } else {
-      out->push_back(ch);
+      out->append(s.substr(0, n));
     }
+    s.remove_prefix(n);
   }
 }
 
@@ -465,9 +482,8 @@ int EventBus::subscribe(const BusFilter& filter, uint64_t after_id, size_t max_l
     {
       internal::LockGuard lock(b.mu);
       if (b.stopping) return EAGAIN;
-      if (max_lag == 0) max_lag = b.options.capacity;
-      if (max_lag > b.options.capacity) return EINVAL;
-      s->max_lag = max_lag;
+      // Past the ring's capacity the ring laps it first: the same bound.
+      s->max_lag = max_lag == 0 ? b.options.capacity : std::min(max_lag, b.options.capacity);
       if (b.subs.size() >= b.options.max_subscribers) {
         ++b.refused;
         return EAGAIN;

@@ -86,6 +86,10 @@ struct BusFilter {
   uint32_t types = kAllBusEventTypes;
   bool matches(const BusEvent& e) const noexcept;
 };
+// True when `path` may be a BusFilter's subtree: "" or "/" (every group), or segments that are
+// group names (controller.hpp: [A-Za-z0-9_.:@+-], not "." or "..", 1..255 bytes), leading and
+// trailing '/' allowed.
+bool bus_subtree_valid(std::string_view path) noexcept;
 
 struct EventBusOptions {
   // Events the ring holds (the oldest go first), 16..1'000'000.
@@ -192,11 +196,11 @@ class EventBus {
 
   // Subscribes with `filter`, resuming after `after_id` (0: only events from now on; an id
   // older than the ring's oldest gives a gap event first, then the oldest held; an id past the
-  // newest, e.g. of an earlier run, gives a gap event and then new events). `max_lag` (1..ring
-  // capacity; 0 = the capacity) bounds how far behind it may fall before it is dropped. `wake`
-  // may be empty (then use Subscription::wait()).
-  // Errors: EAGAIN at max_subscribers (counted in refused), EINVAL for max_lag out of range or
-  // a subtree that is not a group path, ENOMEM, EAGAIN when the notifier thread cannot start.
+  // newest, e.g. of an earlier run, gives a gap event and then new events). `max_lag` bounds how
+  // far behind it may fall before it is dropped (0, or more than the ring's capacity: the
+  // capacity). `wake` may be empty (then use Subscription::wait()).
+  // Errors: EAGAIN at max_subscribers (counted in refused), EINVAL for a subtree that is not a
+  // group path (bus_subtree_valid), ENOMEM, EAGAIN when the notifier thread cannot start.
   [[nodiscard]] int subscribe(const BusFilter& filter, uint64_t after_id, size_t max_lag,
                               Subscription::WakeFn wake, std::unique_ptr<Subscription>* out);
 
@@ -210,7 +214,8 @@ class EventBus {
   std::shared_ptr<internal::BusCore> core_;
 };
 
-// JSON string body of `s` (no quotes): ", \ and control characters escaped, other bytes kept.
+// JSON string body of `s` (no quotes): ", \ and control characters escaped, bytes that are not
+// UTF-8 replaced by U+FFFD, so the result is valid JSON whatever `s` holds.
 // For producers that build payloads.
 void append_json_escaped(std::string* out, std::string_view s);
 
