@@ -11,11 +11,12 @@
 // under the mutex only to an event that was appended. A cursor is the id of the last event a
 // subscriber took or skipped; it is lapped when the ring's oldest id is past cursor + 1.
 //
-// Locks: BusCore::mu guards everything of the core and the cursors; it is a leaf (nothing is
-// called under it but allocation, which its LockGuard keeps uncharged). SubscriptionCore::
-// call_mu serialises a wake callback with close() (held across the call, as the library's other
-// per-callback call mutexes are); wait_mu guards the wait() count. Order: never mu while holding
-// call_mu or wait_mu's callers hold mu... none nests: the notifier drops mu before calling.
+// Locks: BusCore::mu guards the ring, the subscription list and every cursor; a publisher holds
+// it only to append, nothing is called under it (its LockGuard keeps the allocations uncharged).
+// SubscriptionCore::call_mu is held across the wake callback, as the library's other
+// per-callback call mutexes are: close() takes it after unlisting, to wait for a running call.
+// A callback may take mu (stats(), publish()) under call_mu; mu is never held while call_mu or
+// wait_mu is taken (the notifier drops mu before it calls). wait_mu guards the wait() count.
 #include "memcg/core/signal/event_bus.hpp"
 
 #include <time.h>
