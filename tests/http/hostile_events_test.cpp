@@ -35,8 +35,12 @@ using testing::status_of;
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr size_t kSlack = 32u << 20;
+// ASan's quarantine keeps the freed blocks of the flood's thousand connections resident (about
+// 40 KB each: libmicrohttpd's buffers and the stream's), which is churn, not what the server holds.
+constexpr size_t kChurnSlack = 64u << 20;
 #else
 constexpr size_t kSlack = 8u << 20;
+constexpr size_t kChurnSlack = 0;
 #endif
 
 ServerOptions hostile_options() {
@@ -170,7 +174,7 @@ TEST(HttpHostileEventsTest, AFloodOfStreamsFromManyPeersIsBounded) {
   EXPECT_GT(f.server->stats().streams_refused, 0u);  // 503 with a JSON body
   EXPECT_TRUE(f.charging());
   EXPECT_TRUE(f.well_behaved_ok());
-  f.expect_memory_bounded(size_t{4} << 20);
+  f.expect_memory_bounded((size_t{4} << 20) + kChurnSlack);
   f.expect_stop_bounded();
   for (int fd : open) ::close(fd);
 }
