@@ -95,7 +95,7 @@ ssize_t read_stream(void* cls, uint64_t, char* buf, size_t max) {
   auto& st = *static_cast<EventStream*>(cls);
   Impl& s = *st.server;
   try {
-    for (int round = 0;; ++round) {
+    for (;;) {
       if (st.out_pos < st.out.size()) {
         // The client took what came before: the next text must be taken within write_timeout.
         const MHD_ConnectionInfo* info =
