@@ -14,6 +14,7 @@
 
 #include "memcg/core/charge/internal/alloc_hook.hpp"
 #include "memcg/core/charge/obj_stock.hpp"
+#include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "page_cache.hpp"
 
@@ -49,17 +50,40 @@ uint64_t round8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
 
 Header* header_of(void* p) { return static_cast<Header*>(p) - 1; }
 
-// Charges `bytes` to `g`; on a refusal frees the group's own unpinned cache pages and tries once
-// more. False: refused, nothing charged.
+// The deepest level from `g` up (the root excluded) without room for `units` more, or null.
+Group* level_short_of(Group& g, int64_t units) noexcept {
+  for (Group* l = &g; l != nullptr && !l->is_root(); l = l->parent()) {
+    const int64_t usage = l->memory().usage();
+    const int64_t max = l->memory().max();
+    if (usage > max || max - usage < units) return l;
+  }
+  return nullptr;
+}
+
+// Charges `bytes` to `g`. On a refusal: the group's own unpinned cache pages first, then one
+// reclaim pass of the level that is full (memory.low and memory.min hold there as everywhere:
+// other tenants' protected pages stay), then once more. False: refused, nothing charged.
 bool charge(Engine& e, Group& g, uint64_t bytes) noexcept {
-  memcg::internal::AllocHookScope in_hook;
   ObjStock& objects = g.controller().obj_stock();
   const int kind = HeapAccess::kind(e);
-  if (charged(objects.charge(g, bytes, kHeapCharge, kind))) return true;
+  {
+    memcg::internal::AllocHookScope in_hook;
+    if (charged(objects.charge(g, bytes, kHeapCharge, kind))) return true;
+  }
   const int64_t units = g.controller().to_units_ceil(bytes);
-  if (HeapAccess::release_cache(e, g, units) > 0 &&
-      charged(objects.charge(g, bytes, kHeapCharge, kind)))
-    return true;
+  if (HeapAccess::release_cache(e, g, units) > 0) {
+    memcg::internal::AllocHookScope in_hook;
+    if (charged(objects.charge(g, bytes, kHeapCharge, kind))) return true;
+  }
+  // Reclaim runs reclaimers (SQLite page caches take only their own lock; a reclaimer of the
+  // application must not call SQLite: docs/sqlite.md) and never waits for a charge.
+  if (memcg::internal::tl_reclaim_depth == 0) {
+    if (Group* full = level_short_of(g, units)) {
+      (void)reclaim(*full, units, ReclaimReason::kLimit);
+      memcg::internal::AllocHookScope in_hook;
+      if (charged(objects.charge(g, bytes, kHeapCharge, kind))) return true;
+    }
+  }
   HeapAccess::refused(e);
   return false;
 }

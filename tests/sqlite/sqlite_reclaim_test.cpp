@@ -1,0 +1,114 @@
+// memcg::sqlite under pressure: memcg's reclaim takes unpinned pages back within memory.low,
+// memory.reclaim empties a cache, a memory.max lowered below the cache while statements run.
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "sqlite/sqlite_fixture.hpp"
+
+namespace memcg::sqlite::testing {
+namespace {
+
+using Reclaim = SqliteTest;
+
+// A cache bound far above the data, so that only memcg limits the caches.
+constexpr const char* kBigCache = "PRAGMA cache_size = -262144";  // 256 MiB
+
+TEST_F(Reclaim, ANoisyTenantCannotPushAProtectedTenantBelowItsLow) {
+  GroupRef parent = make("svc");
+  GroupRef quiet = make("svc/quiet");
+  GroupRef noisy = make("svc/noisy");
+  Connection q = open("quiet.db", *quiet);
+  Connection n = open("noisy.db", *noisy);
+  ASSERT_EQ(q.exec(kBigCache), SQLITE_OK);
+  ASSERT_EQ(n.exec(kBigCache), SQLITE_OK);
+  fill(q, 8000);   // about 1.8 MiB of table: the quiet tenant's hot set, all of it cached
+  fill(n, 60000);  // about 13 MiB: more than the parent may hold
+  ASSERT_EQ(n.exec("PRAGMA shrink_memory"), SQLITE_OK);
+  quiet->set_low(2 * kMiB);
+  ASSERT_EQ(write_file(*parent, "memory.max", "6M"), 0);
+  EXPECT_EQ(scan(q), 200 * 8000);
+  const uint64_t quiet_hot = engine_->cache_bytes(*quiet);
+  ASSERT_GT(quiet_hot, 1 * kMiB);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(scan(n), 200 * 60000);
+  ctl_.drain_stocks();
+  EXPECT_LE(parent->current(), 6 * kMiB + 64 * kKiB);
+  EXPECT_GT(engine_->stats().reclaimed, 1000u);
+  // The quiet tenant kept its hot set (it is below its low), the noisy one paid.
+  EXPECT_GE(engine_->cache_bytes(*quiet), quiet_hot * 9 / 10);
+  EXPECT_EQ(quiet->events().get(Event::kLow), 0u);
+  EXPECT_EQ(scan(q), 200 * 8000);
+  EXPECT_EQ(integrity(q), "ok");
+  EXPECT_EQ(integrity(n), "ok");
+}
+
+TEST_F(Reclaim, MemoryReclaimEmptiesTheUnpinnedCache) {
+  GroupRef g = make("t");
+  Connection c = open("t.db", *g);
+  ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
+  fill(c, 10000);
+  EXPECT_EQ(scan(c), 200 * 10000);
+  const uint64_t before = engine_->cache_bytes(*g);
+  ASSERT_GT(before, 1 * kMiB);
+  std::string out;
+  const int rc = write_file(*g, "memory.reclaim", "1G");
+  EXPECT_TRUE(rc == 0 || rc == EAGAIN) << rc;  // EAGAIN: fell short of 1G, as expected
+  EXPECT_LT(engine_->cache_bytes(*g), 64 * kKiB);
+  ctl_.flush_stats();
+  EXPECT_LT(g->stat(cache_kind_), 64 * static_cast<int64_t>(kKiB));
+  EXPECT_EQ(scan(c), 200 * 10000);  // read back from the file
+}
+
+TEST_F(Reclaim, OverItsOwnLimitATenantRecyclesItsOwnPages) {
+  GroupRef g = make("t");
+  Connection c = open("t.db", *g);
+  ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
+  fill(c, 30000);  // about 6.5 MiB
+  ASSERT_EQ(write_file(*g, "memory.max", "2M"), 0);  // reclaims down to it before it returns
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(scan(c), 200 * 30000);
+  EXPECT_LE(g->current(), 2 * kMiB);
+  EXPECT_LE(engine_->cache_bytes(*g), 2 * kMiB);
+  const EngineStats s = engine_->stats();
+  EXPECT_GT(s.recycled + s.reclaimed, 1000u);
+  EXPECT_EQ(s.fetch_forced, 0u);
+  EXPECT_EQ(integrity(c), "ok");
+}
+
+TEST_F(Reclaim, MaxLoweredBelowTheCacheWhileStatementsRun) {
+  GroupRef g = make("t");
+  Connection c = open("t.db", *g);
+  ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
+  fill(c, 30000);
+  EXPECT_EQ(scan(c), 200 * 30000);
+  ASSERT_GT(engine_->cache_bytes(*g), 4 * kMiB);
+  std::atomic<bool> stop{false};
+  std::atomic<int> scans{0}, failures{0}, writes{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      int rc = 0;
+      const int64_t sum = query_int(c, "SELECT sum(length(v)) FROM t", &rc);
+      if (rc != SQLITE_OK || sum != 200 * 30000) failures.fetch_add(1);
+      scans.fetch_add(1);
+      if (c.exec("UPDATE t SET v = randomblob(200) WHERE k % 97 = 0") == SQLITE_OK)
+        writes.fetch_add(1);
+    }
+  });
+  while (scans.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // memory.max below the cache, as an operator's write: it reclaims before it returns.
+  ASSERT_EQ(write_file(*g, "memory.max", "1M"), 0);
+  const int after_write = scans.load();
+  while (scans.load() < after_write + 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  stop = true;
+  reader.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(writes.load(), 0);
+  ctl_.drain_stocks();
+  // Charges past max come from SQLite's last resort only, and are counted.
+  const EngineStats s = engine_->stats();
+  EXPECT_LE(g->current(), 1 * kMiB + s.fetch_forced * 8 * kKiB + 256 * kKiB);
+  EXPECT_LE(engine_->cache_bytes(*g), 1 * kMiB);
+  EXPECT_EQ(integrity(c), "ok");
+}
+
+}  // namespace
+}  // namespace memcg::sqlite::testing
