@@ -1,5 +1,6 @@
 // memcg::sqlite accounting: page caches and heap charged to the tenant's group, exactly 0 once
 // every connection is closed; install, open and bind errors.
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -194,6 +195,43 @@ TEST(SqliteInstall, FallbackGroupTakesUnscopedWork) {
   o.fallback = removed.get();
   EXPECT_EQ(Engine::install(ctl, o, &engine, &why), EINVAL);
   EXPECT_EQ(Engine::current(), nullptr);
+}
+
+}  // namespace
+}  // namespace memcg::sqlite::testing
+
+namespace memcg::sqlite::testing {
+namespace {
+
+// The per-tenant figures: memory.stat's sqlite_cache and sqlite_heap lines, and the same items
+// in the Prometheus exposition (/metrics of memcg::http serves it).
+TEST_F(Accounting, MemoryStatAndMetricsShowTheTenantsFigures) {
+  GroupRef g = make("tenant_a");
+  Connection c = open("a.db", *g);
+  fill(c, 4000);
+  EXPECT_EQ(scan(c), 200 * 4000);
+  ctl_.flush_stats();
+  std::string stat;
+  ASSERT_EQ(read_file(*g, "memory.stat", &stat), 0);
+  auto value_of = [&](const std::string& key) -> int64_t {
+    const size_t at = stat.find("\n" + key + " ");
+    if (at == std::string::npos) return -1;
+    return std::stoll(stat.substr(at + key.size() + 2));
+  };
+  EXPECT_GE(value_of(kCacheKindName), static_cast<int64_t>(engine_->cache_bytes(*g))) << stat;
+  EXPECT_GT(value_of(kHeapKindName), 0) << stat;
+  const std::string metrics = render_prometheus(ctl_);
+  for (const char* item : {kCacheKindName, kHeapKindName}) {
+    double value = -1;
+    std::istringstream lines(metrics);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("memcg_memory_stat_bytes{", 0) == 0 &&
+          line.find(std::string("item=\"") + item + "\"") != std::string::npos &&
+          line.find("\"tenant_a\"") != std::string::npos)
+        value = std::stod(line.substr(line.rfind(' ') + 1));
+    }
+    EXPECT_GT(value, 0) << item;
+  }
 }
 
 }  // namespace
