@@ -137,9 +137,14 @@ void Engine::set_heap_fault(int64_t countdown, bool persistent) noexcept {
   fault_countdown_.store(countdown < 0 ? -1 : countdown, std::memory_order_relaxed);
 }
 
-void Engine::link(internal::PageCache* cache, Group* group) {
+void Engine::link(internal::PageCache* cache, Group* group) noexcept {
   std::lock_guard lock(caches_mu_);
-  caches_[group].push_back(cache);
+  try {
+    caches_[group].push_back(cache);
+  } catch (...) {
+    // Out of memory for the registry: the cache works, it is only not found by the heap's
+    // release for its group nor counted in stats().
+  }
 }
 
 void Engine::unlink(internal::PageCache* cache, Group* group) noexcept {

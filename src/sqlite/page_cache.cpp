@@ -39,9 +39,10 @@ PageCache::PageCache(Engine& engine, Group& group, int sz_page, int sz_extra, bo
       unit_shift_(group.controller().unit_shift()),
       group_(&group),
       by_default_(by_default) {
-  engine_->link(this, &group);
   // Only purgeable caches have pages memcg may take: an in-memory database's pages are its data.
+  // First, as it may throw (PageCache::create turns that into NULL): nothing is linked yet.
   if (purgeable_) registration_ = ReclaimerRegistration(group, *this);
+  engine_->link(this, &group);
 }
 
 PageCache::~PageCache() = default;
@@ -400,7 +401,7 @@ void PageCache::move_to(Group& to) noexcept {
       if (!charged(try_charge(to, units_, kNoFail | kNoSpin, kind))) {
         // Past what can be counted at all: keep the cache where it is.
         engine_->link(this, group_.get());
-        if (purgeable_) registration_ = ReclaimerRegistration(*group_, *this);
+        register_reclaimer(*group_);
         return;
       }
       uncharge(*group_, units_, kind);
@@ -409,7 +410,17 @@ void PageCache::move_to(Group& to) noexcept {
     by_default_ = false;
   }
   engine_->link(this, &to);
-  if (purgeable_) registration_ = ReclaimerRegistration(to, *this);
+  register_reclaimer(to);
+}
+
+void PageCache::register_reclaimer(Group& group) noexcept {
+  if (!purgeable_) return;
+  try {
+    registration_ = ReclaimerRegistration(group, *this);
+  } catch (...) {
+    // Out of memory for the registration: the cache keeps working; memcg's reclaim does not see
+    // it (cache_size, xShrink and the heap's release still bound it).
+  }
 }
 
 int64_t PageCache::release(int64_t units) noexcept {

@@ -97,6 +97,8 @@ class PageCache final : public Reclaimer {
   // Units held beyond ceil(bytes / unit), taken off units_: what to uncharge.
   int64_t surplus_units() noexcept;
   void publish() noexcept;
+  // Registers on `group` when the cache is purgeable; an allocation failure leaves it unregistered.
+  void register_reclaimer(Group& group) noexcept;
 
   Engine* const engine_;
   const int sz_page_;

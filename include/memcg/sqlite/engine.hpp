@@ -133,7 +133,7 @@ class Engine {
   // Frees up to `units` of unpinned pages from `group`'s own caches; returns the units freed.
   int64_t release_cache(Group& group, int64_t units) noexcept;
   // The cache registry (by group), for release_cache and stats.
-  void link(internal::PageCache* cache, Group* group);
+  void link(internal::PageCache* cache, Group* group) noexcept;
   void unlink(internal::PageCache* cache, Group* group) noexcept;
   // True when the injected fault refuses this allocation.
   bool heap_fault() noexcept;
