@@ -112,3 +112,55 @@ TEST_F(Reclaim, MaxLoweredBelowTheCacheWhileStatementsRun) {
 
 }  // namespace
 }  // namespace memcg::sqlite::testing
+
+namespace memcg::sqlite::testing {
+namespace {
+
+TEST_F(Reclaim, ShrinkMemoryFreesEveryUnpinnedPage) {
+  GroupRef g = make("t");
+  Connection c = open("t.db", *g);
+  ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
+  fill(c, 8000);
+  EXPECT_EQ(scan(c), 200 * 8000);
+  ASSERT_GT(engine_->cache_bytes(*g), 1 * kMiB);
+  ASSERT_EQ(c.exec("PRAGMA shrink_memory"), SQLITE_OK);  // xShrink
+  EXPECT_EQ(engine_->cache_bytes(*g), 0u);
+  ctl_.flush_stats();
+  EXPECT_EQ(g->stat(cache_kind_), 0);
+  EXPECT_EQ(scan(c), 200 * 8000);
+}
+
+// A write transaction whose dirty pages cannot be spilled (cache_spill above the group's room):
+// SQLite's last resort for pages is charged past memory.max and counted, never a crash; the
+// statement's heap then finds no room and the statement ends with SQLITE_NOMEM (or completes
+// within what was forced), rolled back whole; afterwards the pages are clean and the group comes
+// back under its max.
+TEST_F(Reclaim, LastResortPagesArePastMaxCountedAndGiveWay) {
+  GroupRef g = make("t");
+  Connection c = open("t.db", *g);
+  ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
+  ASSERT_EQ(c.exec("PRAGMA cache_spill = 100000"), SQLITE_OK);
+  ASSERT_EQ(c.exec("CREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB)"), SQLITE_OK);
+  g->set_max(1 * kMiB);
+  std::string why;
+  const int rc = c.exec(
+      "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000)"
+      " INSERT INTO t SELECT i, randomblob(200) FROM n",
+      &why);
+  EXPECT_TRUE(rc == SQLITE_OK || rc == SQLITE_NOMEM) << rc << " " << why;
+  const EngineStats s = engine_->stats();
+  EXPECT_GT(s.fetch_forced, 100u);
+  EXPECT_GT(g->peak(), 1 * kMiB);
+  const int64_t rows = query_int(c, "SELECT count(*) FROM t");
+  EXPECT_EQ(rows, rc == SQLITE_OK ? 10000 : 0);  // all of it or nothing
+  // The pages are clean now: memory.reclaim takes them (EAGAIN: less than asked was there).
+  const int reclaim_rc = write_file(*g, "memory.reclaim", "64M");
+  EXPECT_TRUE(reclaim_rc == 0 || reclaim_rc == EAGAIN) << reclaim_rc;
+  ctl_.drain_stocks();
+  EXPECT_LE(g->current(), 1 * kMiB);
+  g->set_max(kUnlimited);
+  EXPECT_EQ(integrity(c), "ok");
+}
+
+}  // namespace
+}  // namespace memcg::sqlite::testing
