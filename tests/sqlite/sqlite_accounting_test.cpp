@@ -9,9 +9,9 @@
 namespace memcg::sqlite::testing {
 namespace {
 
-using Accounting = SqliteTest;
+using SqliteAccounting = SqliteTest;
 
-TEST_F(Accounting, ChargesExactlyZeroAfterEveryConnectionClosed) {
+TEST_F(SqliteAccounting, ChargesExactlyZeroAfterEveryConnectionClosed) {
   std::vector<GroupRef> groups;
   std::vector<Connection> conns;
   for (int i = 0; i < 3; ++i) {
@@ -40,7 +40,7 @@ TEST_F(Accounting, ChargesExactlyZeroAfterEveryConnectionClosed) {
   EXPECT_EQ(engine_->stats().caches, 0u);
 }
 
-TEST_F(Accounting, CacheSizeStaysAnUpperBound) {
+TEST_F(SqliteAccounting, CacheSizeStaysAnUpperBound) {
   GroupRef g = make("t");
   Connection c = open("t.db", *g);
   fill(c, 20000);  // about 1 000 leaf pages
@@ -54,7 +54,7 @@ TEST_F(Accounting, CacheSizeStaysAnUpperBound) {
   EXPECT_LE(engine_->stats().pages, 10u);
 }
 
-TEST_F(Accounting, OpenUnderARemovedGroupIsAClearError) {
+TEST_F(SqliteAccounting, OpenUnderARemovedGroupIsAClearError) {
   GroupRef g = make("gone");
   ASSERT_EQ(ctl_.remove(*g), 0);
   Connection c;
@@ -66,7 +66,7 @@ TEST_F(Accounting, OpenUnderARemovedGroupIsAClearError) {
   EXPECT_EQ(g->current(), 0u);
 }
 
-TEST_F(Accounting, OpenOfANonDatabaseIsAnErrorAndLeavesNothingCharged) {
+TEST_F(SqliteAccounting, OpenOfANonDatabaseIsAnErrorAndLeavesNothingCharged) {
   GroupRef g = make("t");
   {
     std::FILE* f = std::fopen(dir_.sub("junk.db").c_str(), "w");
@@ -84,7 +84,7 @@ TEST_F(Accounting, OpenOfANonDatabaseIsAnErrorAndLeavesNothingCharged) {
   EXPECT_EQ(g->current(), 0u);
 }
 
-TEST_F(Accounting, BindMovesAConnectionOpenedElsewhere) {
+TEST_F(SqliteAccounting, BindMovesAConnectionOpenedElsewhere) {
   GroupRef g = make("t");
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(dir_.sub("plain.db").c_str(), &db), SQLITE_OK);  // fallback: the root
@@ -112,7 +112,7 @@ TEST_F(Accounting, BindMovesAConnectionOpenedElsewhere) {
   EXPECT_EQ(cache_stat(*g), 0);
 }
 
-TEST_F(Accounting, AttachedThreadChargesItsGroupWithoutAScope) {
+TEST_F(SqliteAccounting, AttachedThreadChargesItsGroupWithoutAScope) {
   GroupRef g = make("t");
   sqlite3* db = nullptr;
   {
@@ -130,7 +130,7 @@ TEST_F(Accounting, AttachedThreadChargesItsGroupWithoutAScope) {
   EXPECT_EQ(g->current(), 0u);
 }
 
-TEST_F(Accounting, GroupRemovedWhileOpenKeepsValidChargesUntilClose) {
+TEST_F(SqliteAccounting, GroupRemovedWhileOpenKeepsValidChargesUntilClose) {
   GroupRef parent = make("p");
   GroupRef g = make("p/t");
   Connection c = open("t.db", *g);
@@ -205,7 +205,7 @@ namespace {
 
 // The per-tenant figures: memory.stat's sqlite_cache and sqlite_heap lines, and the same items
 // in the Prometheus exposition (/metrics of memcg::http serves it).
-TEST_F(Accounting, MemoryStatAndMetricsShowTheTenantsFigures) {
+TEST_F(SqliteAccounting, MemoryStatAndMetricsShowTheTenantsFigures) {
   GroupRef g = make("tenant_a");
   Connection c = open("a.db", *g);
   fill(c, 4000);

@@ -8,12 +8,12 @@
 namespace memcg::sqlite::testing {
 namespace {
 
-using Nomem = SqliteTest;
+using SqliteNomem = SqliteTest;
 
 // SQLite's own malloc-failure method (its test harness fails the Nth allocation, then every one
 // after): for each N, a write transaction under the fault, then the database must be sound and
 // hold either all of the transaction or none of it.
-TEST_F(Nomem, EveryAllocationFailureLeavesTheDatabaseSound) {
+TEST_F(SqliteNomem, EveryAllocationFailureLeavesTheDatabaseSound) {
   GroupRef g = make("t");
   Connection c = open("t.db", *g);
   fill(c, 500);
@@ -44,7 +44,7 @@ TEST_F(Nomem, EveryAllocationFailureLeavesTheDatabaseSound) {
   EXPECT_EQ(g->current(), 0u);
 }
 
-TEST_F(Nomem, ATenantAtItsLimitGetsNomemAndTheOtherTenantIsUntouched) {
+TEST_F(SqliteNomem, ATenantAtItsLimitGetsNomemAndTheOtherTenantIsUntouched) {
   GroupRef a = make("a");
   GroupRef b = make("b");
   Connection ca = open("a.db", *a);
@@ -82,7 +82,7 @@ TEST_F(Nomem, ATenantAtItsLimitGetsNomemAndTheOtherTenantIsUntouched) {
   EXPECT_GT(query_int(ca, "SELECT length(group_concat(hex(v))) FROM t"), 1000000);
 }
 
-TEST_F(Nomem, AnInMemoryDatabaseStopsAtItsGroupsMax) {
+TEST_F(SqliteNomem, AnInMemoryDatabaseStopsAtItsGroupsMax) {
   GroupRef g = make("t");
   Connection c;
   std::string why;
@@ -107,7 +107,7 @@ TEST_F(Nomem, AnInMemoryDatabaseStopsAtItsGroupsMax) {
 int g_fault_calls = 0;
 int fail_every_third(int) { return ++g_fault_calls % 3 == 0 ? SQLITE_IOERR : SQLITE_OK; }
 
-TEST_F(Nomem, SqliteFaultSimulationWhereTheBuildHasIt) {
+TEST_F(SqliteNomem, SqliteFaultSimulationWhereTheBuildHasIt) {
   GroupRef g = make("t");
   Connection c = open("t.db", *g);
   fill(c, 500);

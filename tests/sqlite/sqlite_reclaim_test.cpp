@@ -9,12 +9,12 @@
 namespace memcg::sqlite::testing {
 namespace {
 
-using Reclaim = SqliteTest;
+using SqliteReclaim = SqliteTest;
 
 // A cache bound far above the data, so that only memcg limits the caches.
 constexpr const char* kBigCache = "PRAGMA cache_size = -262144";  // 256 MiB
 
-TEST_F(Reclaim, ANoisyTenantCannotPushAProtectedTenantBelowItsLow) {
+TEST_F(SqliteReclaim, ANoisyTenantCannotPushAProtectedTenantBelowItsLow) {
   GroupRef parent = make("svc");
   GroupRef quiet = make("svc/quiet");
   GroupRef noisy = make("svc/noisy");
@@ -42,7 +42,7 @@ TEST_F(Reclaim, ANoisyTenantCannotPushAProtectedTenantBelowItsLow) {
   EXPECT_EQ(integrity(n), "ok");
 }
 
-TEST_F(Reclaim, MemoryReclaimEmptiesTheUnpinnedCache) {
+TEST_F(SqliteReclaim, MemoryReclaimEmptiesTheUnpinnedCache) {
   GroupRef g = make("t");
   Connection c = open("t.db", *g);
   ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
@@ -59,7 +59,7 @@ TEST_F(Reclaim, MemoryReclaimEmptiesTheUnpinnedCache) {
   EXPECT_EQ(scan(c), 200 * 10000);  // read back from the file
 }
 
-TEST_F(Reclaim, OverItsOwnLimitATenantRecyclesItsOwnPages) {
+TEST_F(SqliteReclaim, OverItsOwnLimitATenantRecyclesItsOwnPages) {
   GroupRef g = make("t");
   Connection c = open("t.db", *g);
   ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
@@ -74,7 +74,7 @@ TEST_F(Reclaim, OverItsOwnLimitATenantRecyclesItsOwnPages) {
   EXPECT_EQ(integrity(c), "ok");
 }
 
-TEST_F(Reclaim, MaxLoweredBelowTheCacheWhileStatementsRun) {
+TEST_F(SqliteReclaim, MaxLoweredBelowTheCacheWhileStatementsRun) {
   GroupRef g = make("t");
   Connection c = open("t.db", *g);
   ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
@@ -116,7 +116,7 @@ TEST_F(Reclaim, MaxLoweredBelowTheCacheWhileStatementsRun) {
 namespace memcg::sqlite::testing {
 namespace {
 
-TEST_F(Reclaim, ShrinkMemoryFreesEveryUnpinnedPage) {
+TEST_F(SqliteReclaim, ShrinkMemoryFreesEveryUnpinnedPage) {
   GroupRef g = make("t");
   Connection c = open("t.db", *g);
   ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);
@@ -135,7 +135,7 @@ TEST_F(Reclaim, ShrinkMemoryFreesEveryUnpinnedPage) {
 // statement's heap then finds no room and the statement ends with SQLITE_NOMEM (or completes
 // within what was forced), rolled back whole; afterwards the pages are clean and the group comes
 // back under its max.
-TEST_F(Reclaim, LastResortPagesArePastMaxCountedAndGiveWay) {
+TEST_F(SqliteReclaim, LastResortPagesArePastMaxCountedAndGiveWay) {
   GroupRef g = make("t");
   Connection c = open("t.db", *g);
   ASSERT_EQ(c.exec(kBigCache), SQLITE_OK);

@@ -12,9 +12,9 @@
 namespace memcg::sqlite::testing {
 namespace {
 
-using Threads = SqliteTest;
+using SqliteThreads = SqliteTest;
 
-TEST_F(Threads, CloseFromAnotherThreadUnchargesEverything) {
+TEST_F(SqliteThreads, CloseFromAnotherThreadUnchargesEverything) {
   GroupRef g = make("t");
   Connection c;
   std::thread opener([&] {
@@ -31,7 +31,7 @@ TEST_F(Threads, CloseFromAnotherThreadUnchargesEverything) {
   EXPECT_EQ(engine_->stats().caches, 0u);
 }
 
-TEST_F(Threads, TenantsReadUnderASharedLimitWhileReclaimRuns) {
+TEST_F(SqliteThreads, TenantsReadUnderASharedLimitWhileReclaimRuns) {
   constexpr int kTenants = 4;
   constexpr int kRows = 6000;
   GroupRef parent = make("svc");
@@ -78,7 +78,7 @@ TEST_F(Threads, TenantsReadUnderASharedLimitWhileReclaimRuns) {
   EXPECT_EQ(parent->current(), 0u);
 }
 
-TEST_F(Threads, BindWhileAnotherTenantsReclaimRuns) {
+TEST_F(SqliteThreads, BindWhileAnotherTenantsReclaimRuns) {
   GroupRef a = make("a");
   GroupRef b = make("b");
   Connection c = open("c.db", *a);
