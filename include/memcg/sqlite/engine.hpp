@@ -13,10 +13,12 @@
 //  - Heap: sqlite3_malloc and friends charge the group of the calling thread (below), as
 //    `sqlite_heap`, byte-exact through the object layer, with the size in a 16-byte header so
 //    that every free uncharges exactly what was charged, from any thread, after any move. A
-//    charge that does not fit first takes room from the same group's own page caches, then is
-//    refused: SQLite turns the NULL into SQLITE_NOMEM for that statement, and the database stays
-//    consistent. Heap charges never reclaim, sleep or wait (SQLite holds its global memory mutex
-//    around them); what they could not do runs at the thread's next safe point.
+//    charge that does not fit takes room from the same group's own page caches, then from one
+//    reclaim pass of the level that is full (memory.low/min holding), then is refused: SQLite
+//    turns the NULL into SQLITE_NOMEM for that statement, and the database stays consistent.
+//    Heap charges never sleep, throttle or wait for memory (SQLite holds its global memory mutex
+//    around them); the rest of the ladder runs at the thread's next safe point. So reclaimers
+//    registered by the application must not call SQLite (docs/sqlite.md).
 //
 // Which group: a connection's caches and the heap its calls allocate go, in this order, to
 //  1. the group of the innermost ConnectionScope on the thread (Connection's own calls open one:
@@ -33,7 +35,7 @@
 //
 // Thread safety: every call may be made from any thread. SQLite calls the page cache from the
 // connections' threads; memcg's reclaim calls it from any charging thread: each cache has its own
-// lock, never held while charging or while calling anything outside the cache.
+// lock, never held while a charge may reclaim nor while calling SQLite.
 // Cost: docs/BENCHMARKS-sqlite.md (point reads and scans against SQLite's own pcache1 and malloc).
 #ifndef MEMCG_SQLITE_ENGINE_HPP_
 #define MEMCG_SQLITE_ENGINE_HPP_
