@@ -15,6 +15,7 @@
 #include "memcg/core/charge/internal/alloc_hook.hpp"
 #include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/percpu/internal/stock.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "page_cache.hpp"
 
@@ -80,6 +81,15 @@ bool charge(Engine& e, Group& g, uint64_t bytes) noexcept {
   if (memcg::internal::tl_reclaim_depth == 0) {
     if (Group* full = level_short_of(g, units)) {
       (void)reclaim(*full, units, ReclaimReason::kLimit);
+      {
+        memcg::internal::AllocHookScope in_hook;
+        if (charged(objects.charge(g, bytes, kHeapCharge, kind))) return true;
+      }
+      // Units pre-charged in other CPUs' stocks count against the limit (up to a batch per
+      // CPU): given back before the group is called full, as the charge path's ladder does.
+      // Try-locks and a membarrier: nothing that waits for a thread inside SQLite.
+      objects.drain_all(full);
+      g.controller().stock().drain_all(full);
       memcg::internal::AllocHookScope in_hook;
       if (charged(objects.charge(g, bytes, kHeapCharge, kind))) return true;
     }
