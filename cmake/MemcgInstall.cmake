@@ -47,7 +47,7 @@ install(FILES ${PROJECT_SOURCE_DIR}/contrib/prometheus/memcg-rules.yml
         DESTINATION ${CMAKE_INSTALL_DATADIR}/memcg/prometheus COMPONENT development)
 # The optional components built here, for memcgConfig.cmake's messages about the others.
 set(MEMCG_BUILT_COMPONENTS)
-foreach(component rocksdb rocksdb_arena jemalloc http hook host prometheus_cpp)
+foreach(component rocksdb rocksdb_arena jemalloc http hook host prometheus_cpp sqlite)
   if(TARGET memcg_${component})
     list(APPEND MEMCG_BUILT_COMPONENTS ${component})
   endif()
@@ -122,7 +122,7 @@ set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 # The shared objects of the optional components sit in their own build folders (memcgctl links
 # memcg_host, for one).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR})
-foreach(component hook jemalloc http prometheus_cpp host rocksdb)
+foreach(component hook jemalloc http prometheus_cpp host rocksdb sqlite)
   list(APPEND CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${PROJECT_BINARY_DIR}/src/${component})
 endforeach()
 # The development files need the Debian -dev packages of what the optional components use:
@@ -142,6 +142,9 @@ if(TARGET memcg_rocksdb)
 endif()
 if(TARGET memcg_prometheus_cpp)
   list(APPEND dev_depends prometheus-cpp-dev)
+endif()
+if(TARGET memcg_sqlite)
+  list(APPEND dev_depends libsqlite3-dev)
 endif()
 list(JOIN dev_depends ", " CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS)
 if(MEMCG_SHARED)

@@ -28,7 +28,7 @@ LAYERS = [
     ["files"],     # cgroup-v2 files, their grammars, the Prometheus text exposition
     ["alloc"],     # STL allocator, pmr resource, LRU cache
     ["c"],         # the C API (memcg/c/memcg.h) over the layers below, in the core library
-    ["hook", "jemalloc", "prometheus_cpp", "http", "host"],  # optional components (own targets)
+    ["hook", "jemalloc", "prometheus_cpp", "http", "host", "sqlite"],  # optional components (own targets)
     ["rocksdb"],   # optional; its arena mode (memcg::rocksdb_arena) builds on memcg::jemalloc
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}

@@ -11,6 +11,7 @@ packages=(
   dpkg-dev
   libjemalloc-dev
   librocksdb-dev
+  libsqlite3-dev
   libcpp-httplib-dev libmicrohttpd-dev prometheus prometheus-cpp-dev
   clang-19 libclang-rt-19-dev
   chromium

@@ -29,6 +29,10 @@ if [[ -x "$work/build/consumer_rocksdb" ]]; then
   "$work/build/consumer_rocksdb"
   echo "install_consumer: memcg::rocksdb consumer ran"
 fi
+if [[ -x "$work/build/consumer_sqlite" ]]; then
+  "$work/build/consumer_sqlite"
+  echo "install_consumer: memcg::sqlite consumer ran"
+fi
 libdir=$(find "$work/prefix" -name memcg.pc -printf '%h\n' | head -n1)
 PKG_CONFIG_PATH="$libdir" g++ -o "$work/consumer_pc" "$src/tests/consumer/main.cpp" \
   $(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs memcg)

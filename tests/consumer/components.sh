@@ -7,7 +7,7 @@
 #     3. a name that is no component, REQUIRED: fails, "not a memcg component";
 #     4. the same name and the missing ones OPTIONAL: found, their memcg_<c>_FOUND FALSE.
 set -euo pipefail
-known=(rocksdb rocksdb_arena jemalloc http hook host prometheus_cpp)
+known=(rocksdb rocksdb_arena jemalloc http hook host prometheus_cpp sqlite)
 fail() { echo "components: $*" >&2; exit 1; }
 
 installed() {
