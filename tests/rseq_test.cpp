@@ -148,6 +148,114 @@ TEST_F(RseqCsTest, SlotUpdate) {
   EXPECT_EQ(word, make(7, 4, -1));
 }
 
+// The rseq area the hot-path sections take (never used when the sections do not exist).
+struct rseq* rseq_area_or_null() {
+#if MEMCG_HAVE_GLIBC_RSEQ
+  return internal::rseq_area();
+#else
+  return nullptr;
+#endif
+}
+
+// The hot path's form of the slot update: the tag and the units checked together, the count
+// against [-hi, hi].
+TEST_F(RseqCsTest, SlotAdd) {
+  alignas(64) uint64_t disabled = 0;
+  int a = 0, b = 0;
+  const void* owner = &a;
+  auto make = [](uint64_t units, uint64_t tag, int64_t count) {
+    return units | (tag << 8) | (static_cast<uint64_t>(count) << 16);
+  };
+  const auto stat = [](int64_t v) { return static_cast<uint64_t>(v) << 16; };
+  const uint64_t hi = 16, span = 32;
+  uint64_t word = make(10, 3, -2);
+  auto add = [&](const void* expect_owner, uint64_t delta, uint32_t mask, uint32_t expect) {
+    return retry([&](int cpu) {
+      return internal::cs_slot_add(rseq_area_or_null(), cpu, disabled, owner, expect_owner,
+                                   word, delta, mask, expect, hi, span);
+    });
+  };
+  // Take 4 units under tag 3: count -2 -> 2.
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-4) + stat(4), 0xffff, 3 << 8), CsResult::kOk);
+  EXPECT_EQ(word, make(6, 3, 2));
+  // Too few units: the borrow takes the tag below the expected one.
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-7) + stat(7), 0xffff, 3 << 8),
+            CsResult::kCompareFailed);
+  // Exactly all of them, then back up to hi exactly.
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-6) + stat(-6), 0xffff, 3 << 8), CsResult::kOk);
+  EXPECT_EQ(word, make(0, 3, -4));
+  EXPECT_EQ(add(&a, 16 + stat(4), 0xffff, 3 << 8), CsResult::kOk);
+  EXPECT_EQ(word, make(16, 3, 0));
+  // Above hi.
+  EXPECT_EQ(add(&a, 1, 0xffff, 3 << 8), CsResult::kCompareFailed);
+  // Count out of [-16, 16] on either side.
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-1) + stat(17), 0xffff, 3 << 8),
+            CsResult::kCompareFailed);
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-1) + stat(-17), 0xffff, 3 << 8),
+            CsResult::kCompareFailed);
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-1) + stat(-16), 0xffff, 3 << 8), CsResult::kOk);
+  EXPECT_EQ(word, make(15, 3, -16));
+  // Tag other than expected, above and below.
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-1), 0xffff, 4 << 8), CsResult::kCompareFailed);
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-1), 0xffff, 2 << 8), CsResult::kCompareFailed);
+  // Units alone (mask 0xff): any tag, the count not changed; a borrow fails.
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-15), 0xff, 0), CsResult::kOk);
+  EXPECT_EQ(word, make(0, 3, -16));
+  EXPECT_EQ(add(&a, static_cast<uint64_t>(-1), 0xff, 0), CsResult::kCompareFailed);
+  EXPECT_EQ(word, make(0, 3, -16));
+  // Other owner, disabled word, other CPU: nothing stored.
+  EXPECT_EQ(add(&b, 1, 0xff, 0), CsResult::kCompareFailed);
+  disabled = 1;
+  EXPECT_EQ(add(&a, 1, 0xff, 0), CsResult::kCompareFailed);
+  disabled = 0;
+  const int other = (internal::current_cpu() + 1) % std::max(2, internal::nr_cpu_ids());
+  EXPECT_EQ(internal::cs_slot_add(rseq_area_or_null(), other, disabled, owner, &a, word, 1, 0xff,
+                                  0, hi, span),
+            CsResult::kAborted);
+  EXPECT_EQ(word, make(0, 3, -16));
+}
+
+TEST_F(RseqCsTest, AddFloorAndCeil) {
+  alignas(64) uint64_t disabled = 0;
+  int a = 0, b = 0;
+  const void* owner = &a;
+  int64_t count = 5;
+  auto floor = [&](const void* expect, int64_t delta, int64_t lo) {
+    return retry([&](int cpu) {
+      return internal::cs_add_floor(rseq_area_or_null(), cpu, disabled, owner, expect, count,
+                                    delta, lo);
+    });
+  };
+  auto ceil = [&](const void* expect, int64_t delta, int64_t hi) {
+    return retry([&](int cpu) {
+      return internal::cs_add_ceil(rseq_area_or_null(), cpu, disabled, owner, expect, count,
+                                   delta, hi);
+    });
+  };
+  EXPECT_EQ(floor(&a, -5, 0), CsResult::kOk);
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(floor(&a, -1, 0), CsResult::kCompareFailed);
+  EXPECT_EQ(ceil(&a, 10, 10), CsResult::kOk);
+  EXPECT_EQ(count, 10);
+  EXPECT_EQ(ceil(&a, 1, 10), CsResult::kCompareFailed);
+  EXPECT_EQ(ceil(&a, -3, 10), CsResult::kOk);  // a ceiling only: going down is fine
+  EXPECT_EQ(count, 7);
+  EXPECT_EQ(floor(&a, 3, 0), CsResult::kOk);  // a floor only: going up is fine
+  EXPECT_EQ(count, 10);
+  EXPECT_EQ(floor(&b, -1, 0), CsResult::kCompareFailed);
+  EXPECT_EQ(ceil(&b, -1, 10), CsResult::kCompareFailed);
+  disabled = 1;
+  EXPECT_EQ(floor(&a, -1, 0), CsResult::kCompareFailed);
+  EXPECT_EQ(ceil(&a, -1, 10), CsResult::kCompareFailed);
+  disabled = 0;
+  const int other = (internal::current_cpu() + 1) % std::max(2, internal::nr_cpu_ids());
+  EXPECT_EQ(internal::cs_add_floor(rseq_area_or_null(), other, disabled, owner, &a, count, -1, 0),
+            CsResult::kAborted);
+  EXPECT_EQ(internal::cs_add_ceil(rseq_area_or_null(), other, disabled, owner, &a, count, -1, 10),
+            CsResult::kAborted);
+  EXPECT_EQ(count, 10);
+}
+
 TEST_F(RseqCsTest, CompareEqualStorePointer) {
   alignas(64) uint64_t disabled = 0;
   int a = 0, b = 0;

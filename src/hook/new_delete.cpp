@@ -31,10 +31,31 @@ constexpr uint64_t kBytesMask = (uint64_t{1} << kKindShift) - 1;
 constexpr size_t kDefaultAlign = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
 static_assert(kDefaultAlign <= kHeaderBytes);
 
-std::atomic<int> g_kind{kDefaultKind};
-std::atomic<uint32_t> g_flags{kDefaultCharge};
+// The settings an allocation reads, in one word so that it reads them with one load: the charge
+// flags in bits 0-31, the kind in bits 32-39, "charge malloc_usable_size()" in bit 40. Setters
+// change their field with a compare-exchange, leaving the others as they are.
+constexpr unsigned kConfigKindShift = 32;
+constexpr uint64_t kConfigUsableSize = uint64_t{1} << 40;
+constexpr uint64_t make_config(uint32_t flags, int kind, bool usable_size) {
+  return uint64_t{flags} | static_cast<uint64_t>(kind & 0xff) << kConfigKindShift |
+         (usable_size ? kConfigUsableSize : 0);
+}
+std::atomic<uint64_t> g_config{make_config(kDefaultCharge, kDefaultKind, true)};
 std::atomic<uint64_t> g_failed{0};
-std::atomic<bool> g_usable_size{true};
+
+uint32_t config_flags(uint64_t c) noexcept {
+  return static_cast<uint32_t>(c);
+}
+int config_kind(uint64_t c) noexcept {
+  return static_cast<int>((c >> kConfigKindShift) & 0xff);
+}
+
+// Replaces the bits under `mask` with `bits`.
+void set_config(uint64_t mask, uint64_t bits) noexcept {
+  uint64_t c = g_config.load(std::memory_order_relaxed);
+  while (!g_config.compare_exchange_weak(c, (c & ~mask) | bits, std::memory_order_relaxed)) {
+  }
+}
 
 // Bytes in front of the user block: the header, padded to keep the block's alignment.
 inline size_t prefix(size_t align) noexcept {
@@ -63,15 +84,15 @@ inline void* allocate(size_t size, size_t align, bool* refused) noexcept {
   Group* g = charge_target();
   uint64_t charged = 0;
   if (g != nullptr) {
+    const uint64_t config = g_config.load(std::memory_order_relaxed);
     // The process-wide kind may not be one of this controller's: then anon (hook.hpp).
-    const int kind = g->object_stock()->checked_kind(g_kind.load(std::memory_order_relaxed),
-                                                      kDefaultKind);
+    const int kind = g->object_stock()->checked_kind(config_kind(config), kDefaultKind);
     const uint64_t bytes =
-        g_usable_size.load(std::memory_order_relaxed) ? malloc_usable_size(base) : size + pre;
+        (config & kConfigUsableSize) != 0 ? malloc_usable_size(base) : size + pre;
     // The library's own allocations while it charges (reclaim, statistics) are not charged:
     // the object layer's slow paths set HookBypass.
-    if (!memcg::charged(g->object_stock()->charge(
-            *g, bytes, g_flags.load(std::memory_order_relaxed), kind))) [[unlikely]] {
+    if (!memcg::charged(g->object_stock()->charge(*g, bytes, config_flags(config), kind)))
+        [[unlikely]] {
       std::free(base);
       g_failed.fetch_add(1, std::memory_order_relaxed);
       *refused = true;
@@ -124,20 +145,20 @@ void* new_nothrow(size_t size, size_t align) noexcept {
 bool set_kind(int kind) noexcept {
   // The header keeps the kind in the 8 bits above the bytes.
   if (kind < 0 || kind > 0xff) return false;
-  g_kind.store(kind, std::memory_order_relaxed);
+  set_config(uint64_t{0xff} << kConfigKindShift, make_config(0, kind, false));
   return true;
 }
 int kind() noexcept {
-  return g_kind.load(std::memory_order_relaxed);
+  return config_kind(g_config.load(std::memory_order_relaxed));
 }
 void set_flags(uint32_t flags) noexcept {
-  g_flags.store(flags, std::memory_order_relaxed);
+  set_config(0xffffffff, flags);
 }
 uint32_t flags() noexcept {
-  return g_flags.load(std::memory_order_relaxed);
+  return config_flags(g_config.load(std::memory_order_relaxed));
 }
 void set_charge_usable_size(bool on) noexcept {
-  g_usable_size.store(on, std::memory_order_relaxed);
+  set_config(kConfigUsableSize, on ? kConfigUsableSize : 0);
 }
 uint64_t failed_charges() noexcept {
   return g_failed.load(std::memory_order_relaxed);

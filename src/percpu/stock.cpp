@@ -31,6 +31,51 @@ Stock::Stock(int nr_shards, int64_t batch, Mode mode)
   assert(nr_shards >= 0);
   assert(batch >= 1 && batch <= kMaxBatch);
   shards_ = std::make_unique<Shard[]>(static_cast<size_t>(nr_shards_));
+  rseq_shards_ = rseq_ ? static_cast<uint32_t>(nr_shards_) : 0;
+  count_span_ = 2 * batch_;
+}
+
+// ---- the general hit ------------------------------------------------------------------------
+
+// What the inline hit (stock.hpp) did not commit: plan the change from a plain read of the slot's
+// word (re-tag a slot whose count is zero, pass on a kind that is not cached), then commit it in
+// a critical section that re-checks CPU, shard word, owner and the fields the plan relied on. An
+// abort stored nothing and is retried on the then-current CPU; a failed check, or too many
+// aborts, goes to the slow path, which decides under the shard's word.
+bool Stock::hit_general(StockOwner* o, int64_t du, int kind) noexcept {
+#if MEMCG_RSEQ_CS
+  struct rseq* const rs = internal::rseq_area();
+  for (int aborts = 0; aborts < kMaxAborts; ++aborts) {
+    const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
+    if (cpu >= rseq_shards_) return false;
+    Shard& s = shards_[cpu];
+    const int i = s.find(o);
+    if (i < 0) return false;
+    const Plan p = plan(s.word[i].load(std::memory_order_relaxed), du, kind);
+    switch (internal::cs_slot_update(
+        static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
+        reinterpret_cast<const void* const*>(&s.owner[i]), o,
+        reinterpret_cast<uint64_t*>(&s.word[i]), p.add, p.mask, p.expect,
+        static_cast<uint64_t>(batch_), static_cast<uint64_t>(batch_))) {
+      case internal::CsResult::kOk:
+        bump(du < 0 ? s.stats.hits : s.stats.refills);
+        if (p.direct) {
+          bump(s.stats.stat_direct);
+          o->stock_stat(kind, -du);
+        }
+        return true;
+      case internal::CsResult::kAborted:
+        continue;
+      case internal::CsResult::kCompareFailed:  // units or count out of range, busy shard
+        return false;
+    }
+  }
+#else
+  (void)o;
+  (void)du;
+  (void)kind;
+#endif
+  return false;
 }
 
 Stock::~Stock() {

@@ -51,8 +51,38 @@ ObjStock::ObjStock(int nr_shards, unsigned unit_shift, Mode mode, int nr_kinds)
       shift_(unit_shift),
       unit_(int64_t{1} << unit_shift),
       rseq_(MEMCG_RSEQ_CS && mode == Mode::kAuto && internal::rseq_mode() &&
-            nr_shards_ >= internal::nr_cpu_ids()) {
+            nr_shards_ >= internal::nr_cpu_ids()),
+      // A unit above 2^61 could overflow the hit's sum (obj_stock.hpp): such a stock takes
+      // every call through the slow path.
+      rseq_shards_(rseq_ && unit_shift <= 61 ? static_cast<uint32_t>(nr_shards_) : 0) {
   shards_ = std::make_unique<Shard[]>(static_cast<size_t>(nr_shards_));
+}
+
+bool ObjStock::hit_retry(Group& g, uint64_t bytes, int kind, bool charge) noexcept {
+#if MEMCG_RSEQ_CS
+  struct rseq* const rs = internal::rseq_area();
+  const void* const owner = tag(g, kind);
+  for (int aborts = 1; aborts < kMaxAborts; ++aborts) {
+    const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
+    if (cpu >= rseq_shards_) return false;
+    Shard& s = shards_[cpu];
+    const auto& disabled = *reinterpret_cast<const uint64_t*>(&s.disabled);
+    const auto& slot = *reinterpret_cast<const void* const*>(&s.owner);
+    auto& reserve = *reinterpret_cast<int64_t*>(&s.bytes);
+    const internal::CsResult r =
+        charge ? internal::cs_add_floor(rs, static_cast<int>(cpu), disabled, slot, owner, reserve,
+                                        -static_cast<int64_t>(bytes), 0)
+               : internal::cs_add_ceil(rs, static_cast<int>(cpu), disabled, slot, owner, reserve,
+                                       static_cast<int64_t>(bytes), unit_);
+    if (r != internal::CsResult::kAborted) return r == internal::CsResult::kOk;
+  }
+#else
+  (void)g;
+  (void)bytes;
+  (void)kind;
+  (void)charge;
+#endif
+  return false;
 }
 
 ObjStock::~ObjStock() {

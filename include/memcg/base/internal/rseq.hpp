@@ -85,6 +85,29 @@ inline CsResult cs_slot_update(int cpu, const uint64_t* disabled, const void* co
                                uint64_t mask, uint64_t expect, uint64_t hi,
                                uint64_t dmax) noexcept;
 
+// The hot-path forms of the two above: the caller passes its rseq area (read once for the CPU
+// and the section), and the data as references, so that the section addresses them straight
+// from the shard's base and index and needs no register of its own for them.
+//
+// cs_slot_add: as cs_slot_update for a slot whose tag the caller expects, checked together with
+// the units: let v = word + add; store it if ((v & low_mask) - expect) <= hi as a 32-bit
+// unsigned difference (low_mask 0xffff, expect = tag << 8: the tag is the expected one and the
+// units at most hi; low_mask 0xff, expect 0: the units alone) and v >> 16 lies in
+// [-hi, span - hi]. hi and span are read in the section: pass them as the caller's fields.
+// REQUIRES: as for cs_slot_update; hi < 256, span = 2 * hi (the count in [-hi, hi]).
+inline CsResult cs_slot_add(struct rseq* rs, int cpu, const uint64_t& disabled,
+                            const void* const& owner_slot, const void* expected_owner,
+                            uint64_t& word, uint64_t add, uint32_t low_mask, uint32_t expect,
+                            const uint64_t& hi, const uint64_t& span) noexcept;
+// cs_add_floor / cs_add_ceil: as cs_add_bounded with only one bound, lo <= v (signed) or
+// v <= hi (signed). REQUIRES: as for cs_add_bounded, and count + delta cannot overflow.
+inline CsResult cs_add_floor(struct rseq* rs, int cpu, const uint64_t& disabled,
+                             const void* const& owner_slot, const void* expected_owner,
+                             int64_t& count, int64_t delta, int64_t lo) noexcept;
+inline CsResult cs_add_ceil(struct rseq* rs, int cpu, const uint64_t& disabled,
+                            const void* const& owner_slot, const void* expected_owner,
+                            int64_t& count, int64_t delta, int64_t hi) noexcept;
+
 // On CPU `cpu`: if *disabled == 0 and *slot == expected, store newv into *slot.
 // REQUIRES: as for cs_add_bounded.
 inline CsResult cs_cmpeq_store_ptr(int cpu, const uint64_t* disabled, void** slot,
@@ -249,6 +272,98 @@ aborted:
   return CsResult::kAborted;
 }
 
+// The sections below take their data as memory operands (the compiler forms base + index
+// addressing) and store into the word operand: the "memory" clobber tells the compiler so.
+__attribute__((always_inline)) inline CsResult cs_slot_add(
+    struct rseq* rs, int cpu, const uint64_t& disabled, const void* const& owner_slot,
+    const void* expected_owner, uint64_t& word, uint64_t add, uint32_t low_mask, uint32_t expect,
+    const uint64_t& hi, const uint64_t& span) noexcept {
+  asm goto(MEMCG_RSEQ_CS_PROLOGUE
+           "cmpq $0, %[disabled]\n\t"
+           "jnz %l[failed]\n\t"
+           "cmpq %[expected], %[owner]\n\t"
+           "jnz %l[failed]\n\t"
+           "movq %[word], %%rax\n\t"
+           "addq %[add], %%rax\n\t"
+           "movl %%eax, %%ecx\n\t"
+           "andl %[mask], %%ecx\n\t"
+           "subl %[expect], %%ecx\n\t"
+           "cmpq %[hi], %%rcx\n\t"
+           "ja %l[failed]\n\t"
+           "movq %%rax, %%rcx\n\t"
+           "sarq $16, %%rcx\n\t"
+           "addq %[hi], %%rcx\n\t"
+           "cmpq %[span], %%rcx\n\t"
+           "ja %l[failed]\n\t"
+           "movq %%rax, %[word]\n\t"  // commit
+           MEMCG_RSEQ_CS_EPILOGUE
+           :
+           : [rs] "r"(rs), [cpu] "r"(cpu), [disabled] "m"(disabled), [owner] "m"(owner_slot),
+             [expected] "r"(expected_owner), [word] "m"(word), [add] "re"(add),
+             [mask] "ri"(low_mask), [expect] "ri"(expect), [hi] "m"(hi), [span] "m"(span)
+           : "rax", "rcx", "memory", "cc"
+           : failed, aborted);
+  return CsResult::kOk;
+failed:
+  return CsResult::kCompareFailed;
+aborted:
+  return CsResult::kAborted;
+}
+
+__attribute__((always_inline)) inline CsResult cs_add_floor(
+    struct rseq* rs, int cpu, const uint64_t& disabled, const void* const& owner_slot,
+    const void* expected_owner, int64_t& count, int64_t delta, int64_t lo) noexcept {
+  asm goto(MEMCG_RSEQ_CS_PROLOGUE
+           "cmpq $0, %[disabled]\n\t"
+           "jnz %l[failed]\n\t"
+           "cmpq %[expected], %[owner]\n\t"
+           "jnz %l[failed]\n\t"
+           "movq %[count], %%rax\n\t"
+           "addq %[delta], %%rax\n\t"
+           "cmpq %[lo], %%rax\n\t"
+           "jl %l[failed]\n\t"
+           "movq %%rax, %[count]\n\t"  // commit
+           MEMCG_RSEQ_CS_EPILOGUE
+           :
+           : [rs] "r"(rs), [cpu] "r"(cpu), [disabled] "m"(disabled), [owner] "m"(owner_slot),
+             [expected] "r"(expected_owner), [count] "m"(count), [delta] "re"(delta),
+             [lo] "re"(lo)
+           : "rax", "memory", "cc"
+           : failed, aborted);
+  return CsResult::kOk;
+failed:
+  return CsResult::kCompareFailed;
+aborted:
+  return CsResult::kAborted;
+}
+
+__attribute__((always_inline)) inline CsResult cs_add_ceil(
+    struct rseq* rs, int cpu, const uint64_t& disabled, const void* const& owner_slot,
+    const void* expected_owner, int64_t& count, int64_t delta, int64_t hi) noexcept {
+  asm goto(MEMCG_RSEQ_CS_PROLOGUE
+           "cmpq $0, %[disabled]\n\t"
+           "jnz %l[failed]\n\t"
+           "cmpq %[expected], %[owner]\n\t"
+           "jnz %l[failed]\n\t"
+           "movq %[count], %%rax\n\t"
+           "addq %[delta], %%rax\n\t"
+           "cmpq %[hi], %%rax\n\t"
+           "jg %l[failed]\n\t"
+           "movq %%rax, %[count]\n\t"  // commit
+           MEMCG_RSEQ_CS_EPILOGUE
+           :
+           : [rs] "r"(rs), [cpu] "r"(cpu), [disabled] "m"(disabled), [owner] "m"(owner_slot),
+             [expected] "r"(expected_owner), [count] "m"(count), [delta] "re"(delta),
+             [hi] "re"(hi)
+           : "rax", "memory", "cc"
+           : failed, aborted);
+  return CsResult::kOk;
+failed:
+  return CsResult::kCompareFailed;
+aborted:
+  return CsResult::kAborted;
+}
+
 #undef MEMCG_RSEQ_CS_PROLOGUE
 #undef MEMCG_RSEQ_CS_EPILOGUE
 
@@ -263,6 +378,20 @@ inline CsResult cs_cmpeq_store_ptr(int, const uint64_t*, void**, const void*, vo
 }
 inline CsResult cs_slot_update(int, const uint64_t*, const void* const*, const void*, uint64_t*,
                                uint64_t, uint64_t, uint64_t, uint64_t, uint64_t) noexcept {
+  return CsResult::kAborted;
+}
+
+inline CsResult cs_slot_add(struct rseq*, int, const uint64_t&, const void* const&, const void*,
+                            uint64_t&, uint64_t, uint32_t, uint32_t, const uint64_t&,
+                            const uint64_t&) noexcept {
+  return CsResult::kAborted;
+}
+inline CsResult cs_add_floor(struct rseq*, int, const uint64_t&, const void* const&, const void*,
+                             int64_t&, int64_t, int64_t) noexcept {
+  return CsResult::kAborted;
+}
+inline CsResult cs_add_ceil(struct rseq*, int, const uint64_t&, const void* const&, const void*,
+                            int64_t&, int64_t, int64_t) noexcept {
   return CsResult::kAborted;
 }
 

@@ -200,7 +200,8 @@ void uncharge_slow(Group& group, int64_t units, int kind) noexcept;
 
 inline __attribute__((always_inline)) ChargeStatus try_charge(Group& group, int64_t units, uint32_t flags, int kind) noexcept {
   Stock* const stock = group.charge_stock();
-  if (stock != nullptr && units > 0 && stock->consume(&group, units, kind)) [[likely]]
+  // The stock's range check (1..batch units) also turns away a count below 1, uncounted.
+  if (stock != nullptr && stock->consume(&group, units, kind)) [[likely]]
     return ChargeStatus::kOk;
   return internal::try_charge_slow(group, units, flags, kind);
 }
@@ -208,12 +209,11 @@ inline __attribute__((always_inline)) ChargeStatus try_charge(Group& group, int6
 inline __attribute__((always_inline)) void uncharge(Group& group, int64_t units,
                                                     int kind) noexcept {
   Stock* const stock = group.charge_stock();
-  // Back into this CPU's stock with the kind's statistic. A hit takes 1..batch units only (the
-  // sign is checked first: the hit reads a negative count as a consume); anything else, what
+  // Back into this CPU's stock with the kind's statistic. A hit takes 1..batch units only (one
+  // unsigned compare in the stock, which turns away counts below 1 too); anything else, what
   // does not fit and counts out of range included, goes out of line.
   if (stock != nullptr) [[likely]] {
-    if (units <= 0 || !stock->refill_hit(&group, units, kind))
-      internal::uncharge_slow(group, units, kind);
+    if (!stock->refill_hit(&group, units, kind)) internal::uncharge_slow(group, units, kind);
   }
 }
 

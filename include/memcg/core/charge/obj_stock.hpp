@@ -175,9 +175,14 @@ class ObjStock {
   // the group's shared count once per kCredit units of net refills or returns.
   static constexpr int64_t kCredit = 8;
 
-  // The hot path of charge and uncharge: `delta` bytes (|delta| = bytes) on this CPU's reserve
-  // of (g, kind), kept within [lo, hi]. False: take the slow path.
-  bool hit(Group& g, uint64_t bytes, int kind, int64_t delta, int64_t lo, int64_t hi) noexcept;
+  // The hot path of charge (kCharge: the reserve of (g, kind) on this CPU gives `bytes`, staying
+  // at 0 or more) and uncharge (it takes them, staying at one unit or less). False: take the
+  // slow path.
+  template <bool kCharge>
+  bool hit(Group& g, uint64_t bytes, int kind) noexcept;
+  // hit() after its section aborted (preemption, migration, signal): a few more tries, out of
+  // line.
+  bool hit_retry(Group& g, uint64_t bytes, int kind, bool charge) noexcept;
   ChargeStatus charge_slow(Group& g, uint64_t bytes, uint32_t flags, int kind) noexcept;
   void uncharge_slow(Group& g, uint64_t bytes, int kind) noexcept;
   void put_bytes(Group& g, int kind, int64_t add, int64_t live, int64_t units_in,
@@ -203,6 +208,9 @@ class ObjStock {
   unsigned shift_;
   int64_t unit_;
   bool rseq_;
+  // nr_shards_ when hits run as restartable sequences, else 0: the hot path's one check of
+  // both (see Stock).
+  uint32_t rseq_shards_;
 };
 
 // Byte-granular charge of the calling code's objects: the controller's object stock.
@@ -219,40 +227,36 @@ inline void uncharge_object(Group& group, uint64_t bytes, int kind = kDefaultKin
 // Hot paths: as in Stock, a restartable sequence that checks CPU, shard word and owner and then
 // moves the reserve by `delta` bytes within [lo, hi]; anything else (a miss, an abort too many, a
 // busy shard, a size beyond one unit) takes the slow path.
-inline __attribute__((always_inline)) bool ObjStock::hit(Group& g, uint64_t bytes, int kind,
-                                                         int64_t delta, int64_t lo,
-                                                         int64_t hi) noexcept {
+// The section adds -bytes (charge) or +bytes (uncharge) to the reserve and checks the one bound
+// that can be crossed: the reserve and `bytes` are both within one unit (at most 2^61), so the
+// sum cannot overflow.
+template <bool kCharge>
+inline __attribute__((always_inline)) bool ObjStock::hit(Group& g, uint64_t bytes,
+                                                         int kind) noexcept {
 #if MEMCG_RSEQ_CS
-  if (__builtin_expect(rseq_, 1) && bytes - 1 < static_cast<uint64_t>(unit_) &&
-      static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds)) {
+  if (bytes - 1 < static_cast<uint64_t>(unit_) &&
+      static_cast<unsigned>(kind) < static_cast<unsigned>(kMaxKinds)) [[likely]] {
     struct rseq* const rs = internal::rseq_area();
-    const void* const owner = tag(g, kind);
-    int aborts = 0;
-  retry:
     const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
-    if (__builtin_expect(cpu < static_cast<uint32_t>(nr_shards_), 1)) {
-      Shard& s = shards_[cpu];
-      switch (internal::cs_add_bounded(
-          static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
-          reinterpret_cast<const void* const*>(&s.owner), owner,
-          reinterpret_cast<int64_t*>(&s.bytes), delta, lo, hi)) {
-        case internal::CsResult::kOk:
-          return true;
-        case internal::CsResult::kAborted:
-          if (++aborts < kMaxAborts) goto retry;
-          break;
-        case internal::CsResult::kCompareFailed:
-          break;
-      }
-    }
+    if (cpu >= rseq_shards_) [[unlikely]]
+      return false;
+    Shard& s = shards_[cpu];
+    const auto& disabled = *reinterpret_cast<const uint64_t*>(&s.disabled);
+    const auto& owner = *reinterpret_cast<const void* const*>(&s.owner);
+    auto& reserve = *reinterpret_cast<int64_t*>(&s.bytes);
+    const internal::CsResult r =
+        kCharge ? internal::cs_add_floor(rs, static_cast<int>(cpu), disabled, owner, tag(g, kind),
+                                         reserve, -static_cast<int64_t>(bytes), 0)
+                : internal::cs_add_ceil(rs, static_cast<int>(cpu), disabled, owner, tag(g, kind),
+                                        reserve, static_cast<int64_t>(bytes), unit_);
+    if (r == internal::CsResult::kOk) [[likely]]
+      return true;
+    if (r == internal::CsResult::kAborted) return hit_retry(g, bytes, kind, kCharge);
   }
 #else
   (void)g;
   (void)bytes;
   (void)kind;
-  (void)delta;
-  (void)lo;
-  (void)hi;
 #endif
   return false;
 }
@@ -260,13 +264,14 @@ inline __attribute__((always_inline)) bool ObjStock::hit(Group& g, uint64_t byte
 inline __attribute__((always_inline)) ChargeStatus ObjStock::charge(Group& g, uint64_t bytes,
                                                                     uint32_t flags,
                                                                     int kind) noexcept {
-  if (hit(g, bytes, kind, -static_cast<int64_t>(bytes), 0, INT64_MAX)) return ChargeStatus::kOk;
+  if (hit<true>(g, bytes, kind)) [[likely]]
+    return ChargeStatus::kOk;
   return charge_slow(g, bytes, flags, kind);
 }
 
 inline __attribute__((always_inline)) void ObjStock::uncharge(Group& g, uint64_t bytes,
                                                               int kind) noexcept {
-  if (!hit(g, bytes, kind, static_cast<int64_t>(bytes), INT64_MIN, unit_))
+  if (!hit<false>(g, bytes, kind)) [[unlikely]]
     uncharge_slow(g, bytes, kind);
 }
 

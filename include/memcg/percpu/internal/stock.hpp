@@ -108,7 +108,8 @@ class Stock {
   // Takes n pre-charged units of `o` from this CPU's shard. False (a miss, nothing taken) when
   // n > batch(), the shard is busy, or o's slot holds fewer than n units.
   // On a hit, `kind` (unless kNoKind) is charged n units: cached in the slot or passed on.
-  // REQUIRES: o != nullptr and the caller holds a reference to o; n >= 1.
+  // n < 1 is a miss that is not counted (the shard is not looked at).
+  // REQUIRES: o != nullptr and the caller holds a reference to o.
   bool consume(StockOwner* o, int64_t n, int kind = kNoKind) noexcept;
 
   // Puts n charged units of `o` into this CPU's shard. Whatever the shard cannot keep goes back
@@ -215,7 +216,9 @@ class Stock {
 
   // Shard layout. Aligned to 64 bytes so that no two shards (written by different CPUs on every
   // hit) ever share a cache line. Line 0 holds what a hit reads and only slow paths write; line
-  // 1 what a hit writes; line 2 the statistics.
+  // 1 what a hit writes; line 2 the statistics; line 3 is padding: 256 bytes a shard, so that a
+  // hit finds its shard with a shift, and no two shards share an aligned pair of lines (which
+  // some CPUs prefetch together).
   struct alignas(64) Shard {
     // Non-zero while a thread holds the shard: the try-lock of the fallback mode and the
     // "disabled" word of the rseq protocol (internal/rseq.hpp). Owners change only under it.
@@ -227,16 +230,22 @@ class Stock {
       std::atomic<uint64_t> hits, misses, refills, evictions, overflow_drains, remote_drains,
           stat_spills, stat_direct;
     } stats;
+    struct alignas(64) Padding {
+      char bytes[64];
+    } padding;
 
     // Slot caching `o`, or -1. Racy scan: the owner is checked again under the lock or inside
     // the critical section that uses the slot.
     int find(const StockOwner* o) const noexcept {
+      // Unrolled: a compare and a branch per slot, and the slot index a constant at each exit.
+#pragma GCC unroll 7
       for (int i = 0; i < kSlots; ++i) {
         if (owner[i].load(std::memory_order_relaxed) == o) return i;
       }
       return -1;
     }
   };
+  static_assert(sizeof(Shard) == 256, "the hot path indexes shards with a shift");
   // Critical sections access the shard's words as the plain types they wrap.
   static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
                 sizeof(std::atomic<StockOwner*>) == sizeof(StockOwner*));
@@ -261,7 +270,10 @@ class Stock {
   static constexpr int kMaxAborts = 4;
 
   // The hot path of consume (du = -n) and refill (du = +n); false: take the slow path.
-  bool hit(StockOwner* o, int64_t du, int kind) noexcept;
+  bool hit(StockOwner* o, int64_t n, int64_t du, int kind) noexcept;
+  // The general hit, out of line: re-reads the slot's word and plans the change (re-tagging a
+  // slot, a kind passed on), retrying after aborts. For hits the inline attempt did not commit.
+  bool hit_general(StockOwner* o, int64_t du, int kind) noexcept;
   bool consume_slow(StockOwner* o, int64_t n, int kind) noexcept;
   void refill_slow(StockOwner* o, int64_t n, int kind) noexcept;
   void apply(Shard& s, int i, StockOwner* o, int64_t du, int kind) noexcept;
@@ -280,52 +292,59 @@ class Stock {
   int nr_shards_;
   int64_t batch_;
   bool rseq_;
+  // nr_shards_ in rseq mode, else 0: the hot path's one check of both (any CPU id fails it
+  // outside rseq mode, and an unregistered thread's negative id always does).
+  uint32_t rseq_shards_;
+  // 2 * batch_: the span of a cached count, [-batch, batch], read by the hot path's section.
+  int64_t count_span_;
 };
 
-// Both hot paths: read the CPU from the rseq area, find the owner's slot with a plain scan, plan
-// the change from a plain read of the slot's word, then commit it in a critical section that
-// re-checks CPU, shard word, owner and the fields the plan relied on. An abort (preemption,
-// migration, signal) stored nothing and is retried on the then-current CPU; a failed check, or
-// too many aborts, goes to the slow path, which decides under the shard's word.
-inline __attribute__((always_inline)) bool Stock::hit(StockOwner* o, int64_t du,
+// Both hot paths, inline: read the CPU from the rseq area, find the owner's slot with a plain
+// scan, and commit the change in one critical section that re-checks CPU, shard word and owner
+// and checks the slot's new word: the units within [0, batch] and, for a kind a tag can name,
+// the slot caching that kind with its count within [-batch, batch]. This covers the common hit
+// without reading the word first. Whatever else can still be a hit (an abort, a slot to re-tag, a
+// kind passed on to the owner) goes to hit_general(), out of line; a CPU outside the stock
+// (fallback mode, or no rseq for the thread) or no slot for the owner is a miss at once.
+inline __attribute__((always_inline)) bool Stock::hit(StockOwner* o, int64_t n, int64_t du,
                                                       int kind) noexcept {
 #if MEMCG_RSEQ_CS
-  // |du| in [1, batch] with one unsigned compare.
-  const int64_t n = du < 0 ? -du : du;
-  if (__builtin_expect(rseq_, 1) && static_cast<uint64_t>(n - 1) < static_cast<uint64_t>(batch_)) {
+  // n in [1, batch] with one unsigned compare; folded away for a constant n of 1 (the
+  // constructor keeps batch_ at 1 or more).
+  if (batch_ < 1) __builtin_unreachable();
+  if (static_cast<uint64_t>(n - 1) < static_cast<uint64_t>(batch_)) [[likely]] {
     struct rseq* const rs = internal::rseq_area();
-    int aborts = 0;
-  retry:
-    // A negative (unregistered) cpu_id becomes huge and fails the bound.
     const auto cpu = static_cast<uint32_t>(__atomic_load_n(&rs->cpu_id, __ATOMIC_RELAXED));
-    if (__builtin_expect(cpu < static_cast<uint32_t>(nr_shards_), 1)) {
-      Shard& s = shards_[cpu];
-      // No slot: a refill installs (and maybe evicts) on the slow path.
-      if (const int i = s.find(o); __builtin_expect(i >= 0, 1)) {
-        const Plan p = plan(s.word[i].load(std::memory_order_relaxed), du, kind);
-        switch (internal::cs_slot_update(
-            static_cast<int>(cpu), reinterpret_cast<const uint64_t*>(&s.disabled),
-            reinterpret_cast<const void* const*>(&s.owner[i]), o,
-            reinterpret_cast<uint64_t*>(&s.word[i]), p.add, p.mask, p.expect,
-            static_cast<uint64_t>(batch_), static_cast<uint64_t>(batch_))) {
-          case internal::CsResult::kOk:
-            bump(du < 0 ? s.stats.hits : s.stats.refills);
-            if (p.direct) [[unlikely]] {
-              bump(s.stats.stat_direct);
-              o->stock_stat(kind, -du);
-            }
-            return true;
-          case internal::CsResult::kAborted:
-            if (++aborts < kMaxAborts) goto retry;
-            break;
-          case internal::CsResult::kCompareFailed:  // units or count out of range, busy shard
-            break;
-        }
+    if (cpu >= rseq_shards_) [[unlikely]]
+      return false;
+    Shard& s = shards_[cpu];
+    const int i = s.find(o);
+    if (i < 0) [[unlikely]]
+      return false;
+    // Constants for a constant kind. kNoKind: the units alone change (the tag and count are
+    // not looked at). A kind with a tag: its count moves with the units, under that tag.
+    const unsigned ktag = tag_of(kind);
+    if (ktag != 0 || kind == kNoKind) [[likely]] {
+      const uint64_t add = ktag != 0 ? static_cast<uint64_t>(du) + (static_cast<uint64_t>(-du) << 16)
+                                     : static_cast<uint64_t>(du);
+      if (internal::cs_slot_add(rs, static_cast<int>(cpu),
+                                *reinterpret_cast<const uint64_t*>(&s.disabled),
+                                *reinterpret_cast<const void* const*>(&s.owner[i]), o,
+                                *reinterpret_cast<uint64_t*>(&s.word[i]), add,
+                                ktag != 0 ? 0xffffu : 0xffu, ktag << 8,
+                                *reinterpret_cast<const uint64_t*>(&batch_),
+                                *reinterpret_cast<const uint64_t*>(&count_span_)) ==
+          internal::CsResult::kOk)
+          [[likely]] {
+        bump(du < 0 ? s.stats.hits : s.stats.refills);
+        return true;
       }
     }
+    return hit_general(o, du, kind);
   }
 #else
   (void)o;
+  (void)n;
   (void)du;
   (void)kind;
 #endif
@@ -335,19 +354,20 @@ inline __attribute__((always_inline)) bool Stock::hit(StockOwner* o, int64_t du,
 inline __attribute__((always_inline)) bool Stock::consume(StockOwner* o, int64_t n,
                                                           int kind) noexcept {
   assert(o != nullptr);
-  return hit(o, -n, kind) || consume_slow(o, n, kind);
+  // n < 1 is no request: a miss without a look at the shard (try_charge() sends it on).
+  return hit(o, n, -n, kind) || (n > 0 && consume_slow(o, n, kind));
 }
 
 inline __attribute__((always_inline)) bool Stock::refill_hit(StockOwner* o, int64_t n,
                                                              int kind) noexcept {
   assert(o != nullptr);
-  return hit(o, n, kind);
+  return hit(o, n, n, kind);
 }
 
 inline __attribute__((always_inline)) void Stock::refill(StockOwner* o, int64_t n,
                                                          int kind) noexcept {
   assert(o != nullptr);
-  if (!hit(o, n, kind)) refill_slow(o, n, kind);
+  if (!hit(o, n, n, kind)) refill_slow(o, n, kind);
 }
 
 }  // namespace memcg
