@@ -20,6 +20,9 @@ const (
 	OomKill CancelReason = 0 // the OOM killer chose the member: release its memory
 	Preempt CancelReason = 1 // a waiting charge of a higher class asks for memory back
 	Other   CancelReason = 2
+	// Operator: someone outside the process killed the member or asked for memory back
+	// (memcg::http actions, the process budget); Killed tells which.
+	Operator CancelReason = 3
 )
 
 // KillFunc runs on the goroutine (thread) that ran the OOM killer. It may Close the member.

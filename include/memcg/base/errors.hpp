@@ -17,7 +17,8 @@
 //   EINVAL      the text does not follow the file's grammar, or a value is out of its range
 //   ERANGE      an integer does not fit (memory.oom.group), a duration overflows
 //   EBUSY       a second registration on one handle; a counter's max set below its usage; a
-//               group removed while it has children or attached threads
+//               group removed while it has children or attached threads; a process budget set
+//               while another is being reached (ProcessBudget::set)
 //   EAGAIN      memory.reclaim fell short of its target after its retries; no arena to spare
 //   EINTR       memory.reclaim was cancelled
 //   ENOMEM      an internal allocation failed
@@ -29,7 +30,8 @@
 //   EBADF       an eventfd that cannot be duplicated
 //   EMFILE, ENFILE  no descriptor left for an eventfd
 //   EALREADY    the HTTP server is already running
-//   EIO         the HTTP server stopped as soon as it started
+//   EIO         the HTTP server stopped as soon as it started; a member's callback threw on an
+//               operator's kill or request (kill_member, preempt_member)
 //   EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT  the HTTP server's bind (which may also pass on
 //               another errno of bind(2) or listen(2): errno_name says "unknown" for those,
 //               strerror() knows them)
