@@ -10,12 +10,14 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_set>
 
+#include "memcg/core/admission/budget.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/http/server.hpp"
 #include "history.hpp"
@@ -37,6 +39,7 @@ struct Conn {
 struct WriteJob {
   GroupRef group;
   std::string file, text;
+  std::function<int()> action;  // an action (actions.cpp) instead of a file write, when set
   int result = 0;
   bool started = false;  // guarded by Writer::mutex
   bool done = false;     // guarded by Writer::mutex
@@ -61,6 +64,11 @@ struct Impl {
   Controller& ctl;
   const ServerOptions options;
   const size_t max_connections = options.threads + options.max_queued;
+
+  // ---- the process budget (actions.cpp): the application's, or the server's own ----
+  std::unique_ptr<ProcessBudget> own_budget =
+      options.budget ? nullptr : std::make_unique<ProcessBudget>(ctl);
+  ProcessBudget* const budget = options.budget ? options.budget : own_budget.get();
 
   // ---- set by start(), cleared by stop() ----
   MHD_Daemon* daemon = nullptr;

@@ -20,7 +20,7 @@ std::thread start_writer(const std::shared_ptr<Writer>& writer) {
       lock.unlock();
       int result;
       try {
-        result = write_file(*job->group, job->file, job->text);
+        result = job->action ? job->action() : write_file(*job->group, job->file, job->text);
       } catch (const std::bad_alloc&) {
         result = ENOMEM;
       } catch (...) {
