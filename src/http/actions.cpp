@@ -35,6 +35,7 @@ ActionAnswer error(unsigned status, std::string_view why) {
   a.body += ",\"status\":";
   put_u64(a.body, status);
   a.body += "}\n";
+  a.result.assign(why);
   return a;
 }
 
@@ -348,6 +349,7 @@ ActionAnswer budget_put(Impl& s, const std::string& body) {
   ActionAnswer a;
   a.status = 202;  // being reached on the budget's thread: GET /v1/budget follows it
   a.body = budget_json(s.budget->status());
+  a.result = "accepted";
   return a;
 }
 
@@ -398,6 +400,7 @@ ActionAnswer member_act(Impl& s, uint64_t id, std::string_view verb, std::string
   const auto start = SteadyClock::now();
   MemberInfo info;
   if (member_info(s.ctl, id, &info) != 0) return error(404, "no such member");
+  std::string before = std::string("state=") + member_state_name(info.state);
   int result = 0;
   Controller& ctl = s.ctl;
   const unsigned busy = on_writer(
@@ -428,6 +431,9 @@ ActionAnswer member_act(Impl& s, uint64_t id, std::string_view verb, std::string
   ActionAnswer a;
   const bool done = released(info);
   a.status = done ? 200 : 202;
+  a.result = done                  ? "released"
+             : present             ? "not released by the deadline"
+                                   : member_state_name(info.state);
   a.body = "{\"action\":";
   put_string(a.body, kill ? "kill" : "preempt");
   a.body += ",\"released\":";
@@ -439,6 +445,7 @@ ActionAnswer member_act(Impl& s, uint64_t id, std::string_view verb, std::string
   a.body += ",\"member\":";
   put_member(a.body, info, false);
   a.body += "}\n";
+  a.old_value = std::move(before);
   return a;
 }
 
@@ -476,11 +483,20 @@ ActionAnswer serve_action_read(Impl& s, std::string_view path, std::string_view 
 ActionAnswer serve_action_write(Impl& s, std::string_view method, std::string_view path,
                                 std::string_view raw_target, const std::string& body) {
   if (path == "/v1/budget") {
-    if (method == "PUT") return budget_put(s, body);
+    const BudgetStatus before = s.budget->status();
+    std::string old = std::string("state=") + budget_state_name(before.state);
+    if (before.state != BudgetState::kNone) old += " target=" + std::to_string(before.target_bytes);
+    if (method == "PUT") {
+      ActionAnswer a = budget_put(s, body);
+      a.old_value = std::move(old);
+      return a;
+    }
     if (method == "DELETE") {
       if (s.budget->clear() == ENOENT) return error(404, "no budget is set");
       ActionAnswer a;
       a.body = budget_json(s.budget->status());
+      a.result = "ok";
+      a.old_value = std::move(old);
       return a;
     }
     ActionAnswer a = error(405, "PUT, DELETE or GET");

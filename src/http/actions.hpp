@@ -18,6 +18,10 @@ struct ActionAnswer {
   std::string body;
   const char* allow = nullptr;  // "Allow" for a 405
   bool retry_after = false;     // "Retry-After: 1" for a 503
+  // For the audit record of an action: what it acted on before (a member's state, the budget's)
+  // and how it ended ("ok", "accepted", "killing", or the error).
+  std::string old_value;
+  std::string result;
 };
 
 // True for the paths served here: /v1/members, /v1/members/..., /v1/memory, /v1/budget.

@@ -13,9 +13,11 @@
 #include "memcg/base/internal/defer_callbacks.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/files/prometheus.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "memcg/http/json.hpp"
 #include "memcg/http/oom_json.hpp"
 #include "actions.hpp"
+#include "json_put.hpp"
 #include "oom_page.hpp"
 #include "page.hpp"
 #include "server_impl.hpp"
@@ -43,6 +45,8 @@ struct Request {
   size_t body_bytes = 0;   // received, kept or not
   std::string group, file; // of a POST
   std::string verb;        // the method's name, for the action paths
+  std::string token_id;    // of a POST: how its token is named in the audit
+  std::string audit_body;  // of a POST: the body, kept for the audit once moved to the write
 };
 
 // A generated answer: the body lives until libmicrohttpd has sent it or dropped the connection;
@@ -110,8 +114,30 @@ constexpr size_t kBlockBytes = 256 * 1024;
 struct StreamedMetrics {
   explicit StreamedMetrics(Controller& ctl) : doc(ctl) {}
   PrometheusExposition doc;
+  std::string tail;  // the server's own families (event bus, audit), after the document
+  size_t tail_pos = 0;
   std::atomic<size_t>* gate = nullptr;
 };
+
+// The server's own families: the event bus and its streams, the audit records.
+std::string server_metrics(Impl& s) {
+  const EventBusStats b = s.ctl.events().stats();
+  std::string out =
+      "# HELP memcg_events_published_total Events recorded by the event bus.\n"
+      "# TYPE memcg_events_published_total counter\n"
+      "memcg_events_published_total " + std::to_string(b.published) + "\n"
+      "# HELP memcg_event_subscribers Event bus subscriptions (GET /v1/events streams among them).\n"
+      "# TYPE memcg_event_subscribers gauge\n"
+      "memcg_event_subscribers " + std::to_string(b.subscribers) + "\n"
+      "# HELP memcg_event_subscribers_dropped_total Subscriptions dropped, by reason.\n"
+      "# TYPE memcg_event_subscribers_dropped_total counter\n";
+  for (int i = 1; i < kNumBusDropReasons; ++i)
+    out += std::string("memcg_event_subscribers_dropped_total{reason=\"") +
+           bus_drop_reason_name(static_cast<BusDropReason>(i)) + "\"} " +
+           std::to_string(b.dropped[i]) + "\n";
+  out += s.audit.render_metrics();
+  return out;
+}
 
 // Fills `buf` (libmicrohttpd asks for at most what is left of the announced length).
 ssize_t read_metrics(void* cls, uint64_t, char* buf, size_t max) {
@@ -122,6 +148,11 @@ ssize_t read_metrics(void* cls, uint64_t, char* buf, size_t max) {
   } catch (...) {
     // Out of memory: the connection is closed, short of its Content-Length.
     return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  if (n == 0 && m->tail_pos < m->tail.size()) {
+    n = std::min(max, m->tail.size() - m->tail_pos);
+    std::memcpy(buf, m->tail.data() + m->tail_pos, n);
+    m->tail_pos += n;
   }
   if (n == 0) return MHD_CONTENT_READER_END_WITH_ERROR;  // shorter than counted: never
   return static_cast<ssize_t>(n);
@@ -208,6 +239,21 @@ void on_connection(void* cls, MHD_Connection* c, void** socket_context,
     }
     conn->fd = info->connect_fd;
     conn->deadline = SteadyClock::now() + s.options.read_timeout;
+    // Through the Unix socket: the peer is its uid (checked against the allowed ones when
+    // accepted, listener.cpp), which authorises its writes instead of the token.
+    const MHD_ConnectionInfo* addr = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (addr != nullptr && addr->client_addr != nullptr &&
+        addr->client_addr->sa_family == AF_UNIX) {
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (::getsockopt(conn->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        delete conn;
+        ::shutdown(info->connect_fd, SHUT_RDWR);
+        return;
+      }
+      conn->unix_peer = true;
+      conn->uid = cred.uid;
+    }
     std::lock_guard<std::mutex> lock(s.conns_mutex);
     try {
       s.conns.insert(conn);
@@ -262,6 +308,49 @@ bool bearer_matches(std::string_view auth, std::string_view token) {
   return same_token(rest, token);
 }
 
+// The token's name in audit records: ServerOptions::token_name for the configured token, else a
+// fingerprint of what was shown (never the token); "" when none was.
+std::string token_id_of(const Impl& s, const char* auth) {
+  if (auth == nullptr) return {};
+  std::string_view rest = auth;
+  const size_t space = rest.find(' ');
+  rest = space == std::string_view::npos ? std::string_view() : rest.substr(space + 1);
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  while (!rest.empty() && (rest.back() == ' ' || rest.back() == '\t')) rest.remove_suffix(1);
+  if (!s.options.token_name.empty() && !s.options.token.empty() &&
+      bearer_matches(auth, s.options.token))
+    return s.options.token_name;
+  return token_fingerprint(rest);
+}
+
+// Audits the POST `r` answered `status` (audit.hpp).
+void audit_post(Impl& s, MHD_Connection* c, const Request& r, unsigned status,
+                std::string_view result, std::string old_value = {}) {
+  AuditRecord a = audit_request(c, conn_of(c), "POST", r.path);
+  a.token_id = r.token_id;
+  a.old_value = std::move(old_value);
+  a.new_value = r.body.empty() ? r.audit_body : r.body;
+  a.status = static_cast<int>(status);
+  a.result.assign(result);
+  s.audit.record(std::move(a));
+}
+
+// Audits the action `r` (actions.hpp) answered `status`: the body (or the query) as the new
+// value, what it acted on before as the old one.
+void audit_action(Impl& s, MHD_Connection* c, const Request& r, unsigned status,
+                  std::string_view result, std::string old_value) {
+  AuditRecord a = audit_request(c, conn_of(c), r.verb, r.path);
+  a.token_id = r.token_id;
+  a.old_value = std::move(old_value);
+  const size_t q = r.raw_target.find('?');
+  a.new_value = !r.body.empty() ? r.body.substr(0, kAuditValueBytes + 4)
+                : q != std::string::npos ? r.raw_target.substr(q, kAuditValueBytes + 4)
+                                         : std::string();
+  a.status = static_cast<int>(status);
+  a.result.assign(result);
+  s.audit.record(std::move(a));
+}
+
 // The first call of a request, its headers complete: anything refused on them is answered
 // before the body is read. MHD_YES to go on, or the result of the refusal.
 MHD_Result check_headers(Impl& s, MHD_Connection* c, Request& r, const char* method,
@@ -289,29 +378,52 @@ MHD_Result check_headers(Impl& s, MHD_Connection* c, Request& r, const char* met
     if (errno == 0 && end != len && v > s.options.max_body_bytes)
       return reply(c, 413, "request body too large");
   }
-  // Actions (actions.hpp) take the token as writes do.
+  // Actions (actions.hpp) are authorized as writes are, and their refusals audited the same.
   if (is_acting(m, r.path)) {
-    if (!s.options.allow_writes)
-      return reply(c, 405, "writes are disabled", {{"Allow", "GET, HEAD"}});
+    const Conn* conn = conn_of(c);
+    const bool by_uid = conn != nullptr && conn->unix_peer;
     const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (auth == nullptr)
-      return reply(c, 401, "bearer token required", {{"WWW-Authenticate", "Bearer"}});
-    if (!bearer_matches(auth, s.options.token)) return reply(c, 403, "wrong token");
-    if (r.target_status != 0) return reply(c, 400, "invalid path");
+    r.token_id = by_uid ? std::string() : token_id_of(s, auth);
+    auto refuse = [&](unsigned status, std::string_view why,
+                      std::initializer_list<Header> extra = {}) {
+      audit_action(s, c, r, status, why, {});
+      return reply(c, status, why, extra);
+    };
+    if (!s.options.allow_writes)
+      return refuse(405, "writes are disabled", {{"Allow", "GET, HEAD"}});
+    if (!by_uid) {
+      if (s.options.token.empty()) return refuse(403, "actions only over the Unix socket");
+      if (auth == nullptr)
+        return refuse(401, "bearer token required", {{"WWW-Authenticate", "Bearer"}});
+      if (!bearer_matches(auth, s.options.token)) return refuse(403, "wrong token");
+    }
+    if (r.target_status != 0) return refuse(400, "invalid path");
   }
   if (r.method == Method::kPost && is_file_target(r.path)) {
-    if (!s.options.allow_writes)
-      return reply(c, 405, "writes are disabled", {{"Allow", "GET, HEAD"}});
+    const Conn* conn = conn_of(c);
+    const bool by_uid = conn != nullptr && conn->unix_peer;
     const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (auth == nullptr)
-      return reply(c, 401, "bearer token required", {{"WWW-Authenticate", "Bearer"}});
-    if (!bearer_matches(auth, s.options.token)) return reply(c, 403, "wrong token");
+    r.token_id = by_uid ? std::string() : token_id_of(s, auth);
+    // Every refusal of a write is audited too: who tried what.
+    auto refuse = [&](unsigned status, std::string_view why,
+                      std::initializer_list<Header> extra = {}) {
+      audit_post(s, c, r, status, why);
+      return reply(c, status, why, extra);
+    };
+    if (!s.options.allow_writes)
+      return refuse(405, "writes are disabled", {{"Allow", "GET, HEAD"}});
+    if (!by_uid) {
+      if (s.options.token.empty()) return refuse(403, "writes only over the Unix socket");
+      if (auth == nullptr)
+        return refuse(401, "bearer token required", {{"WWW-Authenticate", "Bearer"}});
+      if (!bearer_matches(auth, s.options.token)) return refuse(403, "wrong token");
+    }
     if (r.target_status != 0 || !split_file_path(r.path, &r.group, &r.file))
-      return reply(c, 400, "invalid path");
+      return refuse(400, "invalid path");
     // memory.pressure and memory.peak keep state per open file (a trigger, a reset point) that
     // a one-shot write would discard at once: refused rather than silently doing nothing.
     if (r.file == "memory.pressure" || r.file == "memory.peak")
-      return reply(c, 405, "per-open-file state: not writable over HTTP", {{"Allow", "GET, HEAD"}});
+      return refuse(405, "per-open-file state: not writable over HTTP", {{"Allow", "GET, HEAD"}});
   }
   *refused = false;
   return MHD_YES;
@@ -414,7 +526,8 @@ MHD_Result metrics(Impl& s, MHD_Connection* c) {
   uint64_t length;
   try {
     m = std::make_unique<StreamedMetrics>(s.ctl);
-    length = m->doc.size();
+    m->tail = server_metrics(s);
+    length = m->doc.size() + m->tail.size();
   } catch (...) {
     s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
     throw;
@@ -440,6 +553,9 @@ MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
     return document(s, c, "application/json", [&] { return render_groups_json(s.ctl); });
   if (r.path == "/v1/oom")
     return document(s, c, "application/json", [&] { return render_oom_json(s.ctl); });
+  if (r.path == "/v1/events") return serve_events(s, c);
+  if (r.path == "/v1/audit")
+    return document(s, c, "application/json", [&] { return s.audit.render_json(); });
   if (r.path == "/v1/oom.txt")
     return document(s, c, kTextType, [&] { return render_oom_text(s.ctl); });
   if (r.path == "/")
@@ -474,34 +590,64 @@ MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
 
 MHD_Result serve_write(Impl& s, MHD_Connection* c, Request& r) {
   if (!is_file_target(r.path)) return reply(c, 404, "not found");
+  r.audit_body = r.body.substr(0, kAuditValueBytes + 4);
   GroupRef g = s.ctl.lookup(r.group);
-  if (!g) return reply(c, 404, "no such group");
+  if (!g) {
+    audit_post(s, c, r, 404, "no such group");
+    return reply(c, 404, "no such group");
+  }
   auto job = std::make_shared<WriteJob>();
   job->group = std::move(g);
   job->file = r.file;
   job->text = std::move(r.body);
+  // Audited once answered, with the value the file had before (read by the writer).
+  std::string old_value;
+  auto answer = [&](unsigned status, std::string_view text,
+                    std::initializer_list<Header> extra = {}) {
+    audit_post(s, c, r, status, text, old_value);
+    if (status == 200 || status == 202) {
+      // The write on the event stream, about its group (event_bus.hpp).
+      std::string p = "{\"file\":";
+      json_out::put_string(p, r.file);
+      p += ",\"old\":";
+      json_out::put_string(p, old_value.substr(0, kAuditValueBytes));
+      p += ",\"new\":";
+      json_out::put_string(p, r.audit_body.substr(0, kAuditValueBytes));
+      p += ",\"status\":" + std::to_string(status) + "}";
+      s.ctl.events().publish(BusEventType::kWrite, r.group == "/" ? "/" : r.group, p);
+    }
+    return reply(c, status, text, extra);
+  };
   Writer& w = *s.writer;
   std::unique_lock<std::mutex> lock(w.mutex);
-  if (w.stopping) return reply(c, 503, "the server is stopping");
-  if (w.job) return reply(c, 503, "another write is running", {{"Retry-After", "1"}});
+  if (w.stopping) {
+    lock.unlock();
+    return answer(503, "the server is stopping");
+  }
+  if (w.job) {
+    lock.unlock();
+    return answer(503, "another write is running", {{"Retry-After", "1"}});
+  }
   w.job = job;
   w.cv.notify_all();
   const auto until = SteadyClock::now() + s.options.read_timeout;
   w.cv.wait_until(lock, until, [&] { return job->done || w.stopping; });
+  if (job->old_read) old_value = job->old_value;  // read before the write started
   if (!job->done) {
     if (!job->started) {  // stopping: it never will
       w.job.reset();
-      return reply(c, 503, "the server is stopping");
+      lock.unlock();
+      return answer(503, "the server is stopping");
     }
-    return reply(c, 202, "the write is still running");
+    lock.unlock();
+    return answer(202, "the write is still running");
   }
   lock.unlock();
   const int err = job->result;
-  if (err == 0) return reply(c, 200, "ok");
-  if (err == ENOENT) return reply(c, 404, "no such file");
-  if (err == EACCES)
-    return reply(c, 405, errno_name(err), {{"Allow", "GET, HEAD"}});
-  return reply(c, status_for_write_error(err), errno_name(err));
+  if (err == 0) return answer(200, "ok");
+  if (err == ENOENT) return answer(404, "no such file");
+  if (err == EACCES) return answer(405, errno_name(err), {{"Allow", "GET, HEAD"}});
+  return answer(status_for_write_error(err), errno_name(err));
 }
 
 // An action path (actions.hpp): reads are documents within max_answers_in_flight.
@@ -518,6 +664,18 @@ MHD_Result serve_action(Impl& s, MHD_Connection* c, const Request& r) {
     return send(c, a.status, std::move(a.body), "application/json", &s.answers_in_flight);
   }
   a = serve_action_write(s, r.verb, r.path, r.raw_target, r.body);
+  // Audited, and on the event stream when applied (event_bus.hpp), about the root.
+  audit_action(s, c, r, a.status, a.result, a.old_value);
+  if (a.status == 200 || a.status == 202) {
+    std::string p = "{\"method\":";
+    json_out::put_string(p, r.verb);
+    p += ",\"path\":";
+    json_out::put_string(p, r.path);
+    p += ",\"status\":" + std::to_string(a.status) + ",\"result\":";
+    json_out::put_string(p, a.result);
+    p += '}';
+    s.ctl.events().publish(BusEventType::kAction, "/", p);
+  }
   if (a.allow != nullptr)
     return send(c, a.status, std::move(a.body), "application/json", nullptr,
                 {{"Allow", a.allow}});
@@ -574,8 +732,9 @@ void Impl::set_deadline(Conn* c, std::chrono::milliseconds from_now) {
 }
 
 MHD_Daemon* Impl::start_daemon() {
+  // Suspend and resume: an event stream with nothing to send waits suspended (events_stream.cpp).
   const unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                         MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+                         MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC | MHD_ALLOW_SUSPEND_RESUME;
   const unsigned pool = options.threads > 1 ? static_cast<unsigned>(options.threads) : 0;
   return MHD_start_daemon(
       flags, 0, nullptr, nullptr, &on_request, this,

@@ -8,10 +8,14 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <cstring>
 
 #include "server_impl.hpp"
 
@@ -48,7 +52,56 @@ bool client_error(int err) {
 
 bool shortage(int err) { return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM; }
 
+bool uid_allowed(const ServerOptions& o, uint32_t uid) {
+  if (o.unix_allowed_uids.empty()) return uid == ::geteuid();
+  return std::find(o.unix_allowed_uids.begin(), o.unix_allowed_uids.end(), uid) !=
+         o.unix_allowed_uids.end();
+}
+
 }  // namespace
+
+int listen_unix(const std::string& path, dev_t* dev, ino_t* ino) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) return -ENAMETOOLONG;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) == 0) {
+    // Only a socket file is ever replaced, and only a stale one: no server accepts on it.
+    if (!S_ISSOCK(st.st_mode)) return -EEXIST;
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) return -errno;
+    const int r = ::connect(probe, reinterpret_cast<const sockaddr*>(&addr), len);
+    const int err = errno;
+    ::close(probe);
+    if (r == 0) return -EADDRINUSE;
+    if (err != ECONNREFUSED) return -err;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return -errno;
+  } else if (errno != ENOENT) {
+    return -errno;
+  }
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -errno;
+  // Linux gives the file bind() creates the socket inode's mode (less the umask): 0600 from the
+  // start, never a moment wider. The chmod after is for the record, should that ever differ.
+  ::fchmod(fd, 0600);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return -err;
+  }
+  if (::chmod(path.c_str(), 0600) != 0 || ::listen(fd, 128) != 0 ||
+      ::lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(path.c_str());
+    return -err;
+  }
+  *dev = st.st_dev;
+  *ino = st.st_ino;
+  return fd;
+}
 
 int listen_on(const sockaddr* addr, socklen_t len) {
   const int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -64,6 +117,45 @@ int listen_on(const sockaddr* addr, socklen_t len) {
     return -err;
   }
   return fd;
+}
+
+// Clients of the Unix socket: a peer whose uid is not allowed (SO_PEERCRED) is closed before
+// libmicrohttpd sees it; the others are handed over as TCP clients are.
+void Impl::accept_unix(size_t room, SteadyClock::time_point* paused_until) {
+  const int burst = static_cast<int>(std::min<size_t>(room, kAcceptBurst));
+  for (int i = 0; i < burst; ++i) {
+    sockaddr_un peer{};
+    socklen_t len = sizeof peer;
+    const int fd = ::accept4(unix_fd, reinterpret_cast<sockaddr*>(&peer), &len,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (client_error(err)) continue;
+      accept_errors.fetch_add(1, std::memory_order_relaxed);
+      if (shortage(err)) *paused_until = SteadyClock::now() + kShortageBackoff;
+      return;
+    }
+    ucred cred{};
+    socklen_t cred_len = sizeof cred;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 ||
+        !uid_allowed(options, cred.uid)) {
+      ::close(fd);
+      unix_refused.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(conns_mutex);
+      ++pending_starts;
+      last_add = SteadyClock::now();
+    }
+    // An unnamed client socket has only its family: libmicrohttpd is given the whole record.
+    if (MHD_add_connection(daemon, fd, reinterpret_cast<sockaddr*>(&peer), sizeof peer) != MHD_YES) {
+      refused.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock(conns_mutex);
+      if (pending_starts > 0) --pending_starts;
+    }
+  }
 }
 
 void Impl::accept_loop() {
@@ -89,11 +181,18 @@ void Impl::accept_loop() {
       room = open < max_connections ? max_connections - open : 0;
     }
     const bool poll_listener = listen_fd >= 0 && now >= paused_until && room > 0;
-    pollfd fds[2] = {{wake_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}};
-    ::poll(fds, poll_listener ? 2 : 1, room > 0 ? kTickMs : kFullTickMs);
+    const bool poll_unix = unix_fd >= 0 && now >= paused_until && room > 0;
+    // The Unix socket, when polled, is the last entry (after the TCP listener if that is).
+    pollfd fds[3] = {{wake_fd, POLLIN, 0}, {listen_fd, POLLIN, 0}, {unix_fd, POLLIN, 0}};
+    if (!poll_listener) fds[1] = fds[2];
+    const nfds_t nfds = 1 + (poll_listener ? 1 : 0) + (poll_unix ? 1 : 0);
+    ::poll(fds, nfds, room > 0 ? kTickMs : kFullTickMs);
     if (stopping.load()) break;
+    if (poll_unix && fds[nfds - 1].revents != 0) accept_unix(room, &paused_until);
+    // Event streams silent for a heartbeat interval are resumed to send one.
+    wake_streams(false);
 
-    if (poll_listener && fds[1].revents != 0) {
+    if (poll_listener && fds[1].revents != 0 && fds[1].fd == listen_fd) {
       const int burst = static_cast<int>(std::min<size_t>(room, kAcceptBurst));
       for (int i = 0; i < burst; ++i) {
         sockaddr_storage peer{};

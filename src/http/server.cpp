@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +15,7 @@
 #include <system_error>
 
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "server_impl.hpp"
 
 namespace memcg::http {
@@ -72,12 +74,30 @@ void check_options(const ServerOptions& o) {
   if (o.history_groups * o.history_samples > 262'144)
     fail("memcg::http::ServerOptions history_groups x history_samples is over 262144");
   if (o.allow_writes) {
-    if (o.token.empty() || o.token.size() > 4096)
+    // Over the Unix socket writes are authorised by the peer's uid: the token may be empty.
+    if ((o.token.empty() && o.unix_socket.empty()) || o.token.size() > 4096)
       fail("memcg::http::ServerOptions::token must be 1..4096 bytes when writes are allowed");
     for (char c : o.token)
       if (c <= 0x20 || c > 0x7e)
         fail("memcg::http::ServerOptions::token must be printable ASCII without spaces");
   }
+  if (!within(o.max_event_streams, 1, 4096))
+    fail("memcg::http::ServerOptions::max_event_streams is not in 1..4096");
+  if (!within(o.event_stream_lag, 1, 1'000'000))
+    fail("memcg::http::ServerOptions::event_stream_lag is not in 1..1000000");
+  if (o.event_heartbeat.count() < 100 || o.event_heartbeat.count() > kMaxMs)
+    fail("memcg::http::ServerOptions::event_heartbeat is not in 100 ms..300 s");
+  if (!within(o.audit_records, 16, 100'000))
+    fail("memcg::http::ServerOptions::audit_records is not in 16..100000");
+  if (o.token_name.size() > 64)
+    fail("memcg::http::ServerOptions::token_name is over 64 bytes");
+  for (char c : o.token_name)
+    if (c <= 0x20 || c > 0x7e)
+      fail("memcg::http::ServerOptions::token_name must be printable ASCII without spaces");
+  if (o.unix_socket.size() > 107)
+    fail("memcg::http::ServerOptions::unix_socket is over 107 bytes");
+  if (o.unix_socket.find('\0') != std::string::npos)
+    fail("memcg::http::ServerOptions::unix_socket holds a NUL byte");
 }
 
 // Undoes what a start() did, in the order that keeps stop() bounded: no new connection, no new
@@ -94,6 +114,15 @@ void teardown(detail::Impl& s) {
   }
   if (s.listen_fd >= 0) ::close(s.listen_fd);
   s.listen_fd = -1;
+  if (s.unix_fd >= 0) {
+    ::close(s.unix_fd);
+    // Removed only if the path is still the socket this server made.
+    struct stat st{};
+    if (::lstat(s.options.unix_socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+        st.st_dev == s.unix_dev && st.st_ino == s.unix_ino)
+      ::unlink(s.options.unix_socket.c_str());
+  }
+  s.unix_fd = -1;
   if (s.sampler.joinable()) {
     {
       std::lock_guard<std::mutex> lock(s.sampler_mutex);
@@ -107,6 +136,9 @@ void teardown(detail::Impl& s) {
     s.writer->stopping = true;
     s.writer->cv.notify_all();
   }
+  // Event streams end (`stopping` is set: a resumed stream ends, none suspends again), and none
+  // stays suspended: libmicrohttpd must not be stopped with a suspended connection.
+  s.wake_streams(true);
   if (s.daemon != nullptr) MHD_stop_daemon(s.daemon);
   s.daemon = nullptr;
   if (s.writer_thread.joinable()) {
@@ -179,7 +211,8 @@ int Server::start(std::string* error) {
   s.started.store(true);
   try {
     s.accepted = s.refused = s.timed_out = s.accept_errors = s.listener_losses = 0;
-    s.writes_abandoned = 0;
+    s.writes_abandoned = s.streams_opened = s.streams_refused = s.streams_dropped = 0;
+    s.unix_refused = 0;
     s.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s.wake_fd < 0) {
       const int err = errno;
@@ -190,6 +223,16 @@ int Server::start(std::string* error) {
       return fail(-fd, "cannot bind " + o.address + ":" + std::to_string(o.port) + ": " +
                            std::strerror(-fd));
     s.listen_fd = fd;
+    if (!o.unix_socket.empty()) {
+      const int ufd = detail::listen_unix(o.unix_socket, &s.unix_dev, &s.unix_ino);
+      if (ufd < 0)
+        return fail(-ufd, "cannot listen on " + o.unix_socket + ": " + std::strerror(-ufd) +
+                              (ufd == -EEXIST ? " (a file that is not a socket is there)" : ""));
+      s.unix_fd = ufd;
+    }
+    // The event stream's ring records from now on, so that a client can resume after a
+    // reconnect (GET /v1/events); the application's options hold if it enabled the bus first.
+    (void)s.ctl.events().enable();
     sockaddr_storage bound{};
     socklen_t bound_len = sizeof bound;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &bound_len);
@@ -242,6 +285,11 @@ ServerStats Server::stats() const noexcept {
   st.accept_errors = s.accept_errors.load(std::memory_order_relaxed);
   st.listener_losses = s.listener_losses.load(std::memory_order_relaxed);
   st.writes_abandoned = s.writes_abandoned.load(std::memory_order_relaxed);
+  st.streams_opened = s.streams_opened.load(std::memory_order_relaxed);
+  st.streams_refused = s.streams_refused.load(std::memory_order_relaxed);
+  st.streams_dropped = s.streams_dropped.load(std::memory_order_relaxed);
+  st.unix_refused = s.unix_refused.load(std::memory_order_relaxed);
+  st.audit_records = s.audit.total();
   return st;
 }
 

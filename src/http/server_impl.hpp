@@ -16,10 +16,12 @@
 #include <string>
 #include <thread>
 #include <unordered_set>
+#include <sys/stat.h>
 
 #include "memcg/core/admission/budget.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/http/server.hpp"
+#include "audit.hpp"
 #include "history.hpp"
 
 namespace memcg::http::detail {
@@ -33,7 +35,11 @@ struct Conn {
   int fd = -1;
   SteadyClock::time_point deadline{};  // guarded by Impl::conns_mutex
   bool cut = false;                    // shut down once; guarded by Impl::conns_mutex
+  bool unix_peer = false;              // came through the Unix socket (set before any request)
+  uint32_t uid = 0;                    // its peer's uid (SO_PEERCRED), when unix_peer
 };
+
+struct EventStream;  // events_stream.cpp
 
 // One POSTed write, shared by the request that waits for it and the writer thread.
 struct WriteJob {
@@ -43,6 +49,8 @@ struct WriteJob {
   int result = 0;
   bool started = false;  // guarded by Writer::mutex
   bool done = false;     // guarded by Writer::mutex
+  std::string old_value; // what the file read before the write (for the audit); guarded by
+  bool old_read = false; // Writer::mutex, set before the write runs
 };
 
 // The writer thread's state. Shared with the thread, which may outlive the server when stop()
@@ -100,20 +108,46 @@ struct Impl {
   bool sampler_stop = false;  // guarded by sampler_mutex
   void sample_loop();
 
+  // ---- the Unix socket (listener.cpp): its descriptor, owned by the acceptor while it runs,
+  // and the file it made (removed by stop() only if it is still that one) ----
+  int unix_fd = -1;
+  dev_t unix_dev = 0;
+  ino_t unix_ino = 0;
+
+  // ---- GET /v1/events (events_stream.cpp) ----
+  std::mutex streams_mutex;
+  std::unordered_set<EventStream*> streams;  // guarded by streams_mutex
+  std::atomic<size_t> nr_streams{0};
+  // Wakes the streams due for a heartbeat (every stream when `all`: stop() ends them).
+  void wake_streams(bool all) noexcept;
+
+  // ---- audit (audit.hpp): every write and action ----
+  AuditLog audit{options.audit_records, options.audit_log};
+
   // ---- answers in flight (generated documents) ----
   std::atomic<size_t> answers_in_flight{0};
 
   // ---- counters (ServerStats) ----
   std::atomic<uint64_t> accepted{0}, refused{0}, timed_out{0}, accept_errors{0},
-      listener_losses{0}, writes_abandoned{0};
+      listener_losses{0}, writes_abandoned{0}, streams_opened{0}, streams_refused{0},
+      streams_dropped{0}, unix_refused{0};
 
-  // The acceptor's loop (listener.cpp).
+  // The acceptor's loop (listener.cpp), and its part for the Unix socket.
   void accept_loop();
+  void accept_unix(size_t room, SteadyClock::time_point* paused_until);
   // The libmicrohttpd daemon over `options`, or null with errno set (handlers.cpp).
   MHD_Daemon* start_daemon();
 };
 
 // Creates, binds and listens on a socket for `addr`; the descriptor, or -errno.
 int listen_on(const sockaddr* addr, socklen_t len);
+// The Unix socket at `path` (mode 0600; a stale socket file replaced): the descriptor, or -errno
+// (EEXIST: a file that is not a socket; EADDRINUSE: a server answers there). Sets dev/ino.
+int listen_unix(const std::string& path, dev_t* dev, ino_t* ino);
+
+// GET /v1/events (events_stream.cpp): the stream, or a refusal (400, 404, 503 with a JSON body).
+MHD_Result serve_events(Impl& s, MHD_Connection* c);
+// A JSON error answer: {"error": message, "status": status}.
+MHD_Result reply_json_error(MHD_Connection* c, unsigned status, std::string_view message);
 
 }  // namespace memcg::http::detail

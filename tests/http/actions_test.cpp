@@ -17,6 +17,7 @@
 #include "memcg/core/charge/charge.hpp"
 #include "memcg/core/oom/oom.hpp"
 #include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/core/wait/charge_wait.hpp"
 #include "memcg/http/server.hpp"
@@ -210,6 +211,22 @@ TEST(HttpActions, KillIsIdempotentAndTheMemberSeesOperator) {
   EXPECT_TRUE(found) << j.dump();
   // An unknown member: 404, a JSON error.
   expect_error(live.post("/v1/members/424242/kill"), 404);
+  // Audited (never the token), and on the event stream.
+  j = json::parse(live.get("/v1/audit").body);
+  ASSERT_GE(j["records"].size(), 3u) << j.dump();
+  const json& first_kill = j["records"][0];
+  EXPECT_EQ(first_kill["method"], "POST");
+  EXPECT_EQ(first_kill["path"], member_path(q.m, "kill"));
+  EXPECT_EQ(first_kill["status"], 200);
+  EXPECT_EQ(first_kill["old"], "state=running");
+  EXPECT_EQ(first_kill["result"], "released");
+  EXPECT_EQ(j.dump().find(kToken), std::string::npos);
+  EXPECT_EQ(j["records"][2]["status"], 404);
+  BusFilter actions;
+  actions.types = bus_type_bit(BusEventType::kAction);
+  const std::vector<BusEvent> events = ctl.events().snapshot(actions);
+  ASSERT_EQ(events.size(), 2u);  // the two kills answered 200; the 404 is not an action applied
+  EXPECT_NE(events[0].payload.find("/kill"), std::string::npos) << events[0].payload;
 }
 
 TEST(HttpActions, ADeadlineSaysWhenTheMemoryWasNotGivenBack) {

@@ -166,7 +166,11 @@ TEST(HttpServerTest, MetricsServeTheExposition) {
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200);
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
-  EXPECT_EQ(res->body, render_prometheus(t.ctl));
+  // The controller's exposition, then the server's own families (event bus, audit).
+  const std::string doc = render_prometheus(t.ctl);
+  EXPECT_EQ(res->body.substr(0, doc.size()), doc);
+  EXPECT_EQ(res->body.find("# HELP memcg_events_published_total "), doc.size());
+  EXPECT_NE(res->body.find("# TYPE memcg_http_audit_records_total counter\n"), std::string::npos);
   EXPECT_NE(res->body.find("memcg_memory_max_bytes{group=\"c\"} 1048576\n"), std::string::npos);
   // Written while it is sent, with its length announced up front (not chunked).
   EXPECT_EQ(res->get_header_value("Content-Length"), std::to_string(res->body.size()));

@@ -61,6 +61,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "memcg/http/audit.hpp"
 
 namespace memcg {
 class Controller;
@@ -127,6 +130,40 @@ struct ServerOptions {
   std::chrono::milliseconds history_interval{1000};
   size_t history_groups = 32;
   size_t history_samples = 300;
+
+  // ---- GET /v1/events: the event stream (Server-Sent Events, event_bus.hpp) ----
+  // Streams open at once; one more gets 503. 1..4096. Each is also a connection (the limits
+  // above hold) and a subscription of the controller's event bus.
+  size_t max_event_streams = 64;
+  // Events a stream may fall behind the newest before it is dropped (its queue): a client that
+  // reads nothing is cut once that many events came since it last took one. 1..1000000; the
+  // bus's ring capacity (4096 unless the application enabled the bus with other options) if
+  // that is less.
+  size_t event_stream_lag = 1024;
+  // A comment line is sent on a stream silent for this long, so that proxies and clients see it
+  // alive. A client that went away is noticed at the next heartbeat or event (a stream with
+  // nothing to send is not polled), and gives its place back then. 100 ms..300 s.
+  std::chrono::milliseconds event_heartbeat{15000};
+
+  // ---- audit (audit.hpp): GET /v1/audit ----
+  // Records kept (the oldest go first). 16..100000.
+  size_t audit_records = 1024;
+  // Called with each record, outside every lock; may be empty.
+  AuditCallback audit_log;
+  // Names the token in audit records instead of its fingerprint: printable ASCII without
+  // spaces, at most 64 bytes; may be empty.
+  std::string token_name;
+
+  // ---- the Unix domain socket: an alternative to TCP and the token ----
+  // When set, the server also listens on this path (at most 107 bytes), created with mode 0600.
+  // A stale socket file there (no server answers on it) is replaced; any other file, or a live
+  // socket, makes start() fail (EEXIST, EADDRINUSE). stop() removes it.
+  std::string unix_socket;
+  // Peers (SO_PEERCRED) allowed on the Unix socket, by uid; empty: only the process's own
+  // effective uid. Another peer is closed at once (ServerStats::unix_refused). An allowed peer's
+  // writes need no token (they are allowed when allow_writes is set; then `token` may be empty,
+  // and TCP writes are refused with 403).
+  std::vector<uint32_t> unix_allowed_uids;
 };
 
 // What the server met since start(): monotonic counts, for monitoring and tests.
@@ -138,6 +175,11 @@ struct ServerStats {
   uint64_t accept_errors = 0;   // accept() failures (EMFILE, ENFILE, ENOMEM, ENOBUFS, ...)
   uint64_t listener_losses = 0; // the listening socket failed and was closed (see running())
   uint64_t writes_abandoned = 0;  // writes still running when stop() returned
+  uint64_t streams_opened = 0;    // GET /v1/events streams started
+  uint64_t streams_refused = 0;   // ... refused at max_event_streams (503)
+  uint64_t streams_dropped = 0;   // ... dropped by the event bus: fell behind event_stream_lag
+  uint64_t unix_refused = 0;      // Unix socket peers whose uid is not allowed
+  uint64_t audit_records = 0;     // audit records made
 };
 
 class Server {

@@ -8,6 +8,7 @@
 #include "memcg/base/internal/lock.hpp"
 #include "memcg/base/internal/utf8.hpp"
 #include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "oom_batch.hpp"
 
 namespace memcg {
@@ -128,15 +129,33 @@ size_t OomLog::capacity() const {
   return capacity_;
 }
 
-void OomLog::push(OomLogEntry&& e) noexcept {
+uint64_t OomLog::push(OomLogEntry&& e) noexcept {
   internal::LockGuard lock(mu_);
   e.seq = ++seq_;
   try {
     while (ring_.size() >= capacity_) ring_.pop_front();
     ring_.push_back(std::move(e));
+    return seq_;
   } catch (...) {  // no memory for the entry: dropped, counted in the totals
+    return 0;
   }
 }
+
+namespace {
+// The report on the event stream (event_bus.hpp), when it records: its log sequence number (the
+// /oom/<seq> page and /v1/oom's `seq`), the domain and the report's text.
+void publish_report(Group& domain, BusEventType type, uint64_t seq, const std::string& text,
+                    std::string_view extra) {
+  EventBus& bus = domain.controller().events();
+  if (!bus.recording()) return;
+  std::string p = "{\"seq\":" + std::to_string(seq);
+  p += extra;
+  p += ",\"text\":\"";
+  append_json_escaped(&p, text);
+  p += "\"}";
+  bus.publish(type, domain, p);
+}
+}  // namespace
 
 void OomLog::append(Group& domain, const OomReport& r) noexcept {
   internal::HookBypass bypass;  // the copies are the library's memory
@@ -168,7 +187,15 @@ void OomLog::append(Group& domain, const OomReport& r) noexcept {
     for (auto& h : o.handlers) cap(h.handler), cap(h.group), cap(h.outcome);
     for (auto& m : o.spilled) cap(m);
     largest(domain, e, r.top);
-    push(std::move(e));
+    const uint64_t seq = push(std::move(e));
+    if (seq != 0 && domain.controller().events().recording()) [[unlikely]] {
+      std::string extra = ",\"decider\":\"";
+      extra += oom_decider_name(r.decider);
+      extra += "\",\"victim\":\"";
+      append_json_escaped(&extra, r.victim);
+      extra += "\",\"killed\":" + std::to_string(r.killed.size());
+      publish_report(domain, BusEventType::kOom, seq, r.format(), extra);
+    }
   } catch (...) {
   }
 }
@@ -193,7 +220,10 @@ void OomLog::append(Group& domain, const PreemptReport& r) noexcept {
     for (auto& a : p.asked) cap(a.member), cap(a.group);
     for (auto& f : p.failed) cap(f.member), cap(f.error);
     largest(domain, e, {});
-    push(std::move(e));
+    const uint64_t seq = push(std::move(e));
+    if (seq != 0 && domain.controller().events().recording()) [[unlikely]]
+      publish_report(domain, BusEventType::kPreempt, seq, r.format(),
+                     ",\"asked\":" + std::to_string(r.asked.size()));
   } catch (...) {
   }
 }

@@ -11,6 +11,7 @@
 
 #include "memcg/core/tree/controller.hpp"
 #include "core/signal/pressure_state.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 
 namespace memcg {
 namespace internal {
@@ -164,6 +165,15 @@ void vmpressure_group(Group& group, ReclaimReason reason, int64_t scanned,
   }
   const PressureLevel level = vmpressure_level(s_win, r_win);
   s.levels[static_cast<int>(level)].fetch_add(1, std::memory_order_relaxed);
+  EventBus& bus = group.controller().events();
+  if (bus.recording()) [[unlikely]] {
+    const auto mark = static_cast<uint8_t>(static_cast<int>(level) + 1);
+    if (s.bus_level.exchange(mark, std::memory_order_relaxed) != mark) {
+      static constexpr const char* kPayload[] = {"{\"level\":\"low\"}", "{\"level\":\"medium\"}",
+                                                 "{\"level\":\"critical\"}"};
+      bus.publish(BusEventType::kVmpressure, group, kPayload[static_cast<int>(level)]);
+    }
+  }
   if (level > PressureLevel::kLow) {
     const uint64_t until = group.controller().clock().now_ns() + kSocketPressureHoldNs;
     s.socket_deadline_ns.store(until, std::memory_order_relaxed);

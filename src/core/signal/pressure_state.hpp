@@ -118,6 +118,9 @@ struct VmpressureState {
   std::atomic<uint64_t> socket_deadline_ns{0};
   // Per-group windows completed, by level (low, medium, critical): monitoring only, relaxed.
   std::atomic<uint64_t> levels[3] = {};
+  // The level last published on the event bus, plus one (0: none yet): a window publishes only
+  // a change. Exchanged, so two racing windows publish a change once.
+  std::atomic<uint8_t> bus_level{0};
 
   // Listeners registered on this group, in registration order. Copy-on-write: delivery reads a
   // snapshot, so registration and removal never wait for a delivery. Guarded by listeners_mutex.

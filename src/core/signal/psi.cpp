@@ -16,6 +16,7 @@
 
 #include "memcg/core/charge/attach.hpp"
 #include "memcg/core/tree/controller.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "pressure_state.hpp"
 #include "timer.hpp"
 
@@ -141,6 +142,22 @@ uint64_t advance(Group& g, PsiGroupState& ps, uint64_t tot[2], FiredList* fired)
   catch_up(ps, now, fired);
   totals_at(ps, now, tot);
   return now;
+}
+
+// The triggers of `g` that fired, on the event stream (event_bus.hpp) when it records.
+void publish_fired(Group& g, const FiredList& fired) noexcept {
+  if (fired.empty() || !g.controller().events().recording()) return;
+  internal::HookBypass bypass;
+  try {
+    for (const auto& t : fired) {
+      std::string p = "{\"state\":\"";
+      p += t->spec.state == PsiState::kSome ? "some" : "full";
+      p += "\",\"threshold_us\":" + std::to_string(t->spec.threshold_us);
+      p += ",\"window_us\":" + std::to_string(t->spec.window_us) + "}";
+      g.controller().events().publish(BusEventType::kPsiTrigger, g, p);
+    }
+  } catch (...) {  // no memory for a payload: the events are lost, the triggers still fire
+  }
 }
 
 void deliver(const FiredList& fired) noexcept {
@@ -270,6 +287,7 @@ void poll_group(Group& g) noexcept {
     const uint64_t now = advance(g, ps, tot, &fired);
     evaluate_and_schedule(g, ps, now, tot, &fired);
   }
+  publish_fired(g, fired);
   deliver(fired);
 }
 
@@ -344,6 +362,7 @@ void change(Group& g, int d_stalled, int d_extra, int d_tasks) noexcept {
     ps.full = ps.some && ps.nr_stalled >= ps.nr_tasks + ps.nr_extra;
     if (!ps.triggers.empty()) evaluate_and_schedule(g, ps, now, tot, &fired);
   }
+  publish_fired(g, fired);
   deliver(fired);
 }
 
@@ -391,6 +410,7 @@ PsiStats psi_stats(Group& group) {
       for (int w = 0; w < 3; ++w) st.avg[s][w] = ps.averages.avg(s, w);
     }
   }
+  publish_fired(group, fired);
   deliver(fired);
   return st;
 }
@@ -473,6 +493,7 @@ int PsiTrigger::arm(Group& group, const PsiTriggerSpec& spec, Callback callback,
     ps.triggers.push_back(e);
     set_poll(group, e, next_poll(ps, *e, now, tot));  // a stall already in progress
   }
+  publish_fired(group, fired);
   deliver(fired);
   entry_ = std::move(e);
   return 0;

@@ -8,6 +8,7 @@
 #include "core/signal/timer.hpp"
 
 #include "memcg/base/internal/hook_bypass.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "memcg/core/signal/notify.hpp"
 #include "memcg/core/charge/obj_stock.hpp"
 #include "memcg/core/oom/oom.hpp"
@@ -52,6 +53,7 @@ Controller::Controller(Options options)
                                           static_cast<int>(registry_.size()));
   oom_ = std::make_unique<internal::OomState>();
   oom_log_ = std::make_unique<OomLog>();
+  events_ = std::make_unique<EventBus>();
   serial_ = internal::register_controller();
 }
 
@@ -94,6 +96,8 @@ Controller::~Controller() {
   rstat_.reset();  // while `teardown` holds: buffers it grew may be charged to the groups
   oom_.reset();
   oom_log_.reset();
+  // The event bus's subscribers are told it closes; its notifier thread is joined.
+  events_.reset();
 }
 
 bool Controller::valid_name(std::string_view name) noexcept {
@@ -162,16 +166,26 @@ int Controller::create(std::string_view path, GroupRef* out) {
 int Controller::create(Group& parent, std::string_view name, GroupRef* out) {
   if (!valid_name(name)) return EINVAL;
   internal::HookBypass bypass;
-  internal::UniqueLock lock(tree_mutex_);
-  if (!parent.is_online()) return ENOENT;
-  auto& siblings = parent.children_;
-  auto it = std::lower_bound(siblings.begin(), siblings.end(), name,
-                             [](const Group* g, std::string_view n) { return g->name() < n; });
-  if (it != siblings.end() && (*it)->name() == name) return EEXIST;
-  Group* g = new Group(*this, &parent, std::string(name), next_id_++);
-  siblings.insert(it, g);
-  ++nr_groups_;
-  if (out) *out = GroupRef(g);
+  std::string created;  // its path, for the event bus (recorded outside the tree lock)
+  {
+    internal::UniqueLock lock(tree_mutex_);
+    if (!parent.is_online()) return ENOENT;
+    auto& siblings = parent.children_;
+    auto it = std::lower_bound(siblings.begin(), siblings.end(), name,
+                               [](const Group* g, std::string_view n) { return g->name() < n; });
+    if (it != siblings.end() && (*it)->name() == name) return EEXIST;
+    Group* g = new Group(*this, &parent, std::string(name), next_id_++);
+    siblings.insert(it, g);
+    ++nr_groups_;
+    if (out) *out = GroupRef(g);
+    if (events_->recording()) [[unlikely]] {
+      try {
+        created = g->path();
+      } catch (...) {  // no memory for the path: the event is lost, the group is made
+      }
+    }
+  }
+  if (!created.empty()) events_->publish(BusEventType::kGroupCreated, created, "{}");
   return 0;
 }
 
@@ -217,6 +231,8 @@ int Controller::remove(Group& group) {
   internal::notify_group_removed(group);       // the final notification of its listeners
   internal::vmpressure_group_removed(group);   // ... of its vmpressure listeners
   internal::psi_group_removed(group);          // ... and of its PSI triggers
+  if (events_->recording()) [[unlikely]]
+    events_->publish(BusEventType::kGroupRemoved, group, "{}");
   group.put();  // the tree's reference
   return 0;
 }

@@ -1,4 +1,5 @@
 #include "memcg/core/tree/group.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "memcg/base/internal/lock.hpp"
 
 #include <algorithm>
@@ -106,6 +107,9 @@ void Group::raise(Event e) noexcept {
   // Listeners of the files just changed (notify.hpp); one relaxed load while there are none.
   if (internal::event_listeners_exist()) [[unlikely]]
     internal::notify_events_raised(*this);
+  // The event stream (event_bus.hpp): one relaxed load while nothing records.
+  if (controller_.events().recording()) [[unlikely]]
+    internal::publish_memory_event(*this, static_cast<int>(e));
 }
 
 int Group::attach() noexcept {

@@ -115,7 +115,8 @@ class OomLog {
   uint64_t last_seq() const;
 
  private:
-  void push(OomLogEntry&& e) noexcept;
+  // Appends `e` with the next sequence number; that number, or 0 when it was dropped.
+  uint64_t push(OomLogEntry&& e) noexcept;
   mutable std::mutex mu_;
   size_t capacity_ = kDefaultCapacity;  // guarded by mu_
   std::deque<OomLogEntry> ring_;        // guarded by mu_

@@ -26,6 +26,7 @@ namespace memcg {
 class Stock;
 class ObjStock;
 class OomLog;  // oom_log.hpp
+class EventBus;  // signal/event_bus.hpp
 namespace internal {
 struct OomState;
 struct WaitAccess;       // charge_wait_hooks.hpp
@@ -134,6 +135,8 @@ class Controller {
   // The recent OOM and preemption reports (oom_log.hpp).
   OomLog& oom_log() noexcept { return *oom_log_; }
   bool out_of_memory(Group& domain, int64_t units);
+  // The controller's event stream (event_bus.hpp): off until enabled or subscribed to.
+  EventBus& events() noexcept { return *events_; }
 
   // ---- statistics (memory.stat) -------------------------------------------------------------
   const StatRegistry& stats() const noexcept { return registry_; }
@@ -194,6 +197,7 @@ class Controller {
   ChargeCounters charge_counters_;
   std::unique_ptr<internal::OomState> oom_;
   std::unique_ptr<OomLog> oom_log_;
+  std::unique_ptr<EventBus> events_;
   // Waiting charges (charge_wait.cpp): created by the first wait, freed by ~Controller.
   std::atomic<internal::ControllerWaits*> waits_{nullptr};
   ReclaimFn reclaim_hook_;
