@@ -16,6 +16,7 @@
 #include "memcg/core/charge/charge.hpp"
 #include "memcg/core/oom/oom.hpp"
 #include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "memcg/core/wait/charge_wait.hpp"
 
 namespace memcg {
@@ -94,6 +95,7 @@ TEST(Budget, ReachedByDroppingCachesAboveProtection) {
   ctl.drain_stocks();
   std::mutex mu;
   std::vector<BudgetState> seen;
+  ASSERT_EQ(ctl.events().enable(), 0);
   ProcessBudget b(ctl);
   b.set_listener([&](const BudgetStatus& s) {
     std::lock_guard<std::mutex> lock(mu);
@@ -119,6 +121,15 @@ TEST(Budget, ReachedByDroppingCachesAboveProtection) {
     EXPECT_EQ(seen.front(), BudgetState::kReaching);
     EXPECT_EQ(seen.back(), BudgetState::kReached);
   }
+  // The same progress on the controller's event stream.
+  BusFilter budget_only;
+  budget_only.types = bus_type_bit(BusEventType::kBudget);
+  const std::vector<BusEvent> events = ctl.events().snapshot(budget_only);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_NE(events.front().payload.find("\"state\":\"reaching\""), std::string::npos)
+      << events.front().payload;
+  EXPECT_NE(events.back().payload.find("\"state\":\"reached\""), std::string::npos)
+      << events.back().payload;
   // Removed: the root's limit is what it was.
   ASSERT_EQ(b.clear(), 0);
   EXPECT_EQ(ctl.root().max(), kUnlimited);

@@ -6,11 +6,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "memcg/core/charge/charge.hpp"
 #include "memcg/core/oom/oom.hpp"
@@ -210,12 +213,94 @@ TEST(MemcgctlRemote, RefusalsAndMalformedCommandLines) {
   r = run(live.cmd("get tenants/a memory.nope", false));
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("404"), std::string::npos) << r.out;
-  // The event stream and the audit need a server that serves them.
-  r = run(live.cmd("events --max 1"));
+  r = run(live.cmd("events --type nonsense --max 1"));
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("does not serve it"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("400"), std::string::npos) << r.out;
   r = run(live.cmd("--token-file /nonexistent/file members"));
   EXPECT_EQ(r.status, 2) << r.out;
+}
+
+// Over the Unix socket: the peer's uid is the credential, no token.
+TEST(MemcgctlRemote, OverTheUnixSocketWithoutAToken) {
+  memcg::Controller ctl;
+  memcg::GroupRef a;
+  ASSERT_EQ(ctl.create("a", &a), 0);
+  std::atomic<int> calls{0};
+  memcg::Member q(*a, "q", [&](memcg::Member& self) {
+    calls.fetch_add(1);
+    self.uncharge(self.charged());
+  });
+  ASSERT_EQ(q.charge(5), memcg::ChargeStatus::kOk);
+  char dir[] = "/tmp/memcgctl_sock_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string sock = std::string(dir) + "/http.sock";
+  memcg::http::ServerOptions o;
+  o.allow_writes = true;
+  o.unix_socket = sock;
+  memcg::http::Server server(ctl, o);
+  std::string error;
+  ASSERT_EQ(server.start(&error), 0) << error;
+  Ran r = run("remote unix:" + sock + " members");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(" q "), std::string::npos) << r.out;
+  r = run("remote unix:" + sock + " kill " + std::to_string(q.id()));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(calls.load(), 1);
+  r = run("remote unix:" + sock + " --json audit");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("uid:"), std::string::npos) << r.out;
+  server.stop();
+  ::rmdir(dir);
+}
+
+// `events` follows the stream and, after a disconnect (the server restarted on the same port),
+// resumes with Last-Event-ID: an event published while it was away is printed, none twice.
+TEST(MemcgctlRemote, EventsFollowTheStreamAndResumeAfterADisconnect) {
+  Live live;
+  const int port = live.server->port();
+  const std::string cmd = std::string(MEMCGCTL_BIN) + " " +
+                          live.cmd("events --type group_created --max 3", false) + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  std::thread reader([&] {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+  });
+  // Until the client is subscribed, an event it did not ask to resume from is not sent.
+  auto subscribed = [&] { return live.server->stats().accepted >= 1; };
+  for (int i = 0; i < 500 && !subscribed(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(live.ctl.create("ev1"), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  live.server->stop();  // the stream ends: the client resumes a second later
+  ASSERT_EQ(live.ctl.create("ev2"), 0);  // published while it is away
+  memcg::http::ServerOptions o;
+  o.port = port;
+  o.allow_writes = true;
+  o.token = "remote-token";
+  live.server = std::make_unique<memcg::http::Server>(live.ctl, o);
+  std::string error;
+  int err = EADDRINUSE;
+  for (int i = 0; i < 100 && err != 0; ++i) {
+    err = live.server->start(&error);
+    if (err != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(err, 0) << error;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(live.ctl.create("ev3"), 0);
+  reader.join();
+  const int st = ::pclose(p);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+  const size_t e1 = out.find("ev1"), e2 = out.find("ev2"), e3 = out.find("ev3");
+  EXPECT_NE(e1, std::string::npos) << out;
+  EXPECT_NE(e2, std::string::npos) << out;
+  EXPECT_NE(e3, std::string::npos) << out;
+  EXPECT_LT(e1, e2) << out;
+  EXPECT_LT(e2, e3) << out;
+  EXPECT_NE(out.find("resuming after event"), std::string::npos) << out;
+  EXPECT_EQ(out.find("ev1", e1 + 1), std::string::npos) << "printed twice: " << out;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -408,11 +409,27 @@ int follow_events(const Endpoint& e, const std::map<std::string, std::string>& b
         if (line.empty()) {  // the end of one event
           if (!data.empty() || !type.empty()) {
             if (!id.empty()) last_id = id;
-            if (o.json)
+            if (o.json) {
               out << data << "\n";
-            else
-              out << (id.empty() ? "-" : id) << "  " << (type.empty() ? "message" : type) << "  "
-                  << data << "\n";
+            } else {
+              // id, time, type, group, then what the event says.
+              const json ev = json::parse(data, nullptr, false);
+              std::string when = "-", group = "-", what = data;
+              if (!ev.is_discarded() && ev.is_object()) {
+                if (ev.contains("time_ns") && ev["time_ns"].is_number()) {
+                  const std::time_t t =
+                      static_cast<std::time_t>(ev["time_ns"].get<uint64_t>() / 1'000'000'000);
+                  char buf[16];
+                  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
+                  when = buf;
+                }
+                group = ev.value("group", std::string("-"));
+                if (group.empty()) group = "/";
+                if (ev.contains("data")) what = ev["data"].dump();
+              }
+              out << (id.empty() ? "-" : id) << "  " << when << "  "
+                  << (type.empty() ? "message" : type) << "  " << group << "  " << what << "\n";
+            }
             out.flush();
             ++seen;
             if (o.max_events >= 0 && seen >= o.max_events) return false;

@@ -13,6 +13,7 @@
 #include "memcg/core/oom/oom_log.hpp"
 #include "memcg/core/oom/operator.hpp"
 #include "memcg/core/reclaim/reclaim.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 #include "memcg/core/wait/charge_wait.hpp"
 
 namespace memcg {
@@ -186,6 +187,27 @@ void ProcessBudget::set_listener(std::function<void(const BudgetStatus&)> fn) {
 
 void ProcessBudget::notify() {
   const BudgetStatus s = status();
+  // On the controller's event stream (event_bus.hpp), about the root: each change of state.
+  EventBus& bus = ctl_.events();
+  if (bus.recording()) {
+    std::string p = "{\"state\":\"";
+    p += budget_state_name(s.state);
+    p += "\",\"generation\":" + std::to_string(s.generation);
+    p += ",\"target_bytes\":" + std::to_string(s.target_bytes);
+    p += ",\"current_bytes\":" + std::to_string(s.current_bytes);
+    p += ",\"root_max_bytes\":";
+    p += s.root_max_bytes == kUnlimited ? std::string("null") : std::to_string(s.root_max_bytes);
+    p += ",\"limited_by\":\"";
+    p += s.limited_by;
+    p += "\",\"drains\":" + std::to_string(s.drains);
+    p += ",\"reclaimed_bytes\":" + std::to_string(s.reclaimed_bytes);
+    p += ",\"preempted\":" + std::to_string(s.preempted);
+    p += ",\"killed\":" + std::to_string(s.killed);
+    p += ",\"error\":\"";
+    append_json_escaped(&p, s.error);
+    p += "\"}";
+    bus.publish(BusEventType::kBudget, "/", p);
+  }
   std::lock_guard<std::mutex> lock(listener_mu_);
   if (!listener_) return;
   try {
