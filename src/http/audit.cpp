@@ -40,9 +40,10 @@ std::string token_fingerprint(std::string_view token) {
   return buf;
 }
 
-AuditRecord audit_request(MHD_Connection* c, const Conn* conn, std::string_view method,
-                          std::string_view path) {
+AuditRecord audit_request(MHD_Connection* c, std::string_view method, std::string_view path) {
   AuditRecord r;
+  const MHD_ConnectionInfo* ctx = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  const Conn* conn = ctx != nullptr ? static_cast<const Conn*>(ctx->socket_context) : nullptr;
   r.method.assign(method);
   r.path.assign(path);
   if (conn != nullptr && conn->unix_peer) {

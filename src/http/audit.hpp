@@ -2,8 +2,10 @@
 // bounded, counted by status, handed to the application's callback outside the lock. Private to
 // src/http.
 //
-// For the handlers of new writes and actions: build an AuditRecord with audit_request() (peer and
-// token id from the connection), fill old_value/new_value/status/result, then AuditLog::record().
+// For the handlers of new writes and actions: build an AuditRecord with audit_request() (the
+// peer from the connection), set token_id (token_fingerprint() of the token shown, or the
+// configured token_name; "" on the Unix socket), old_value/new_value/status/result, then
+// Impl::audit.record(). handlers.cpp's audit_post() does this for the file writes.
 #pragma once
 
 #include <microhttpd.h>
@@ -19,8 +21,6 @@
 #include "memcg/http/audit.hpp"
 
 namespace memcg::http::detail {
-
-struct Conn;
 
 class AuditLog {
  public:
@@ -53,7 +53,6 @@ std::string token_fingerprint(std::string_view token);
 
 // A record for the request on `c`: its peer ("uid:N" on the Unix socket), method and path. The
 // token id is left to the caller (it knows which token was shown).
-AuditRecord audit_request(MHD_Connection* c, const Conn* conn, std::string_view method,
-                          std::string_view path);
+AuditRecord audit_request(MHD_Connection* c, std::string_view method, std::string_view path);
 
 }  // namespace memcg::http::detail

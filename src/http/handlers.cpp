@@ -326,7 +326,7 @@ std::string token_id_of(const Impl& s, const char* auth) {
 // Audits the POST `r` answered `status` (audit.hpp).
 void audit_post(Impl& s, MHD_Connection* c, const Request& r, unsigned status,
                 std::string_view result, std::string old_value = {}) {
-  AuditRecord a = audit_request(c, conn_of(c), "POST", r.path);
+  AuditRecord a = audit_request(c, "POST", r.path);
   a.token_id = r.token_id;
   a.old_value = std::move(old_value);
   a.new_value = r.body.empty() ? r.audit_body : r.body;
@@ -339,7 +339,7 @@ void audit_post(Impl& s, MHD_Connection* c, const Request& r, unsigned status,
 // value, what it acted on before as the old one.
 void audit_action(Impl& s, MHD_Connection* c, const Request& r, unsigned status,
                   std::string_view result, std::string old_value) {
-  AuditRecord a = audit_request(c, conn_of(c), r.verb, r.path);
+  AuditRecord a = audit_request(c, r.verb, r.path);
   a.token_id = r.token_id;
   a.old_value = std::move(old_value);
   const size_t q = r.raw_target.find('?');

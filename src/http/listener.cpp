@@ -140,8 +140,8 @@ void Impl::accept_unix(size_t room, SteadyClock::time_point* paused_until) {
     socklen_t cred_len = sizeof cred;
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_len) != 0 ||
         !uid_allowed(options, cred.uid)) {
+      unix_refused.fetch_add(1, std::memory_order_relaxed);  // before the peer can see the close
       ::close(fd);
-      unix_refused.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     {

@@ -26,7 +26,8 @@ struct AuditRecord {
   std::string method;    // "POST"
   std::string path;      // the request's path, e.g. "/v1/groups/a/memory.max"
   std::string old_value; // what the file read before (writes; "" if unreadable or refused early)
-  std::string new_value; // what was asked for (the body)
+  std::string new_value; // what was asked for (the body; "" for a request refused on its
+                         // headers, e.g. a wrong token: its body is never read)
   bool truncated = false;  // a value was cut at kAuditValueBytes
   int status = 0;        // the HTTP status answered
   std::string result;    // "ok", "accepted" (still running), or why not ("EBUSY", "wrong token")

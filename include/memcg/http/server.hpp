@@ -20,7 +20,11 @@
 //   GET  /v1/oom.txt                 the same, one text line a report
 //   GET  /healthz                    "ok"
 //   POST /v1/groups/<path>/<file>    write_file() with the request body; only when writes are
-//                                    enabled, and only with "Authorization: Bearer <token>"
+//                                    enabled, and only with "Authorization: Bearer <token>" (or
+//                                    from an allowed uid on the Unix socket)
+//   GET  /v1/events                  the controller's event bus as Server-Sent Events
+//                                    (Last-Event-ID resumes; ?group=, ?type= filter): docs/http.md
+//   GET  /v1/audit                   the recent writes and actions (audit.hpp) as JSON
 //
 // Statuses: 400 malformed path ("..", ".", empty, or a control character or non-ASCII byte, raw or
 // percent-encoded: no path ever leaves the group tree), 404 unknown group or file, 405 method not
