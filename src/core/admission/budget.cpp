@@ -123,10 +123,11 @@ int ProcessBudget::set(uint64_t bytes, bool force, std::string* error) {
     best_ = UINT64_MAX;
     forced_done_ = false;
     work_ = true;
+    queue_locked();
   }
   apply(false);
   cv_.notify_all();
-  notify();
+  flush();
   return 0;
 }
 
@@ -138,10 +139,11 @@ int ProcessBudget::clear() {
     status_ = BudgetStatus{};
     status_.generation = generation;
     work_ = true;
+    queue_locked();
   }
   apply(false);
   cv_.notify_all();
-  notify();
+  flush();
   return 0;
 }
 
@@ -185,35 +187,57 @@ void ProcessBudget::set_listener(std::function<void(const BudgetStatus&)> fn) {
   listener_ = std::move(fn);
 }
 
-void ProcessBudget::notify() {
-  const BudgetStatus s = status();
-  // On the controller's event stream (event_bus.hpp), about the root: each change of state.
-  EventBus& bus = ctl_.events();
-  if (bus.recording()) {
-    std::string p = "{\"state\":\"";
-    p += budget_state_name(s.state);
-    p += "\",\"generation\":" + std::to_string(s.generation);
-    p += ",\"target_bytes\":" + std::to_string(s.target_bytes);
-    p += ",\"current_bytes\":" + std::to_string(s.current_bytes);
-    p += ",\"root_max_bytes\":";
-    p += s.root_max_bytes == kUnlimited ? std::string("null") : std::to_string(s.root_max_bytes);
-    p += ",\"limited_by\":\"";
-    p += s.limited_by;
-    p += "\",\"drains\":" + std::to_string(s.drains);
-    p += ",\"reclaimed_bytes\":" + std::to_string(s.reclaimed_bytes);
-    p += ",\"preempted\":" + std::to_string(s.preempted);
-    p += ",\"killed\":" + std::to_string(s.killed);
-    p += ",\"error\":\"";
-    append_json_escaped(&p, s.error);
-    p += "\"}";
-    bus.publish(BusEventType::kBudget, "/", p);
-  }
-  std::lock_guard<std::mutex> lock(listener_mu_);
-  if (!listener_) return;
+void ProcessBudget::queue_locked() {
   try {
-    listener_(s);
+    if (changes_.size() >= kMaxChanges) changes_.erase(changes_.begin());
+    changes_.push_back({status_.state, status_.generation});
   } catch (...) {
-    // A listener that throws loses this notice; the budget goes on.
+    // No memory for the notice: the state itself is right, GET /v1/budget shows it.
+  }
+}
+
+void ProcessBudget::flush() {
+  // Held across the whole flush: changes are told in the order they were queued.
+  std::lock_guard<std::mutex> order(listener_mu_);
+  for (;;) {
+    Change c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (changes_.empty()) return;
+      c = changes_.front();
+      changes_.erase(changes_.begin());
+    }
+    BudgetStatus s = status();
+    s.state = c.state;  // the state it changed to, whatever it is by now
+    s.generation = c.generation;
+    try {
+      // On the controller's event stream (event_bus.hpp), about the root.
+      EventBus& bus = ctl_.events();
+      if (bus.recording()) {
+        std::string p = "{\"state\":\"";
+        p += budget_state_name(s.state);
+        p += "\",\"generation\":" + std::to_string(s.generation);
+        p += ",\"target_bytes\":" + std::to_string(s.target_bytes);
+        p += ",\"current_bytes\":" + std::to_string(s.current_bytes);
+        p += ",\"root_max_bytes\":";
+        p += s.root_max_bytes == kUnlimited ? std::string("null")
+                                            : std::to_string(s.root_max_bytes);
+        p += ",\"limited_by\":\"";
+        p += s.limited_by;
+        p += "\",\"drains\":" + std::to_string(s.drains);
+        p += ",\"reclaimed_bytes\":" + std::to_string(s.reclaimed_bytes);
+        p += ",\"preempted\":" + std::to_string(s.preempted);
+        p += ",\"killed\":" + std::to_string(s.killed);
+        p += ",\"error\":\"";
+        append_json_escaped(&p, s.error);
+        p += "\"}";
+        bus.publish(BusEventType::kBudget, "/", p);
+      }
+      if (listener_) listener_(s);
+    } catch (...) {
+      // No memory for the payload, or a listener that throws: this notice is lost; the budget
+      // goes on (GET /v1/budget shows its state).
+    }
   }
 }
 
@@ -224,8 +248,9 @@ void ProcessBudget::finish(uint64_t generation, BudgetState state, std::string e
     status_.state = state;
     status_.error = std::move(error);
     status_.elapsed_ns = steady_ns() - started_ns_;
+    queue_locked();
   }
-  notify();
+  flush();
 }
 
 // One round for budget `generation`: look, and do the next step if usage is still over.

@@ -34,6 +34,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "memcg/core/tree/controller.hpp"
 
@@ -95,8 +96,10 @@ class ProcessBudget {
   // root's memory.max itself: the root gets min(outside.max, the budget's limit). Also without a
   // budget set (the outside limit is then written as the outside would).
   void set_outside(const BudgetOutside& outside);
-  // Called on the worker thread, no lock held, whenever the state changes (an event bus
-  // publishes it). Replaces the previous one; empty to remove.
+  // Called with each change of state, in order, with no library lock held, on the thread that
+  // made the change or the next one to tell (the worker, or a caller of set() or clear()); each
+  // change is also a `budget` event on the controller's event stream (event_bus.hpp). Replaces
+  // the previous one; empty to remove. It must not call set_listener().
   void set_listener(std::function<void(const BudgetStatus&)> fn);
 
  private:
@@ -110,7 +113,10 @@ class ProcessBudget {
   void run();
   void step(uint64_t generation);
   void finish(uint64_t generation, BudgetState state, std::string error);
-  void notify();
+  // A change of state, queued under mu_ in the order it happened; flush() tells the listener and
+  // the event stream in that order, whichever thread calls it.
+  void queue_locked();
+  void flush();
 
   Controller& ctl_;
   mutable std::mutex mu_;          // guards what follows; never held over library calls
@@ -127,8 +133,14 @@ class ProcessBudget {
   uint64_t kills_before_ = 0;      // the OOM log's kill count when the forced write started
   bool stopping_ = false;
   bool work_ = false;              // a state change for the worker to look at
+  struct Change {
+    BudgetState state;
+    uint64_t generation;
+  };
+  std::vector<Change> changes_;    // guarded by mu_; at most kMaxChanges, the oldest dropped
+  static constexpr size_t kMaxChanges = 16;
   std::function<void(const BudgetStatus&)> listener_;
-  std::mutex listener_mu_;         // held while the listener runs (never with mu_)
+  std::mutex listener_mu_;         // held while flushing (taken before mu_, never after it)
   std::thread worker_;
 };
 
