@@ -49,7 +49,7 @@ func memcgGoKill(_ *C.memcg_member, reason C.int, user unsafe.Pointer) {
 	// the call that ran the killer return.
 	defer e.state.unpin()
 	r := CancelReason(reason)
-	if r != OOMKill && r != Preempt {
+	if r != OOMKill && r != Preempt && r != Operator {
 		r = Other
 	}
 	call(e.state.ctl, "kill callback of "+e.state.name, func() error {

@@ -23,6 +23,9 @@ const (
 	OOMKill CancelReason = 0 // the OOM killer chose the member: release its memory
 	Preempt CancelReason = 1 // a waiting charge of a higher class asks for memory back
 	Other   CancelReason = 2 // a reason this package does not know yet
+	// Operator: someone outside the process killed the member or asked for memory back
+	// (memcg::http actions, the process budget); Killed tells which.
+	Operator CancelReason = 3
 )
 
 func (r CancelReason) String() string {
@@ -33,6 +36,8 @@ func (r CancelReason) String() string {
 		return "preempt"
 	case Other:
 		return "other"
+	case Operator:
+		return "operator"
 	}
 	return "CancelReason(" + strconv.Itoa(int(r)) + ")"
 }

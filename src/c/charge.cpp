@@ -32,6 +32,7 @@ memcg_cancel_reason to_c(memcg::CancelReason reason) noexcept {
   switch (reason) {
     case memcg::CancelReason::kOomKill: return MEMCG_CANCEL_OOM_KILL;
     case memcg::CancelReason::kPreempt: return MEMCG_CANCEL_PREEMPT;
+    case memcg::CancelReason::kOperator: return MEMCG_CANCEL_OPERATOR;
     default: return MEMCG_CANCEL_OTHER;  // a reason added later: extend here
   }
 }

@@ -99,7 +99,8 @@ int HostBinding::refresh(std::string* error) {
     return err;
   }
   Group& root = controller_.root();
-  const RootSettings s = compute_root_settings(cg, root.current(), options_);
+  const uint64_t root_current = root.current();
+  const RootSettings s = compute_root_settings(cg, root_current, options_);
   {
     std::lock_guard lock(mu_);
     status_.bound = true;
@@ -110,9 +111,15 @@ int HostBinding::refresh(std::string* error) {
   }
   guard.unlock();  // the writes below may reclaim and call back into user code
   root.set_high(s.high);  // stored for readers; the library does not throttle the root
-  // Only a change is written: an unchanged limit would drain every stock at each period.
-  if (controller_.to_units_floor(s.max) != root.memory().max())
+  if (options_.budget != nullptr) {
+    // The budget writes min(its limit, ours): the kernel's usage beyond the root's is what the
+    // budget's target must also hold (the kubelet counts it, page cache included).
+    options_.budget->set_outside(
+        {s.max, sub_sat(s.kernel_usage, root_current), s.headroom, options_.enforce});
+  } else if (controller_.to_units_floor(s.max) != root.memory().max()) {
+    // Only a change is written: an unchanged limit would drain every stock at each period.
     write_max(root, s.max, !options_.enforce);
+  }
   const uint64_t current = root.current();
   if (s.high != kNoLimit && current > s.high) reclaim_root(current - s.high, false);
   const uint64_t after = root.current();

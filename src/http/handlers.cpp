@@ -17,6 +17,7 @@
 #include "memcg/core/signal/event_bus.hpp"
 #include "memcg/http/json.hpp"
 #include "memcg/http/oom_json.hpp"
+#include "actions.hpp"
 #include "metrics_query.hpp"
 #include "json_put.hpp"
 #include "oom_page.hpp"
@@ -30,7 +31,8 @@ namespace {
 constexpr const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
 constexpr const char* kTextType = "text/plain; charset=utf-8";
 
-enum class Method : uint8_t { kRead, kPost, kOther };
+// kAct: PUT or DELETE, served only on the action paths (actions.hpp).
+enum class Method : uint8_t { kRead, kPost, kAct, kOther };
 
 // One request (libmicrohttpd's per-request context): created by the URI callback, which sees
 // the raw target before libmicrohttpd decodes it, freed by the completion callback.
@@ -44,6 +46,7 @@ struct Request {
   std::string body;        // at most max_body_bytes
   size_t body_bytes = 0;   // received, kept or not
   std::string group, file; // of a POST
+  std::string verb;        // the method's name, for the action paths
   std::string token_id;    // of a POST: how its token is named in the audit
   std::string audit_body;  // of a POST: the body, kept for the audit once moved to the write
 };
@@ -334,6 +337,22 @@ void audit_post(Impl& s, MHD_Connection* c, const Request& r, unsigned status,
   s.audit.record(std::move(a));
 }
 
+// Audits the action `r` (actions.hpp) answered `status`: the body (or the query) as the new
+// value, what it acted on before as the old one.
+void audit_action(Impl& s, MHD_Connection* c, const Request& r, unsigned status,
+                  std::string_view result, std::string old_value) {
+  AuditRecord a = audit_request(c, r.verb, r.path);
+  a.token_id = r.token_id;
+  a.old_value = std::move(old_value);
+  const size_t q = r.raw_target.find('?');
+  a.new_value = !r.body.empty() ? r.body.substr(0, kAuditValueBytes + 4)
+                : q != std::string::npos ? r.raw_target.substr(q, kAuditValueBytes + 4)
+                                         : std::string();
+  a.status = static_cast<int>(status);
+  a.result.assign(result);
+  s.audit.record(std::move(a));
+}
+
 // The first call of a request, its headers complete: anything refused on them is answered
 // before the body is read. MHD_YES to go on, or the result of the refusal.
 MHD_Result check_headers(Impl& s, MHD_Connection* c, Request& r, const char* method,
@@ -343,9 +362,13 @@ MHD_Result check_headers(Impl& s, MHD_Connection* c, Request& r, const char* met
   if (n < 0 || static_cast<size_t>(n) > s.options.max_headers)
     return reply(c, 431, "too many header lines");
   const std::string_view m = method;
-  r.method = m == "GET" || m == "HEAD" ? Method::kRead : m == "POST" ? Method::kPost : Method::kOther;
-  if (r.method == Method::kOther)
+  r.method = m == "GET" || m == "HEAD" ? Method::kRead
+             : m == "POST"              ? Method::kPost
+             : m == "PUT" || m == "DELETE" ? Method::kAct
+                                           : Method::kOther;
+  if (r.method == Method::kOther || (r.method == Method::kAct && !is_action_path(r.path)))
     return reply(c, 405, "method not allowed", {{"Allow", "GET, HEAD, POST"}});
+  r.verb = m;
   // A body of unknown length (chunked) could only be refused once past the limit, and
   // libmicrohttpd cannot answer in the middle of a body: it is refused before it is read.
   if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding") != nullptr)
@@ -356,6 +379,27 @@ MHD_Result check_headers(Impl& s, MHD_Connection* c, Request& r, const char* met
     const unsigned long long v = std::strtoull(len, &end, 10);
     if (errno == 0 && end != len && v > s.options.max_body_bytes)
       return reply(c, 413, "request body too large");
+  }
+  // Actions (actions.hpp) are authorized as writes are, and their refusals audited the same.
+  if (is_acting(m, r.path)) {
+    const Conn* conn = conn_of(c);
+    const bool by_uid = conn != nullptr && conn->unix_peer;
+    const char* auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    r.token_id = by_uid ? std::string() : token_id_of(s, auth);
+    auto refuse = [&](unsigned status, std::string_view why,
+                      std::initializer_list<Header> extra = {}) {
+      audit_action(s, c, r, status, why, {});
+      return reply(c, status, why, extra);
+    };
+    if (!s.options.allow_writes)
+      return refuse(405, "writes are disabled", {{"Allow", "GET, HEAD"}});
+    if (!by_uid) {
+      if (s.options.token.empty()) return refuse(403, "actions only over the Unix socket");
+      if (auth == nullptr)
+        return refuse(401, "bearer token required", {{"WWW-Authenticate", "Bearer"}});
+      if (!bearer_matches(auth, s.options.token)) return refuse(403, "wrong token");
+    }
+    if (r.target_status != 0) return refuse(400, "invalid path");
   }
   if (r.method == Method::kPost && is_file_target(r.path)) {
     const Conn* conn = conn_of(c);
@@ -619,6 +663,41 @@ MHD_Result serve_write(Impl& s, MHD_Connection* c, Request& r) {
   return answer(status_for_write_error(err), errno_name(err));
 }
 
+// An action path (actions.hpp): reads are documents within max_answers_in_flight.
+MHD_Result serve_action(Impl& s, MHD_Connection* c, const Request& r) {
+  ActionAnswer a;
+  if (r.method == Method::kRead) {
+    if (!take_place(s)) return too_busy(c);
+    try {
+      a = serve_action_read(s, r.path, r.raw_target);
+    } catch (...) {
+      s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+      throw;
+    }
+    return send(c, a.status, std::move(a.body), "application/json", &s.answers_in_flight);
+  }
+  a = serve_action_write(s, r.verb, r.path, r.raw_target, r.body);
+  // Audited, and on the event stream when applied (event_bus.hpp), about the root.
+  audit_action(s, c, r, a.status, a.result, a.old_value);
+  if (a.status == 200 || a.status == 202) {
+    std::string p = "{\"method\":";
+    json_out::put_string(p, r.verb);
+    p += ",\"path\":";
+    json_out::put_string(p, r.path);
+    p += ",\"status\":" + std::to_string(a.status) + ",\"result\":";
+    json_out::put_string(p, a.result);
+    p += '}';
+    s.ctl.events().publish(BusEventType::kAction, "/", p);
+  }
+  if (a.allow != nullptr)
+    return send(c, a.status, std::move(a.body), "application/json", nullptr,
+                {{"Allow", a.allow}});
+  if (a.retry_after)
+    return send(c, a.status, std::move(a.body), "application/json", nullptr,
+                {{"Retry-After", "1"}});
+  return send(c, a.status, std::move(a.body), "application/json");
+}
+
 MHD_Result on_request(void* cls, MHD_Connection* c, const char*, const char* method,
                       const char*, const char* upload, size_t* upload_size, void** con_cls) {
   Impl& s = *static_cast<Impl*>(cls);
@@ -641,7 +720,7 @@ MHD_Result on_request(void* cls, MHD_Connection* c, const char*, const char* met
         // and libmicrohttpd cannot answer in the middle of a body: close.
         return MHD_NO;
       }
-      if (r->method == Method::kPost && !r->answered) r->body.append(upload, *upload_size);
+      if (r->method != Method::kRead && !r->answered) r->body.append(upload, *upload_size);
       *upload_size = 0;
       return MHD_YES;
     }
@@ -649,6 +728,7 @@ MHD_Result on_request(void* cls, MHD_Connection* c, const char*, const char* met
     r->answered = true;
     // The answer must be taken within write_timeout.
     if (Conn* conn = conn_of(c)) s.set_deadline(conn, s.options.write_timeout);
+    if (r->target_status == 0 && is_action_path(r->path)) return serve_action(s, c, *r);
     return r->method == Method::kPost ? serve_write(s, c, *r) : serve_read(s, c, *r);
   } catch (const std::bad_alloc&) {
     return reply(c, 503, "out of memory");

@@ -143,6 +143,8 @@ void append_oom_entry_json(std::string& out, const OomLogEntry& e) {
     put_string(out, r.domain);
     out += ",\"waiter_group\":";
     put_string(out, r.waiter_group);
+    out += ",\"decider\":";
+    put_string(out, r.by_operator ? "operator" : "waiter");
     out += ",\"priority\":";
     put_string(out, wait_priority_name(r.priority));
     out += ",\"request_units\":";

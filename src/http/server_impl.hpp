@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -17,6 +18,7 @@
 #include <unordered_set>
 #include <sys/stat.h>
 
+#include "memcg/core/admission/budget.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/http/server.hpp"
 #include "audit.hpp"
@@ -43,6 +45,7 @@ struct EventStream;  // events_stream.cpp
 struct WriteJob {
   GroupRef group;
   std::string file, text;
+  std::function<int()> action;  // an action (actions.cpp) instead of a file write, when set
   int result = 0;
   bool started = false;  // guarded by Writer::mutex
   bool done = false;     // guarded by Writer::mutex
@@ -69,6 +72,11 @@ struct Impl {
   Controller& ctl;
   const ServerOptions options;
   const size_t max_connections = options.threads + options.max_queued;
+
+  // ---- the process budget (actions.cpp): the application's, or the server's own ----
+  std::unique_ptr<ProcessBudget> own_budget =
+      options.budget ? nullptr : std::make_unique<ProcessBudget>(ctl);
+  ProcessBudget* const budget = options.budget ? options.budget : own_budget.get();
 
   // ---- set by start(), cleared by stop() ----
   MHD_Daemon* daemon = nullptr;

@@ -20,15 +20,19 @@ std::thread start_writer(const std::shared_ptr<Writer>& writer) {
       lock.unlock();
       int result;
       try {
-        // The value before, for the audit (a write-only file reads as "").
-        std::string old;
-        if (read_file(*job->group, job->file, &old) != 0) old.clear();
-        if (old.size() > kAuditValueBytes + 4) old.resize(kAuditValueBytes + 4);
-        lock.lock();
-        job->old_value = std::move(old);
-        job->old_read = true;
-        lock.unlock();
-        result = write_file(*job->group, job->file, job->text);
+        if (job->action) {
+          result = job->action();  // an action (actions.cpp): its own audit record
+        } else {
+          // The value before, for the audit (a write-only file reads as "").
+          std::string old;
+          if (read_file(*job->group, job->file, &old) != 0) old.clear();
+          if (old.size() > kAuditValueBytes + 4) old.resize(kAuditValueBytes + 4);
+          lock.lock();
+          job->old_value = std::move(old);
+          job->old_read = true;
+          lock.unlock();
+          result = write_file(*job->group, job->file, job->text);
+        }
       } catch (const std::bad_alloc&) {
         result = ENOMEM;
       } catch (...) {

@@ -5,8 +5,11 @@
 //   memcgctl top [--url URL] [--interval 1s] [--sort current|peak|pressure|events] [--once]
 //   memcgctl host [--root PREFIX] [--cgroup-version 1|2]
 //   memcgctl snapshot DIR
+//   memcgctl remote URL|unix:PATH [--token-file F] [--json] groups|get|set|members|kill|preempt|
+//                   memory|budget|events|audit ...   (remote.hpp)
 //
-// `top` watches a running process that serves memcg::http (built when cpp-httplib is found).
+// `top` watches a running process that serves memcg::http (built when cpp-httplib is found);
+// `remote` reads it and acts on it.
 //
 // Exit status: 0 every check passed (or the file is valid), 1 a check failed, 2 the scenario is
 // malformed (messages `FILE:LINE:COL: what is wrong` on stderr), 3 an output file could not be
@@ -24,6 +27,7 @@
 #include "report.hpp"
 #include "run.hpp"
 #ifdef MEMCGCTL_HAVE_TOP
+#include "remote.hpp"
 #include "top.hpp"
 #endif
 #ifdef MEMCGCTL_HAVE_HOST
@@ -113,6 +117,8 @@ int main(int argc, char** argv) {
   top_cmd->add_option("--sort", sort, "current, peak, pressure (some avg10) or events")
       ->capture_default_str();
   top_cmd->add_flag("--once", top.once, "print one snapshot and exit");
+  memcgctl::RemoteOptions remote;
+  CLI::App* remote_cmd = memcgctl::add_remote_command(app, &remote);
 #endif
 
 #ifdef MEMCGCTL_HAVE_HOST
@@ -141,6 +147,7 @@ int main(int argc, char** argv) {
   if (*snap_cmd) return memcgctl::run_snapshot(snap_dir, std::cout, std::cerr);
 #endif
 #ifdef MEMCGCTL_HAVE_TOP
+  if (*remote_cmd) return memcgctl::run_remote(remote, std::cout, std::cerr);
   if (*top_cmd) {
     if (!memcgctl::parse_interval_ms(interval, &top.interval_ms)) {
       std::cerr << "memcgctl top: --interval '" << interval

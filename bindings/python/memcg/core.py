@@ -28,6 +28,7 @@ class CancelReason(enum.IntEnum):
     OOM_KILL = 0
     PREEMPT = 1
     OTHER = 2
+    OPERATOR = 3
 
 
 def _reason(value: int) -> CancelReason:

@@ -17,7 +17,8 @@
 //   EINVAL      the text does not follow the file's grammar, or a value is out of its range
 //   ERANGE      an integer does not fit (memory.oom.group), a duration overflows
 //   EBUSY       a second registration on one handle; a counter's max set below its usage; a
-//               group removed while it has children or attached threads
+//               group removed while it has children or attached threads; a process budget set
+//               while another is being reached (ProcessBudget::set)
 //   EAGAIN      memory.reclaim fell short of its target after its retries; no arena to spare
 //   EINTR       memory.reclaim was cancelled
 //   ENOMEM      an internal allocation failed
@@ -29,7 +30,10 @@
 //   EBADF       an eventfd that cannot be duplicated
 //   EMFILE, ENFILE  no descriptor left for an eventfd
 //   EALREADY    the HTTP server is already running
-//   EIO         the HTTP server stopped as soon as it started
+//   EIO         the HTTP server stopped as soon as it started; a member's callback threw on an
+//               operator's kill or request (kill_member, preempt_member)
+//   ENAMETOOLONG  the HTTP server's Unix socket path is empty or longer than a socket address
+//               holds (ServerOptions::unix_socket)
 //   EADDRINUSE, EADDRNOTAVAIL, EAFNOSUPPORT  the HTTP server's bind (which may also pass on
 //               another errno of bind(2) or listen(2): errno_name says "unknown" for those,
 //               strerror() knows them)
@@ -73,7 +77,7 @@ inline constexpr int kLibraryErrnos[] = {0,      EINVAL, ERANGE,     EBUSY,     
                                          EFBIG,  EOPNOTSUPP, ECONNABORTED, EHOSTDOWN,
                                          EHOSTUNREACH, ENETDOWN, ENETUNREACH, ENOBUFS, ENONET,
                                          ENOPROTOOPT, ENOTSOCK, EPERM, EPROTO, ETIMEDOUT, ENODEV,
-                                         ENOSPC};
+                                         ENOSPC, ENAMETOOLONG};
 
 // The symbolic name of a result code: "ok" for 0, "EINVAL" etc. for every code of
 // kLibraryErrnos, "unknown" for anything else.
@@ -99,6 +103,7 @@ constexpr const char* errno_name(int code) {
     case EADDRNOTAVAIL: return "EADDRNOTAVAIL";
     case EAFNOSUPPORT: return "EAFNOSUPPORT";
     case EIO: return "EIO";
+    case ENAMETOOLONG: return "ENAMETOOLONG";
     case EFBIG: return "EFBIG";
     case EOPNOTSUPP: return "EOPNOTSUPP";
     case ECONNABORTED: return "ECONNABORTED";

@@ -216,7 +216,9 @@ void memcg_uncharge(memcg_group* group, uint64_t bytes);
 typedef enum memcg_cancel_reason {
   MEMCG_CANCEL_OOM_KILL = 0, /* the OOM killer chose it: release its memory */
   MEMCG_CANCEL_PREEMPT = 1,  /* a waiting charge of a higher class asks it to give memory back */
-  MEMCG_CANCEL_OTHER = 2     /* a reason this header does not know yet */
+  MEMCG_CANCEL_OTHER = 2,    /* a reason this header does not know yet */
+  MEMCG_CANCEL_OPERATOR = 3  /* an operator killed it or asked for memory back (HTTP actions,
+                              * the process budget); memcg_member_killed tells which */
 } memcg_cancel_reason;
 
 /* Called on the thread that ran the OOM killer (or the waiting charge), no library lock held.

@@ -49,6 +49,7 @@
 #include <string>
 #include <thread>
 
+#include "memcg/core/admission/budget.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/files/files.hpp"
 #include "memcg/host/discovery.hpp"
@@ -84,6 +85,11 @@ struct BindOptions {
   uint64_t reclaim_interval_ns = 1'000'000'000;
   unsigned reclaim_permille = 50;  // 0..1000
   uint64_t reclaim_min_bytes = 1ull << 20;
+  // The process budget (budget.hpp), if one is used: the binding then gives it the root's limit
+  // and the kernel's usage beyond the root's (set_outside) instead of writing the root's
+  // memory.max, so that the root holds min(budget, kernel limit), each counted once. REQUIRES:
+  // outlives the binding.
+  ProcessBudget* budget = nullptr;
 };
 
 // What the root would be set to for a discovered cgroup and a root usage (pure).

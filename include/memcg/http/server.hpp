@@ -71,6 +71,7 @@
 
 namespace memcg {
 class Controller;
+class ProcessBudget;  // memcg/core/admission/budget.hpp
 }
 
 namespace memcg::http {
@@ -121,6 +122,10 @@ struct ServerOptions {
   // most 4096 bytes, printable ASCII without spaces) must be given as a bearer token.
   bool allow_writes = false;
   std::string token;
+  // The process budget that PUT /v1/budget sets (budget.hpp); null: the server keeps its own.
+  // Give the one memcg::host's BindOptions::budget names, so that both hold the root together.
+  // REQUIRES: outlives the server.
+  ProcessBudget* budget = nullptr;
   // The page's history: every history_interval (100 ms..60 s, on a server thread; the samples
   // carry the controller's clock) memory.current, PSI some/full and the event counts of the
   // history_groups largest groups (1..1024) are added to a ring of history_samples samples

@@ -127,7 +127,11 @@ OomOrder oom_order(const Group& group) noexcept {
 CancelReason Member::cancel_reason() noexcept { return tl_cancel_reason; }
 
 Member::Member(Group& group, std::string name, KillFn on_kill, int score_adj)
-    : group_(&group), name_(std::move(name)), on_kill_(std::move(on_kill)), adj_(0) {
+    : group_(&group),
+      name_(std::move(name)),
+      id_(group.controller().oom_state().member_ids.fetch_add(1, std::memory_order_relaxed) + 1),
+      on_kill_(std::move(on_kill)),
+      adj_(0) {
   set_score_adj(score_adj);
   // A member counts as an attached task: its group cannot be removed while it lives.
   if (group.attach() != 0) throw std::invalid_argument("memcg: member of a removed group");

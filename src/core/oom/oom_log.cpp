@@ -110,7 +110,8 @@ OomOutcome oom_outcome_of(OomDecider d) noexcept {
   switch (d) {
     case OomDecider::kKernelOrder:
     case OomDecider::kExcessOrder:
-    case OomDecider::kPreempt: return OomOutcome::kKill;
+    case OomDecider::kPreempt:
+    case OomDecider::kOperator: return OomOutcome::kKill;
     case OomDecider::kHandler: return OomOutcome::kHandled;
     case OomDecider::kSpill: return OomOutcome::kSpilled;
     case OomDecider::kNone: break;
@@ -359,6 +360,7 @@ std::string format_oom_log_line(const OomLogEntry& e) {
     const PreemptReport& r = e.preempt;
     out += " domain=";
     put_name(out, r.domain);
+    out += r.by_operator ? " decider=operator" : " decider=waiter";
     out += " waiter=";
     put_name(out, r.waiter_group);
     out += " priority=" + std::to_string(static_cast<int>(r.priority));

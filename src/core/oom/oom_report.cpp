@@ -34,6 +34,8 @@ const char* oom_decider_name(OomDecider d) noexcept {
       return "spill";
     case OomDecider::kPreempt:
       return "preempt";
+    case OomDecider::kOperator:
+      return "operator";
   }
   return "?";
 }

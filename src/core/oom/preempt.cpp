@@ -31,6 +31,8 @@ const char* cancel_reason_name(CancelReason r) noexcept {
       return "spill";
     case CancelReason::kCancel:
       return "cancel";
+    case CancelReason::kOperator:
+      return "operator";
   }
   return "?";
 }

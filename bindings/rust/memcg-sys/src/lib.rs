@@ -58,6 +58,7 @@ pub const MEMCG_CHARGE_INVALID: c_int = 3;
 pub const MEMCG_CANCEL_OOM_KILL: c_int = 0;
 pub const MEMCG_CANCEL_PREEMPT: c_int = 1;
 pub const MEMCG_CANCEL_OTHER: c_int = 2;
+pub const MEMCG_CANCEL_OPERATOR: c_int = 3;
 
 pub const MEMCG_RESERVE_OK: c_int = 0;
 pub const MEMCG_RESERVE_FORCED: c_int = 1;

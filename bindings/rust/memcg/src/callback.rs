@@ -86,6 +86,7 @@ unsafe extern "C" fn kill_trampoline(_m: *mut sys::memcg_member, reason: c_int, 
     let reason = match reason {
         sys::MEMCG_CANCEL_OOM_KILL => CancelReason::OomKill,
         sys::MEMCG_CANCEL_PREEMPT => CancelReason::Preempt,
+        sys::MEMCG_CANCEL_OPERATOR => CancelReason::Operator,
         _ => CancelReason::Other,
     };
     if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(&member, reason))) {

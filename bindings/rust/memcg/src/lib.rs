@@ -503,6 +503,9 @@ pub enum CancelReason {
     Preempt,
     /// A reason this crate does not know.
     Other,
+    /// Someone outside the process killed the member or asked for memory back (HTTP actions,
+    /// the process budget); `Member::killed` tells which.
+    Operator,
 }
 
 pub(crate) struct MemberInner {

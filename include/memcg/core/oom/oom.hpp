@@ -68,7 +68,8 @@ namespace memcg {
 inline constexpr uint64_t kOomVictimWaitNs = 1'000'000'000;
 
 namespace internal {
-struct Preemption;  // cooperative preemption (preempt.cpp)
+struct Preemption;      // cooperative preemption (preempt.cpp)
+struct OperatorAction;  // kill_member, preempt_member (operator.cpp)
 }
 
 // Why a member's callback is called, so that one callback can tell a kill from a request:
@@ -80,9 +81,12 @@ struct Preemption;  // cooperative preemption (preempt.cpp)
 //   if that does not make room, a kOomKill call follows.
 // - kCancel: the application cancelled its work (for code that routes its own cancellation
 //   through the same callback; the library itself never passes it).
+// - kOperator: someone outside the process acted on the member (kill_member, preempt_member:
+//   memcg::http's POST /v1/members/<id>/kill or /preempt, or the process budget). killed()
+//   tells a kill (true: release everything) from a request to give memory back (false).
 // Appended in this order: the values are stable.
-enum class CancelReason : uint8_t { kOomKill, kPreempt, kSpill, kCancel };
-// "oom_kill", "preempt", "spill", "cancel".
+enum class CancelReason : uint8_t { kOomKill, kPreempt, kSpill, kCancel, kOperator };
+// "oom_kill", "preempt", "spill", "cancel", "operator".
 const char* cancel_reason_name(CancelReason r) noexcept;
 
 // Which order the OOM killer chooses victims in, per OOM domain (memory.oom.order; see the file
@@ -182,15 +186,20 @@ class Member {
   }
   const std::string& name() const noexcept { return name_; }
   Group& group() const noexcept { return *group_; }
+  // A number no other member of this controller has had or will have (1, 2, ... in creation
+  // order), so that someone outside the process can name this member (operator.hpp).
+  uint64_t id() const noexcept { return id_; }
 
  private:
   friend class OomKiller;
   friend struct internal::Preemption;
+  friend struct internal::OperatorAction;
   friend class Reservation;
   int64_t take_charged(int64_t units) noexcept;  // up to `units` off charged_; what it took
 
   GroupRef group_;
   const std::string name_;
+  const uint64_t id_;
   KillFn on_kill_;  // guarded by the OOM lock; moved out while a kill is in progress
   std::atomic<int> adj_;
   std::atomic<int64_t> charged_{0};
@@ -231,8 +240,9 @@ enum class OomDecider : uint8_t {
   kHandler,      // an OOM handler made room (OomReport::handler names it)
   kSpill,        // the chosen member spilled and made room: nobody killed
   kPreempt,      // the victim's kill was left to a preemption request in progress
+  kOperator,     // an operator's kill (kill_member): no OOM, a decision from outside
 };
-inline constexpr int kNumOomDeciders = static_cast<int>(OomDecider::kPreempt) + 1;
+inline constexpr int kNumOomDeciders = static_cast<int>(OomDecider::kOperator) + 1;
 const char* oom_decider_name(OomDecider d) noexcept;  // "none", "kernel", "excess", ...
 // One handler call of an OOM's chain.
 struct OomHandlerCall {
@@ -341,6 +351,9 @@ struct PreemptReport {
   int64_t shortage_units = 0;  // beyond the room there was and what earlier requests will free
   std::vector<PreemptVictim> asked;
   std::vector<OomFailure> failed;  // requests whose callback threw
+  // An operator's request (preempt_member, the process budget), not a waiting charge's: the
+  // OOM log shows its decider as "operator" (waiter_group is then "").
+  bool by_operator = false;
   std::string format() const;      // a short human-readable report
 };
 
@@ -375,6 +388,8 @@ struct OomState {
   PreemptReport last_preempt;
   // Registered OOM handlers, in registration order (oom_handler.cpp).
   std::vector<std::shared_ptr<OomHandlerEntry>> handlers;
+  // The last member id given (Member::id); read without the lock.
+  std::atomic<uint64_t> member_ids{0};
 };
 }  // namespace internal
 
