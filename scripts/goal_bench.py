@@ -79,8 +79,8 @@ def main():
     r = run(bench("charge_bench"), r"^Pair/(memcg|MutexTree)/real_time/threads:1$", reps)
     pair = median(one(r, "Pair/memcg/"), "real_time")
     tree = median(one(r, "Pair/MutexTree/"), "real_time")
-    rows.append(("charge + uncharge pair, 1 thread, depth 4", "<= 5.7 ns", "%.2f ns" % pair,
-                 pair <= 5.7))
+    rows.append(("charge + uncharge pair, 1 thread, depth 4", "<= 5.7 ns", "%.2f ns (CPU %.2f ns)" % (
+        pair, median(one(r, "Pair/memcg/"), "cpu_time")), pair <= 5.7))
     rows.append(("  against the 4-level mutex tree", ">= 2x", "%.2fx (tree %.2f ns)" % (
         tree / pair, tree), tree / pair >= 2.0))
 

@@ -84,12 +84,17 @@ TEST_F(SqliteReclaim, MaxLoweredBelowTheCacheWhileStatementsRun) {
   // Dirty pages spill past 64 (docs/sqlite.md: cache_spill under a tight limit).
   ASSERT_EQ(c.exec("PRAGMA cache_spill = 64"), SQLITE_OK);
   std::atomic<bool> stop{false};
-  std::atomic<int> scans{0}, failures{0}, writes{0}, write_nomem{0};
+  std::atomic<int> scans{0}, failures{0}, scan_nomem{0}, writes{0}, write_nomem{0};
   std::thread reader([&] {
     while (!stop.load()) {
       int rc = 0;
       const int64_t sum = query_int(c, "SELECT sum(length(v)) FROM t", &rc);
-      if (rc != SQLITE_OK || sum != 200 * 30000) {
+      // While the write reclaims, and after it while the update's pages are pinned, a scan may
+      // find no heap under the new limit: SQLITE_NOMEM for that statement (the component's
+      // contract), never a wrong answer or another error.
+      if (rc == SQLITE_NOMEM) {
+        scan_nomem.fetch_add(1);
+      } else if (rc != SQLITE_OK || sum != 200 * 30000) {
         ADD_FAILURE() << "scan: rc " << rc << ", sum " << sum;
         failures.fetch_add(1);
       }
@@ -110,6 +115,8 @@ TEST_F(SqliteReclaim, MaxLoweredBelowTheCacheWhileStatementsRun) {
   reader.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(writes.load() + write_nomem.load(), 0);
+  // Under the new limit the tenant still reads: its cache recycles its own pages.
+  EXPECT_EQ(scan(c), 200 * 30000) << scan_nomem.load() << " scans got SQLITE_NOMEM meanwhile";
   ctl_.drain_stocks();
   // Charges past max come from SQLite's last resort only, and are counted.
   const EngineStats s = engine_->stats();
