@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -109,6 +110,21 @@ ServerOptions fast(std::string runbook_base = "") {
   return so;
 }
 
+// The flags of a row less PSI's: the kill's own reclaim and OOM path is a stall of the group's
+// one task, and a slow build (TSan) can spend more than 5 % of a sample interval there, so the
+// killed group may be flagged for PSI as well.
+std::string without_psi(const std::string& flags) {
+  std::string out;
+  size_t at = 0;
+  while (at <= flags.size()) {
+    const size_t end = std::min(flags.find(' ', at), flags.size());
+    const std::string flag = flags.substr(at, end - at);
+    if (flag != "psi_full" && flag != "psi_some") out += (out.empty() ? "" : " ") + flag;
+    at = end + 1;
+  }
+  return out;
+}
+
 TEST(HttpStatusTest, RowsAreFlaggedAndTroubleComesFirst) {
   Scene s;
   Live live(s.ctl, fast());
@@ -117,14 +133,15 @@ TEST(HttpStatusTest, RowsAreFlaggedAndTroubleComesFirst) {
   s.trouble();
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   const std::string page = live.get("/");
-  EXPECT_EQ(row_status(page, "killed"), "oom_kill max") << page;
+  EXPECT_EQ(without_psi(row_status(page, "killed")), "oom_kill max") << page;
   EXPECT_EQ(row_status(page, "high"), "high");
   EXPECT_EQ(row_status(page, "calm"), "ok");
   // The stall is p/c's: its ancestors, whose stall time includes it, are not flagged for it.
   EXPECT_EQ(row_status(page, "p/c"), "psi_full psi_some");
   EXPECT_EQ(row_status(page, "p"), "ok");
   EXPECT_EQ(row_status(page, "/"), "ok");
-  EXPECT_NE(page.find("<td class=\"status bad\">OOM kills, memory.max events</td>"),
+  EXPECT_NE(page.find("<td class=\"status bad\">OOM kills, "), std::string::npos);
+  EXPECT_NE(page.find("memory.max events</td><td><a class=\"group-link\" href=\"/group/killed\">"),
             std::string::npos);
   EXPECT_NE(page.find("<p class=\"legend\">STATUS:"), std::string::npos);
   // Trouble first: killed (kills), p/c (PSI full), high (high events), then the calm ones by size.
@@ -137,7 +154,7 @@ TEST(HttpStatusTest, RowsAreFlaggedAndTroubleComesFirst) {
   const std::string by_usage = live.get("/?sort=usage");
   EXPECT_LT(row_at(by_usage, "/"), row_at(by_usage, "calm"));
   EXPECT_LT(row_at(by_usage, "calm"), row_at(by_usage, "killed"));
-  EXPECT_EQ(row_status(by_usage, "killed"), "oom_kill max");
+  EXPECT_EQ(without_psi(row_status(by_usage, "killed")), "oom_kill max");
   EXPECT_NE(by_usage.find("<a id=\"sort-status\" href=\"/\">"), std::string::npos);
 }
 
