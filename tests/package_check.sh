@@ -19,6 +19,7 @@ src=$(cd "$1" && pwd)
 work=${2:-$(mktemp -d)}
 [[ -n ${2:-} ]] || trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"
+work=$(cd "$work" && pwd)  # absolute: the steps below run from other folders
 build=$work/build
 fail() { echo "package_check: $*" >&2; exit 1; }
 launcher=()
