@@ -18,7 +18,8 @@
 #include "memcg/http/json.hpp"
 #include "memcg/http/oom_json.hpp"
 #include "actions.hpp"
-#include "metrics_query.hpp"
+#include "answer.hpp"
+#include "metrics_answer.hpp"
 #include "json_put.hpp"
 #include "oom_page.hpp"
 #include "page.hpp"
@@ -28,8 +29,6 @@
 namespace memcg::http::detail {
 namespace {
 
-constexpr const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
-constexpr const char* kTextType = "text/plain; charset=utf-8";
 
 // kAct: PUT or DELETE, served only on the action paths (actions.hpp).
 enum class Method : uint8_t { kRead, kPost, kAct, kOther };
@@ -53,126 +52,6 @@ struct Request {
 
 // A generated answer: the body lives until libmicrohttpd has sent it or dropped the connection;
 // then it gives back its place among the answers in flight (when it took one).
-struct Answer {
-  std::string body;
-  std::atomic<size_t>* gate = nullptr;
-};
-
-void free_answer(void* cls) {
-  auto* a = static_cast<Answer*>(cls);
-  if (a->gate != nullptr) a->gate->fetch_sub(1, std::memory_order_relaxed);
-  delete a;
-}
-
-struct Header {
-  const char* name;
-  const char* value;
-};
-
-// Queues `r` with `status` and the headers every answer carries, and drops our reference (the
-// answer lives while queued). MHD_NO when it cannot be queued (the connection is then closed).
-MHD_Result queue(MHD_Connection* c, unsigned status, MHD_Response* r, const char* type,
-                 std::initializer_list<Header> extra) {
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-  // Documents are generated per request: no ranges, ever (a multi-range answer would be many
-  // copies of the document).
-  MHD_add_response_header(r, MHD_HTTP_HEADER_ACCEPT_RANGES, "none");
-  for (const Header& h : extra) MHD_add_response_header(r, h.name, h.value);
-  const MHD_Result ok = MHD_queue_response(c, status, r);
-  MHD_destroy_response(r);
-  return ok;
-}
-
-// Queues `body` with `status`. `gate` (may be null) is released when the answer is freed, here
-// on any failure too. MHD_NO when the answer cannot be queued (the connection is then closed).
-MHD_Result send(MHD_Connection* c, unsigned status, std::string body, const char* type,
-                std::atomic<size_t>* gate = nullptr,
-                std::initializer_list<Header> extra = {}) {
-  Answer* a = new (std::nothrow) Answer;
-  if (a == nullptr) {
-    if (gate != nullptr) gate->fetch_sub(1, std::memory_order_relaxed);
-    return MHD_NO;
-  }
-  a->gate = gate;
-  a->body = std::move(body);
-  MHD_Response* r = MHD_create_response_from_buffer_with_free_callback_cls(
-      a->body.size(), a->body.data(), &free_answer, a);
-  if (r == nullptr) {
-    free_answer(a);
-    return MHD_NO;
-  }
-  return queue(c, status, r, type, extra);
-}
-
-// GET /metrics, sent while it is written: the values are read when the request is answered
-// (PrometheusExposition), its length counted (Content-Length: the connection stays reusable and
-// a cut answer is seen as one), and the text written straight into libmicrohttpd's send buffer
-// as it sends. The answer holds the values, that buffer and the few KB of a line that did not
-// fit, never the whole document, and its place among the answers in flight until it is freed.
-// kBlockBytes is the buffer (allocated with the answer): each send() takes up to this much, so
-// a 28 MB document goes out in about a hundred sends.
-constexpr size_t kBlockBytes = 256 * 1024;
-
-struct StreamedMetrics {
-  StreamedMetrics(Controller& ctl, const PrometheusOptions& options) : doc(ctl, options) {}
-  PrometheusExposition doc;
-  std::string tail;  // the server's own families (event bus, audit), after the document
-  size_t tail_pos = 0;
-  std::atomic<size_t>* gate = nullptr;
-};
-
-// The server's own families: the event bus and its streams, the audit records.
-std::string server_metrics(Impl& s) {
-  const EventBusStats b = s.ctl.events().stats();
-  std::string out =
-      "# HELP memcg_events_published_total Events recorded by the event bus.\n"
-      "# TYPE memcg_events_published_total counter\n"
-      "memcg_events_published_total " + std::to_string(b.published) + "\n"
-      "# HELP memcg_event_subscribers Event bus subscriptions (GET /v1/events streams among them).\n"
-      "# TYPE memcg_event_subscribers gauge\n"
-      "memcg_event_subscribers " + std::to_string(b.subscribers) + "\n"
-      "# HELP memcg_event_subscribers_dropped_total Subscriptions dropped, by reason.\n"
-      "# TYPE memcg_event_subscribers_dropped_total counter\n";
-  for (int i = 1; i < kNumBusDropReasons; ++i)
-    out += std::string("memcg_event_subscribers_dropped_total{reason=\"") +
-           bus_drop_reason_name(static_cast<BusDropReason>(i)) + "\"} " +
-           std::to_string(b.dropped[i]) + "\n";
-  out += s.audit.render_metrics();
-  return out;
-}
-
-// Fills `buf` (libmicrohttpd asks for at most what is left of the announced length).
-ssize_t read_metrics(void* cls, uint64_t, char* buf, size_t max) {
-  auto* m = static_cast<StreamedMetrics*>(cls);
-  size_t n;
-  try {
-    n = m->doc.read(buf, max);
-  } catch (...) {
-    // Out of memory: the connection is closed, short of its Content-Length.
-    return MHD_CONTENT_READER_END_WITH_ERROR;
-  }
-  if (n == 0 && m->tail_pos < m->tail.size()) {
-    n = std::min(max, m->tail.size() - m->tail_pos);
-    std::memcpy(buf, m->tail.data() + m->tail_pos, n);
-    m->tail_pos += n;
-  }
-  if (n == 0) return MHD_CONTENT_READER_END_WITH_ERROR;  // shorter than counted: never
-  return static_cast<ssize_t>(n);
-}
-
-void free_metrics(void* cls) {
-  auto* m = static_cast<StreamedMetrics*>(cls);
-  if (m->gate != nullptr) m->gate->fetch_sub(1, std::memory_order_relaxed);
-  delete m;
-}
-
-MHD_Result reply(MHD_Connection* c, unsigned status, std::string_view text,
-                 std::initializer_list<Header> extra = {}) {
-  std::string body(text);
-  body += '\n';
-  return send(c, status, std::move(body), kTextType, nullptr, extra);
-}
-
 std::string errno_name(int err) {
   const char* name = ::strerrorname_np(err);
   return name != nullptr ? name : "E" + std::to_string(err);
@@ -449,18 +328,6 @@ MHD_Result get_file(Impl& s, MHD_Connection* c, const Request& r) {
   return send(c, 200, std::move(text), kTextType);
 }
 
-// A place among max_answers_in_flight, or false when they are all taken.
-bool take_place(Impl& s) {
-  if (s.answers_in_flight.fetch_add(1, std::memory_order_relaxed) < s.options.max_answers_in_flight)
-    return true;
-  s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
-  return false;
-}
-
-MHD_Result too_busy(MHD_Connection* c) {
-  return reply(c, 503, "too many answers in flight", {{"Retry-After", "1"}});
-}
-
 // A whole generated document, within max_answers_in_flight.
 template <typename Render>
 MHD_Result document(Impl& s, MHD_Connection* c, const char* type, Render render) {
@@ -521,45 +388,12 @@ uint64_t oom_page_seq(std::string_view target) {
   return n;
 }
 
-// The exposition, streamed (StreamedMetrics), within max_answers_in_flight; the query chooses
-// what it shows (metrics_query.hpp): 400 for a bad query, 404 for a group that does not exist.
-MHD_Result metrics(Impl& s, MHD_Connection* c, const Request& req) {
-  PrometheusOptions options;
-  std::string why;
-  if (parse_metrics_query(req.raw_target, &options, &why) != 0) return reply(c, 400, why);
-  if (const int err = check_prometheus_options(s.ctl, options, &why); err != 0)
-    return reply(c, err == ENOENT ? 404 : 400, why);
-  if (!take_place(s)) return too_busy(c);
-  std::unique_ptr<StreamedMetrics> m;
-  uint64_t length;
-  try {
-    m = std::make_unique<StreamedMetrics>(s.ctl, options);
-    m->tail = server_metrics(s);
-    length = m->doc.size() + m->tail.size();
-  } catch (const std::invalid_argument& e) {  // the group was removed since the check
-    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
-    return reply(c, 404, e.what());
-  } catch (...) {
-    s.answers_in_flight.fetch_sub(1, std::memory_order_relaxed);
-    throw;
-  }
-  m->gate = &s.answers_in_flight;
-  MHD_Response* r = MHD_create_response_from_callback(length, kBlockBytes, &read_metrics,
-                                                      m.get(), &free_metrics);
-  if (r == nullptr) {
-    free_metrics(m.release());
-    return MHD_NO;
-  }
-  m.release();  // the answer owns it now
-  return queue(c, 200, r, kMetricsType, {});
-}
-
 MHD_Result serve_read(Impl& s, MHD_Connection* c, const Request& r) {
   // Reads deliver no notification here: they stay for the threads that deliver them.
   internal::DeferCallbacks defer;
   if (r.target_status != 0) return reply(c, 400, "invalid path");
   if (r.path == "/healthz") return reply(c, 200, "ok");
-  if (r.path == "/metrics") return metrics(s, c, r);
+  if (r.path == "/metrics") return serve_metrics(s, c, r.raw_target);
   if (r.path == "/v1/groups")
     return document(s, c, "application/json", [&] { return render_groups_json(s.ctl); });
   if (r.path == "/v1/oom")
