@@ -392,7 +392,7 @@ func (r *Reservation) GrowContext(ctx context.Context, bytes uint64) (bool, erro
 
 // withContext runs a waiting request with ctx's deadline on the controller's clock; a
 // goroutine cancels the reservation if ctx is cancelled meanwhile (Go 1.19 has no
-// context.AfterFunc). An expired deadline is the C call's own timeout, never a cancel.
+// context.AfterFunc), and is done before the request returns. An expired deadline is the C call's own timeout, never a cancel.
 func (r *Reservation) withContext(ctx context.Context, op string,
 	request func(deadline C.uint64_t) C.memcg_reserve_status) (bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -409,8 +409,12 @@ func (r *Reservation) withContext(ctx context.Context, op string,
 		deadline = C.uint64_t(now + uint64(nanos(time.Until(at))))
 	}
 	stop := make(chan struct{})
+	// The watcher is waited for before the request returns: a Cancel still in flight holds a
+	// pin, and a Close right after the request would otherwise free the reservation late.
+	watched := make(chan struct{})
 	if ctx.Done() != nil {
 		go func() {
+			defer close(watched)
 			select {
 			case <-ctx.Done():
 				if ctx.Err() == context.Canceled {
@@ -419,9 +423,12 @@ func (r *Reservation) withContext(ctx context.Context, op string,
 			case <-stop:
 			}
 		}()
+	} else {
+		close(watched)
 	}
 	status := request(deadline)
 	close(stop)
+	<-watched
 	forced, err := r.end(status, op)
 	if e, ok := err.(*RefusedError); ok {
 		switch {
