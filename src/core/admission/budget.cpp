@@ -152,12 +152,14 @@ BudgetStatus ProcessBudget::status() const {
   Limits l;
   bool have_outside;
   uint64_t extra;
+  uint64_t started_ns;  // a set() on another thread rewrites it under mu_
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = status_;
     l = limits_locked();
     have_outside = have_outside_;
     extra = outside_.extra;
+    started_ns = started_ns_;
   }
   s.bound = have_outside;
   Group& root = ctl_.root();
@@ -165,7 +167,7 @@ BudgetStatus ProcessBudget::status() const {
   s.limit_bytes = l.budget_limit;
   s.current_bytes = root.current() + (have_outside ? extra : 0);
   if (s.state != BudgetState::kNone) s.limited_by = l.host_binds ? "host" : "budget";
-  if (s.state == BudgetState::kReaching) s.elapsed_ns = steady_ns() - started_ns_;
+  if (s.state == BudgetState::kReaching) s.elapsed_ns = steady_ns() - started_ns;
   return s;
 }
 
