@@ -168,4 +168,8 @@ uint64_t memcg_member_charged(const memcg_member* member) {
   return member->cpp->group().controller().to_bytes(member->cpp->charged());
 }
 
+uint64_t memcg_member_id(const memcg_member* member) {
+  return member == nullptr ? 0 : member->cpp->id();
+}
+
 }  // extern "C"

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <vector>
 // The implementation defines every declaration, the experimental ones included.
 #ifndef MEMCG_C_EXPERIMENTAL
 #define MEMCG_C_EXPERIMENTAL
@@ -23,6 +24,7 @@
 #include "memcg/core/reclaim/reclaim.hpp"
 #include "memcg/core/admission/reservation.hpp"
 #include "memcg/core/reclaim/vmpressure.hpp"
+#include "memcg/core/signal/event_bus.hpp"
 
 struct memcg_controller {
   explicit memcg_controller(memcg::Options options) : cpp(std::move(options)) {}
@@ -172,4 +174,17 @@ struct memcg_reclaimer final : memcg::Reclaimer {
   const memcg_reclaim_fn reclaim_fn;
   void* const user;
   memcg::ReclaimerRegistration registration;  // last: unregistered first
+};
+
+// A subscription to the controller's event bus, with the events taken and not yet handed out:
+// memcg_subscription_next gives one at a time, and the strings of the one it gave stay in
+// `current` until the next call.
+struct memcg_subscription {
+  explicit memcg_subscription(memcg_controller* owner) noexcept : count(owner) {}
+  memcg::capi::HandleCount count;
+  std::unique_ptr<memcg::Subscription> cpp;
+  std::vector<memcg::BusEvent> batch;  // taken, not yet handed out (from `next` on)
+  size_t next = 0;
+  memcg::BusEvent current;             // the one handed out last
+  std::atomic<bool> closed{false};     // memcg_subscription_close was called
 };

@@ -43,7 +43,9 @@ extern "C" {
  * one when it is a shared library. 0.x releases may change the interface at each minor version.
  * 0.2 added, changing no declaration of 0.1: memcg_controller_drain_stocks, _flush_stats,
  * memcg_group_list, memcg_oom_log_read, _last_seq, memcg_member_set_score_adj, _score_adj,
- * memcg_reservation_grow_until, the *_from_name lookups, MEMCG_CHARGE_NOWAIT and memcg_quote. */
+ * memcg_reservation_grow_until, the *_from_name lookups, MEMCG_CHARGE_NOWAIT and memcg_quote;
+ * then MEMCG_CANCEL_OPERATOR, memcg_member_id and the event stream (memcg_subscribe, ...). The
+ * HTTP endpoint has its own header and library: memcg/c/http.h, libmemcg_http. */
 #define MEMCG_C_VERSION_MAJOR 0
 #define MEMCG_C_VERSION_MINOR 2
 #define MEMCG_C_VERSION_PATCH 0
@@ -257,6 +259,10 @@ int memcg_member_killed(const memcg_member* member);
 /* Bytes it holds now (whole units). */
 uint64_t memcg_member_charged(const memcg_member* member);
 
+/* Its id: unique in the controller, never reused, as GET /v1/members lists it and
+ * POST /v1/members/<id>/kill names it (docs/http.md). 0 for NULL. */
+uint64_t memcg_member_id(const memcg_member* member);
+
 /* ---- reservations ------------------------------------------------------------------------- */
 
 /* What happened to a request: the C++ ReserveStatus, same values, and REFUSED for one that this
@@ -386,6 +392,91 @@ uint64_t memcg_listener_delivered(const memcg_listener* listener);
 
 /* 1 once the group was removed. */
 int memcg_listener_removed(const memcg_listener* listener);
+
+/* ---- events: the controller's event stream, in-process ------------------------------------ */
+
+/* The controller's event bus (memcg/core/signal/event_bus.hpp; GET /v1/events serves the same
+ * events): memory.events increments, vmpressure level changes, PSI triggers firing, OOM and
+ * preemption reports, groups created and removed, writes, actions and budget progress, each
+ * with an id (increasing, larger in a later run of the process) in a bounded ring of the last
+ * 4096. Off, and free, until something subscribes (or an HTTP server starts). A subscription
+ * is a cursor into that ring: it is never sent more than it asked for, and one that falls
+ * more than `max_lag` events behind is dropped, never buffered without bound. */
+typedef struct memcg_subscription memcg_subscription;
+
+/* What an event reports; the names (memcg_event_type_name) are the stream's `event:` field. */
+typedef enum memcg_event_type {
+  MEMCG_EVENT_MEMORY_EVENT = 0,  /* "memory_event": a memory.events counter went up */
+  MEMCG_EVENT_VMPRESSURE = 1,    /* "vmpressure": a reclaim root's level changed */
+  MEMCG_EVENT_PSI_TRIGGER = 2,   /* "psi_trigger": a PSI trigger fired */
+  MEMCG_EVENT_OOM = 3,           /* "oom": an OOM report (the JSON of GET /v1/oom) */
+  MEMCG_EVENT_PREEMPT = 4,       /* "preempt": a preemption report */
+  MEMCG_EVENT_BUDGET = 5,        /* "budget": the process budget's progress */
+  MEMCG_EVENT_GROUP_CREATED = 6, /* "group_created" */
+  MEMCG_EVENT_GROUP_REMOVED = 7, /* "group_removed" */
+  MEMCG_EVENT_WRITE = 8,         /* "write": a group file written over HTTP */
+  MEMCG_EVENT_ACTION = 9,        /* "action": an operator's action applied */
+  MEMCG_EVENT_GAP = 10           /* "gap": events asked for that the ring no longer holds */
+} memcg_event_type;
+/* The bit of `type` in a subscription's `types` mask, and the mask of every type. A gap event
+ * is delivered whatever the mask. */
+#define MEMCG_EVENT_BIT(type) (1u << (type))
+#define MEMCG_EVENT_ALL ((1u << 11) - 1)
+
+/* "memory_event", ... "gap"; "unknown" for other values. */
+const char* memcg_event_type_name(int type);
+/* The inverse: -1 for NULL or any other text. */
+int memcg_event_type_from_name(const char* name);
+
+/* One event. The strings belong to the subscription: valid until its next
+ * memcg_subscription_next or its destroy. */
+typedef struct memcg_event {
+  uint64_t id;          /* resume after it with memcg_subscribe's `after_id` */
+  int type;             /* memcg_event_type */
+  uint64_t time_ns;     /* wall clock (CLOCK_REALTIME), nanoseconds since the epoch */
+  const char* group;    /* the group's path: "/" for the root, "a/b" below it */
+  const char* payload;  /* one JSON object on one line */
+} memcg_event;
+
+/* Subscribes to the events of `subtree` (a group path, its descendants included; NULL, "" or
+ * "/" for every group) whose type's bit is in `types` (0 is EINVAL), resuming after
+ * `after_id`: 0 for the events from now on; an id the ring no longer holds gives a gap event
+ * first. `max_lag`: how many events it may fall behind before it is dropped (0: the ring's
+ * capacity). EINVAL for a subtree that is not a group path or an unknown type bit, EAGAIN at
+ * the bus's 1024 subscriptions. */
+int memcg_subscribe(memcg_controller* controller, const char* subtree, uint32_t types,
+                    uint64_t after_id, size_t max_lag, memcg_subscription** out);
+
+/* The next event into `*event`, waiting up to `timeout_ms` for one (0: only look; at most
+ * 2^31 ms). 0 when one was taken; EAGAIN when none came in time; ECONNABORTED when the
+ * subscription was dropped (memcg_subscription_drop_reason says why: resubscribe after
+ * memcg_subscription_cursor); EBADF after memcg_subscription_close; EINVAL for NULL or a
+ * negative timeout. One thread at a time per subscription. */
+int memcg_subscription_next(memcg_subscription* subscription, int64_t timeout_ms,
+                            memcg_event* event);
+
+/* The id of the last event taken or passed over by the filter: resume after it. */
+uint64_t memcg_subscription_cursor(const memcg_subscription* subscription);
+
+/* Why it was dropped: 0 not dropped, 1 "lagging" (more than max_lag behind), 2 "overrun" (the
+ * ring overwrote an event it had not taken), 3 "closed" (the controller went away). */
+int memcg_subscription_drop_reason(const memcg_subscription* subscription);
+/* "none", "lagging", "overrun", "closed"; "unknown" for other values. */
+const char* memcg_drop_reason_name(int reason);
+
+/* Unsubscribes; a memcg_subscription_next waiting on another thread returns EBADF at once.
+ * Thread-safe and idempotent (the handle stays valid until destroyed). */
+void memcg_subscription_close(memcg_subscription* subscription);
+
+/* Unsubscribes and frees. REQUIRES: no memcg_subscription_next running on it. */
+void memcg_subscription_destroy(memcg_subscription* subscription);
+
+/* Appends an event of the program's own (type MEMCG_EVENT_ACTION or MEMCG_EVENT_BUDGET, say)
+ * about the group at `group` (a path; NULL or "" for the root) with `payload`, one JSON object
+ * on one line. Returns its id; 0 when the bus is off (nothing subscribed) or the payload is
+ * not one object on one line. */
+uint64_t memcg_events_publish(memcg_controller* controller, int type, const char* group,
+                              const char* payload);
 
 #ifdef MEMCG_C_EXPERIMENTAL
 /* ---- experimental: the shape of these may change in a minor version ----------------------- */
