@@ -68,6 +68,12 @@ files development | grep 'include/memcg/memcg.hpp' >/dev/null || fail "developme
 files development | grep 'include/memcg/base/version.hpp' >/dev/null || fail "development has no version.hpp"
 files development | grep 'include/memcg/c/memcg.h' >/dev/null || fail "development has no C header"
 files development | grep 'pkgconfig/memcg-c.pc' >/dev/null || fail "development has no memcg-c.pc"
+# The HTTP endpoint's C API (memcg/c/http.h) where memcg::http is built.
+if [[ -n $(find "$build/src/http" -name 'libmemcg_http.*' 2>/dev/null) ]]; then
+  files runtime | grep 'libmemcg_http\.so\.' >/dev/null || fail "runtime has no libmemcg_http.so.*"
+  files development | grep 'pkgconfig/memcg-c-http.pc' >/dev/null ||
+    fail "development has no memcg-c-http.pc"
+fi
 files development | grep 'share/memcg/prometheus/memcg-rules.yml' >/dev/null ||
   fail "development has no Prometheus rules"
 files development | grep -E 'bin/|\.so\.[0-9]' >/dev/null && fail "development holds runtime files or tools"
