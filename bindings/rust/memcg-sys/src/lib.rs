@@ -1,6 +1,7 @@
 //! Raw declarations of memcg's C API (`include/memcg/c/memcg.h`, version 0.2). Everything here is
 //! `unsafe` to call; the `memcg` crate wraps it. The stable part only: the experimental
-//! declarations (`MEMCG_C_EXPERIMENTAL`) are not bound.
+//! declarations (`MEMCG_C_EXPERIMENTAL`) are not bound. With the feature `http`, also the HTTP
+//! endpoint's (`include/memcg/c/http.h`, libmemcg_http), which build.rs then links.
 #![allow(non_camel_case_types)]
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -22,7 +23,8 @@ opaque!(
     memcg_group,
     memcg_member,
     memcg_reservation,
-    memcg_listener
+    memcg_listener,
+    memcg_subscription
 );
 
 /// memcg_options: fill with memcg_options_init.
@@ -80,6 +82,53 @@ pub const MEMCG_PRIORITY_DEFAULT: c_int = -1;
 pub const MEMCG_PRIORITY_LOW: c_int = 0;
 pub const MEMCG_PRIORITY_NORMAL: c_int = 1;
 pub const MEMCG_PRIORITY_HIGH: c_int = 2;
+
+/// What an event reports (memcg_event_type); memcg_event_type_name gives the stream's name.
+pub const MEMCG_EVENT_MEMORY_EVENT: c_int = 0;
+pub const MEMCG_EVENT_VMPRESSURE: c_int = 1;
+pub const MEMCG_EVENT_PSI_TRIGGER: c_int = 2;
+pub const MEMCG_EVENT_OOM: c_int = 3;
+pub const MEMCG_EVENT_PREEMPT: c_int = 4;
+pub const MEMCG_EVENT_BUDGET: c_int = 5;
+pub const MEMCG_EVENT_GROUP_CREATED: c_int = 6;
+pub const MEMCG_EVENT_GROUP_REMOVED: c_int = 7;
+pub const MEMCG_EVENT_WRITE: c_int = 8;
+pub const MEMCG_EVENT_ACTION: c_int = 9;
+pub const MEMCG_EVENT_GAP: c_int = 10;
+
+/// The bit of `event_type` in memcg_subscribe's `types` mask (the header's macro).
+#[allow(non_snake_case)]
+pub const fn MEMCG_EVENT_BIT(event_type: c_int) -> u32 {
+    1u32 << event_type
+}
+/// Every type's bit.
+pub const MEMCG_EVENT_ALL: u32 = (1u32 << 11) - 1;
+
+/// One event of a subscription. The strings belong to the subscription: valid until its next
+/// memcg_subscription_next or its destroy.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct memcg_event {
+    pub id: u64,
+    /// A MEMCG_EVENT_* value.
+    pub r#type: c_int,
+    /// Wall clock (CLOCK_REALTIME), nanoseconds since the epoch.
+    pub time_ns: u64,
+    pub group: *const c_char,
+    pub payload: *const c_char,
+}
+
+impl Default for memcg_event {
+    fn default() -> memcg_event {
+        memcg_event {
+            id: 0,
+            r#type: 0,
+            time_ns: 0,
+            group: std::ptr::null(),
+            payload: std::ptr::null(),
+        }
+    }
+}
 
 /// A kill callback; `reason` is a MEMCG_CANCEL_* value. Must not unwind.
 pub type memcg_kill_fn =
@@ -182,6 +231,7 @@ extern "C" {
     pub fn memcg_member_uncharge(member: *mut memcg_member, bytes: u64) -> u64;
     pub fn memcg_member_killed(member: *const memcg_member) -> c_int;
     pub fn memcg_member_charged(member: *const memcg_member) -> u64;
+    pub fn memcg_member_id(member: *const memcg_member) -> u64;
 
     pub fn memcg_reserve_status_name(status: c_int) -> *const c_char;
     pub fn memcg_reservation_create(
@@ -236,4 +286,63 @@ extern "C" {
     pub fn memcg_listener_destroy(listener: *mut memcg_listener);
     pub fn memcg_listener_delivered(listener: *const memcg_listener) -> u64;
     pub fn memcg_listener_removed(listener: *const memcg_listener) -> c_int;
+
+    pub fn memcg_event_type_name(event_type: c_int) -> *const c_char;
+    pub fn memcg_event_type_from_name(name: *const c_char) -> c_int;
+    pub fn memcg_subscribe(
+        controller: *mut memcg_controller,
+        subtree: *const c_char,
+        types: u32,
+        after_id: u64,
+        max_lag: usize,
+        out: *mut *mut memcg_subscription,
+    ) -> c_int;
+    pub fn memcg_subscription_next(
+        subscription: *mut memcg_subscription,
+        timeout_ms: i64,
+        event: *mut memcg_event,
+    ) -> c_int;
+    pub fn memcg_subscription_cursor(subscription: *const memcg_subscription) -> u64;
+    pub fn memcg_subscription_drop_reason(subscription: *const memcg_subscription) -> c_int;
+    pub fn memcg_drop_reason_name(reason: c_int) -> *const c_char;
+    pub fn memcg_subscription_close(subscription: *mut memcg_subscription);
+    pub fn memcg_subscription_destroy(subscription: *mut memcg_subscription);
+    pub fn memcg_events_publish(
+        controller: *mut memcg_controller,
+        event_type: c_int,
+        group: *const c_char,
+        payload: *const c_char,
+    ) -> u64;
 }
+
+/// The HTTP endpoint (`include/memcg/c/http.h`), in libmemcg_http.
+#[cfg(feature = "http")]
+mod http {
+    use super::memcg_controller;
+    use std::ffi::{c_char, c_int};
+
+    opaque!(memcg_server);
+
+    extern "C" {
+        pub fn memcg_server_create(
+            controller: *mut memcg_controller,
+            out: *mut *mut memcg_server,
+        ) -> c_int;
+        pub fn memcg_server_set(
+            server: *mut memcg_server,
+            name: *const c_char,
+            value: *const c_char,
+        ) -> c_int;
+        pub fn memcg_server_start(
+            server: *mut memcg_server,
+            error: *mut c_char,
+            error_size: usize,
+        ) -> c_int;
+        pub fn memcg_server_port(server: *const memcg_server) -> c_int;
+        pub fn memcg_server_running(server: *const memcg_server) -> c_int;
+        pub fn memcg_server_stop(server: *mut memcg_server);
+        pub fn memcg_server_destroy(server: *mut memcg_server);
+    }
+}
+#[cfg(feature = "http")]
+pub use http::*;

@@ -3,6 +3,8 @@
 use std::ffi::{c_int, CStr};
 use std::fmt;
 
+use crate::DropReason;
+
 /// Why the memory path refused a request (`memcg_reserve_status` / `memcg_charge_status`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -82,6 +84,11 @@ pub enum Error {
     },
     /// An argument refused before the library (a NUL inside a name or a written value).
     InvalidArgument(String),
+    /// The bus dropped the subscription (it fell behind): subscribe again after its cursor
+    /// (`SubscribeOptions::after(subscription.cursor())`).
+    Dropped { reason: DropReason },
+    /// The subscription was closed (`Subscription::close`).
+    Closed,
 }
 
 impl Error {
@@ -137,6 +144,11 @@ impl fmt::Display for Error {
                 }
             }
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::Dropped { reason } => write!(
+                f,
+                "subscription dropped ({reason}): resume after its cursor"
+            ),
+            Error::Closed => f.write_str("subscription closed"),
         }
     }
 }

@@ -14,13 +14,23 @@
 //! - `Controller`, `Group`, `Member`, `Listener`: `Send + Sync` (the C API allows any thread).
 //!   `Reservation`: `Send + Sync`, but its requests take `&mut self` (one thread at a time);
 //!   [`Canceller`] cancels from any thread.
+//! - The event stream: [`Controller::subscribe`] gives a [`Subscription`] (`Send + Sync`:
+//!   [`Subscription::close`] from another thread ends a wait); [`Controller::publish`] adds the
+//!   program's own events. With the feature `http`, `http::Server` serves the endpoint.
 //!
-//! The README follows; its service example runs as a doctest.
+//! The README follows; its samples run as doctests (the endpoint's with the feature `http`).
 #![doc = include_str!("../../README.md")]
 mod callback;
 mod error;
+mod events;
+#[cfg(feature = "http")]
+pub mod http;
 
 pub use error::{Error, Result, Status};
+pub use events::{
+    DropReason, Event, EventKind, Events, SubscribeOptions, Subscription, SubscriptionCloser,
+    TryEvents,
+};
 
 use std::ffi::{c_int, CStr, CString};
 use std::ptr::{null, null_mut, NonNull};
@@ -591,6 +601,13 @@ impl Member {
     pub fn charged(&self) -> u64 {
         // SAFETY: valid member.
         unsafe { sys::memcg_member_charged(self.ptr()) }
+    }
+
+    /// Its id: unique in the controller, never reused; the one `GET /v1/members` lists and
+    /// `POST /v1/members/<id>/kill` names (docs/http.md).
+    pub fn id(&self) -> u64 {
+        // SAFETY: valid member.
+        unsafe { sys::memcg_member_id(self.ptr()) }
     }
 
     /// Changes its oom_score_adj (-1000 immune .. 1000); the next OOM decision sees it.
