@@ -49,10 +49,12 @@ int memcg_server_port(const memcg_server* server);
 int memcg_server_running(const memcg_server* server);
 
 /* Stops accepting, closes the connections and joins the threads (within read_timeout plus one
- * second). Does nothing when stopped. */
+ * second). Does nothing when stopped. REQUIRES: not called from a callback the server runs (a
+ * member's kill callback run by POST .../kill, a reclaimer run by a write): it waits for that
+ * thread. memcg_server_port and _running wait while a stop is in progress. */
 void memcg_server_stop(memcg_server* server);
 
-/* Stops it and frees it. */
+/* Stops it and frees it (REQUIRES as memcg_server_stop). */
 void memcg_server_destroy(memcg_server* server);
 
 #ifdef __cplusplus

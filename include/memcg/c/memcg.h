@@ -455,17 +455,25 @@ int memcg_subscribe(memcg_controller* controller, const char* subtree, uint32_t 
 int memcg_subscription_next(memcg_subscription* subscription, int64_t timeout_ms,
                             memcg_event* event);
 
-/* The id of the last event taken or passed over by the filter: resume after it. */
+/* The id of the last event handed out or passed over by the filter: resume after it. From the
+ * thread that calls memcg_subscription_next (or while none runs): it reads what next() keeps. */
 uint64_t memcg_subscription_cursor(const memcg_subscription* subscription);
 
-/* Why it was dropped: 0 not dropped, 1 "lagging" (more than max_lag behind), 2 "overrun" (the
- * ring overwrote an event it had not taken), 3 "closed" (the controller went away). */
+/* Why a subscription was dropped. */
+typedef enum memcg_drop_reason {
+  MEMCG_DROP_NONE = 0,    /* not dropped */
+  MEMCG_DROP_LAGGING = 1, /* more than max_lag events behind the newest */
+  MEMCG_DROP_OVERRUN = 2, /* the ring overwrote an event it had not taken */
+  MEMCG_DROP_CLOSED = 3   /* the controller went away */
+} memcg_drop_reason;
+/* Its memcg_drop_reason. Thread-safe. */
 int memcg_subscription_drop_reason(const memcg_subscription* subscription);
 /* "none", "lagging", "overrun", "closed"; "unknown" for other values. */
 const char* memcg_drop_reason_name(int reason);
 
-/* Unsubscribes; a memcg_subscription_next waiting on another thread returns EBADF at once.
- * Thread-safe and idempotent (the handle stays valid until destroyed). */
+/* Unsubscribes; a memcg_subscription_next waiting on another thread returns EBADF at once, and
+ * so does every later call, events not yet handed out included. Thread-safe and idempotent (the
+ * handle stays valid until destroyed). */
 void memcg_subscription_close(memcg_subscription* subscription);
 
 /* Unsubscribes and frees. REQUIRES: no memcg_subscription_next running on it. */
