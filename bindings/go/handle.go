@@ -15,7 +15,9 @@ type handle struct {
 	freed   bool
 	free    func() // frees the C handle; set once it exists (ready)
 	onClose func() // runs once at Close, before the free (a member closes its reservations)
-	rank    int    // order of Controller.Close: reservations, listeners, members, groups
+	// Order of Controller.Close: 0 reservations and attached objects (an HTTP server), 1
+	// listeners and subscriptions, 2 members, 3 groups.
+	rank int
 }
 
 func (h *handle) pin() error {
@@ -65,19 +67,14 @@ func (h *handle) close() error {
 	}
 	h.closing = true
 	onClose := h.onClose
+	// Pinned while onClose runs: it may use the C handle (a subscription's close wakes its
+	// waiting Next), which a call returning meanwhile must not free under it.
+	h.pins++
 	h.mu.Unlock()
 	if onClose != nil {
 		onClose()
 	}
-	h.mu.Lock()
-	run := h.pins == 0 && !h.freed && h.free != nil
-	if run {
-		h.freed = true
-	}
-	h.mu.Unlock()
-	if run {
-		h.free()
-	}
+	h.unpin()
 	return nil
 }
 

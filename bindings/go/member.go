@@ -51,6 +51,7 @@ type memberState struct {
 	group        *Group
 	ptr          *C.memcg_member
 	name         string
+	id           uint64
 	cb           cgo.Handle
 	mu           sync.Mutex
 	reservations map[*reservationState]struct{}
@@ -93,6 +94,7 @@ func NewMember(g *Group, name string, scoreAdj int, onKill KillFunc) (*Member, e
 		g.ctl.detach(&s.handle)
 		return nil, err
 	}
+	s.id = uint64(C.memcg_member_id(s.ptr))
 	s.ready(s.closeReservations, s.destroy)
 	m := &Member{s}
 	runtime.SetFinalizer(m, func(m *Member) { _ = m.Close() })
@@ -133,6 +135,10 @@ func (m *Member) Closed() bool { return m.isClosed() }
 
 // Name is its name.
 func (m *Member) Name() string { return m.name }
+
+// ID is its id in the controller (never reused), the one GET /v1/members lists and
+// POST /v1/members/<id>/kill takes (docs/http.md); also after Close.
+func (m *Member) ID() uint64 { return m.id }
 
 // Charge charges bytes for this member (counted in its badness).
 func (m *Member) Charge(bytes uint64, flags uint) (bool, error) {

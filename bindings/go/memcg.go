@@ -95,7 +95,7 @@ func (s *controllerState) closeChildren() {
 		kids = append(kids, h)
 	}
 	s.mu.Unlock()
-	for _, rank := range []int{0, 1, 2, 3} { // reservations, listeners, members, groups
+	for _, rank := range []int{0, 1, 2, 3} { // reservations and servers, listeners, members, groups
 		for _, h := range kids {
 			if h.rank == rank {
 				_ = h.close()
