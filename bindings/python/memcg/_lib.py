@@ -30,6 +30,13 @@ P = ctypes.c_void_p
 KILL_FN = ctypes.CFUNCTYPE(None, P, ctypes.c_int, P)
 NOTIFY_FN = ctypes.CFUNCTYPE(None, P, ctypes.c_int, ctypes.c_int, P)
 
+
+class EventStruct(ctypes.Structure):
+    """memcg_event: its strings belong to the subscription until its next call."""
+    _fields_ = [("id", ctypes.c_uint64), ("type", ctypes.c_int), ("time_ns", ctypes.c_uint64),
+                ("group", ctypes.c_char_p), ("payload", ctypes.c_char_p)]
+
+
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
 
@@ -136,6 +143,17 @@ def _declare(lib: ctypes.CDLL) -> None:
         "memcg_listener_destroy": (None, [P]),
         "memcg_listener_delivered": (u64, [P]),
         "memcg_listener_removed": (c_int, [P]),
+        "memcg_member_id": (u64, [P]),
+        "memcg_event_type_name": (c_char_p, [c_int]),
+        "memcg_event_type_from_name": (c_int, [c_char_p]),
+        "memcg_drop_reason_name": (c_char_p, [c_int]),
+        "memcg_subscribe": (c_int, [P, c_char_p, ctypes.c_uint32, u64, size_t, pp]),
+        "memcg_subscription_next": (c_int, [P, ctypes.c_int64, ctypes.POINTER(EventStruct)]),
+        "memcg_subscription_cursor": (u64, [P]),
+        "memcg_subscription_drop_reason": (c_int, [P]),
+        "memcg_subscription_close": (None, [P]),
+        "memcg_subscription_destroy": (None, [P]),
+        "memcg_events_publish": (u64, [P, c_int, c_char_p, c_char_p]),
     }
     for name, (restype, argtypes) in table.items():
         fn = getattr(lib, name)
@@ -168,3 +186,32 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
                     C_VERSION // 100 % 100))
             _lib = lib
         return _lib
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", P), ("dli_sname", ctypes.c_char_p),
+                ("dli_saddr", P)]
+
+
+def path() -> Optional[str]:
+    """The file the loaded library was mapped from, as the loader opened it (a symlink's path
+    stays one), or None when the loader cannot tell. The HTTP endpoint's library is looked for
+    beside it (memcg.http)."""
+    return file_of(load().memcg_version)
+
+
+def file_of(function: Any) -> Optional[str]:
+    """The file of the shared object that defines ``function`` (a ctypes function), or None."""
+    address = ctypes.cast(function, P).value
+    # dladdr is in libc since glibc 2.34, in libdl before.
+    for name in (None, "libdl.so.2"):
+        try:
+            dladdr = ctypes.CDLL(name).dladdr
+        except (OSError, AttributeError):
+            continue
+        dladdr.restype = ctypes.c_int
+        dladdr.argtypes = [P, ctypes.POINTER(_DlInfo)]
+        info = _DlInfo()
+        if dladdr(address, ctypes.byref(info)) != 0 and info.dli_fname:
+            return os.fsdecode(info.dli_fname)
+    return None

@@ -13,12 +13,16 @@ import threading
 import traceback
 import weakref
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, List, Optional, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Union)
 
 from . import _lib
 from ._handle import Handle
 from .errors import (CHARGE_ERRORS, CHARGE_FORCED, RESERVE_ERRORS, RESERVE_FORCED, Closed,
                      MemcgError, Refused, os_error)
+
+if TYPE_CHECKING:
+    from .events import Subscription, TypeLike
 
 P = ctypes.c_void_p
 
@@ -162,9 +166,9 @@ class Controller(Handle):
     def _closing_hook(self) -> None:
         with self._children_lock:
             children = list(self._children)
-        # Reservations before members (a member outlives its reservations), groups last.
-        order = {Reservation: 0, Listener: 1, Member: 2, Group: 3}
-        for child in sorted(children, key=lambda c: order.get(type(c), 4)):
+        # A server first (its actions reach members), reservations before members (a member
+        # outlives its reservations), groups last.
+        for child in sorted(children, key=lambda c: getattr(c, "_close_order", 4)):
             child.close()
 
     def _destroy(self, ptr: int) -> None:
@@ -233,9 +237,34 @@ class Controller(Handle):
             self._unpin()
         return text.splitlines()
 
+    # -- the event stream (memcg.events) ----------------------------------------------------
+    def subscribe(self, subtree: Union[None, str, "Group"] = None,
+                  types: "Union[None, TypeLike, Iterable[TypeLike]]" = None,
+                  after_id: int = 0, max_lag: int = 0) -> "Subscription":
+        """Subscribes to the events of ``subtree`` (a path or a Group, its descendants
+        included; None or "/" for every group) whose type is in ``types`` (EventType values or
+        labels such as "oom"; None for all), from now on (``after_id`` 0) or resuming after an
+        event's id (a gap event first when the ring no longer holds what follows it). One that
+        falls more than ``max_lag`` events behind (0: the ring's capacity) is dropped. Raises
+        InvalidArgument for a subtree that is not a group path, TryAgain at the stream's 1024
+        subscriptions."""
+        from .events import Subscription
+        return Subscription(self, subtree, types, after_id, max_lag)
+
+    def publish(self, type: "TypeLike", group: Union[None, str, "Group"],
+                payload: "Union[str, Mapping[str, Any]]") -> int:
+        """Appends an event of the program's own (EventType.ACTION, say) about ``group`` (None
+        for the root) with ``payload``, a dict or one JSON object's text on one line. Returns
+        its id; 0 when nothing subscribes (the stream records nothing then)."""
+        from .events import publish
+        return publish(self, type, group, payload)
+
 
 class _Child(Handle):
     """A handle made from a controller: pins it until destroyed."""
+
+    #: Its place when the controller closes its children (smaller first).
+    _close_order = 4
 
     def __init__(self, controller: Controller) -> None:
         super().__init__()
@@ -418,6 +447,7 @@ class Member(_Child):
     running returns. Closing a member closes its reservations first."""
 
     _what = "member"
+    _close_order = 3
 
     def __init__(self, group: Group, name: str, score_adj: int = 0,
                  on_kill: Optional[Callable[["Member", CancelReason], None]] = None) -> None:
@@ -507,6 +537,12 @@ class Member(_Child):
         """Bytes it holds now (whole units)."""
         return int(self._call(self._lib.memcg_member_charged))
 
+    @property
+    def id(self) -> int:
+        """Its id: unique in the controller, never reused; the one ``GET /v1/members`` lists
+        and ``POST /v1/members/<id>/kill`` takes (memcg.Server)."""
+        return int(self._call(self._lib.memcg_member_id))
+
     def reservation(self, oom: OomPolicy = OomPolicy.KERNEL,
                     priority: Priority = Priority.DEFAULT) -> "Reservation":
         """A reservation charged to this member."""
@@ -519,6 +555,7 @@ class Reservation(_Child):
     Refused subclass of its status and changes nothing. One thread at a time, but cancel()."""
 
     _what = "reservation"
+    _close_order = 1
 
     def __init__(self, owner: Union[Group, Member], oom: OomPolicy = OomPolicy.KERNEL,
                  priority: Priority = Priority.DEFAULT) -> None:
@@ -611,6 +648,7 @@ class Listener(_Child):
     close the listener."""
 
     _what = "listener"
+    _close_order = 2
 
     @classmethod
     def _make(cls, group: Group, callback: Callable[["Listener", int, bool], None],

@@ -25,6 +25,25 @@ class LibraryNotFound(MemcgError, ImportError):
     name it (MEMCG_LIBRARY)."""
 
 
+class HttpLibraryNotFound(LibraryNotFound):
+    """The HTTP endpoint's library (libmemcg_http) could not be loaded: a build without the
+    endpoint, or a library not where it was looked for; the message says where and names
+    MEMCG_HTTP_LIBRARY."""
+
+
+class SubscriptionDropped(MemcgError):
+    """The event stream dropped the subscription: ``reason`` is "lagging" (it fell more than
+    ``max_lag`` events behind), "overrun" (the ring overwrote an event it had not taken) or
+    "closed" (the controller went away); ``cursor`` is the id to resume after with
+    ``Controller.subscribe(after_id=cursor)``."""
+
+    def __init__(self, reason: str, cursor: int) -> None:
+        super().__init__("memcg: the event subscription was dropped (%s); resume after id %d"
+                         % (reason, cursor))
+        self.reason = reason
+        self.cursor = cursor
+
+
 class MemcgOSError(MemcgError, OSError):
     """A set-up call failed: ``errno`` is the C API's code (EINVAL, ENOENT, EEXIST, EBUSY, ...)
     and nothing changed. Made by :func:`os_error`, as the subclass of its code: ENOENT is also a

@@ -357,7 +357,8 @@ class Packaging(unittest.TestCase):
         self.assertEqual(memcg.SONAME, expected)
 
     def test_readme_service(self) -> None:
-        text = open(os.path.join(HERE, "..", "README.md"), encoding="utf-8").read()
+        with open(os.path.join(HERE, "..", "README.md"), encoding="utf-8") as f:
+            text = f.read()
         code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
 
