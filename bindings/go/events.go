@@ -72,12 +72,12 @@ func (e Event) Time() time.Time { return time.Unix(0, int64(e.TimeNS)) }
 // DropReason is why the library dropped a subscription; each is an error value for errors.Is.
 type DropReason int
 
-// The reasons (memcg_subscription_drop_reason).
+// The reasons (memcg_drop_reason).
 const (
-	NotDropped  DropReason = 0
-	DropLagging DropReason = 1 // fell more than MaxLag events behind
-	DropOverrun DropReason = 2 // the ring overwrote an event it had not taken
-	DropClosed  DropReason = 3 // the controller's event bus went away
+	NotDropped  DropReason = C.MEMCG_DROP_NONE
+	DropLagging DropReason = C.MEMCG_DROP_LAGGING // fell more than MaxLag events behind
+	DropOverrun DropReason = C.MEMCG_DROP_OVERRUN // the ring overwrote an event it had not taken
+	DropClosed  DropReason = C.MEMCG_DROP_CLOSED  // the controller's event bus went away
 )
 
 // String is the C API's name ("lagging", ...).
