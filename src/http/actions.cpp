@@ -401,6 +401,7 @@ ActionAnswer member_act(Impl& s, uint64_t id, std::string_view verb, std::string
   MemberInfo info;
   if (member_info(s.ctl, id, &info) != 0) return error(404, "no such member");
   std::string before = std::string("state=") + member_state_name(info.state);
+  std::string group = info.group;  // as it was: a member gone after the action names none
   int result = 0;
   Controller& ctl = s.ctl;
   const unsigned busy = on_writer(
@@ -429,6 +430,7 @@ ActionAnswer member_act(Impl& s, uint64_t id, std::string_view verb, std::string
     }
   }
   ActionAnswer a;
+  a.group = std::move(group);
   const bool done = released(info);
   a.status = done ? 200 : 202;
   a.result = done                  ? "released"

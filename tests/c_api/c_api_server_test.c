@@ -130,8 +130,8 @@ static void test_actions_over_http(memcg_controller* c) {
   CHECK(memcg_member_create(g, "query-1", 0, on_kill, NULL, &m) == 0);
   CHECK(memcg_member_charge(m, 1u << 20, MEMCG_CHARGE_DEFAULT) == MEMCG_CHARGE_OK);
   memcg_subscription* sub = NULL;
-  /* Actions are events about the root (docs/http.md). */
-  CHECK(memcg_subscribe(c, NULL, MEMCG_EVENT_BIT(MEMCG_EVENT_ACTION), 0, 0, &sub) == 0);
+  /* An action on a member is an event about its group (docs/http.md). */
+  CHECK(memcg_subscribe(c, "q", MEMCG_EVENT_BIT(MEMCG_EVENT_ACTION), 0, 0, &sub) == 0);
 
   memcg_server* s = NULL;
   CHECK(memcg_server_create(c, &s) == 0);
@@ -177,7 +177,7 @@ static void test_actions_over_http(memcg_controller* c) {
   memcg_event e;
   memset(&e, 0, sizeof e);
   if (memcg_subscription_next(sub, 2000, &e) == 0) {
-    CHECK(e.type == MEMCG_EVENT_ACTION && strcmp(e.group, "/") == 0);
+    CHECK(e.type == MEMCG_EVENT_ACTION && strcmp(e.group, "q") == 0);
     CHECK(strstr(e.payload, "/kill") != NULL);
   } else {
     CHECK(!"the kill is on the event stream");

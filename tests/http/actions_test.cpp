@@ -227,6 +227,10 @@ TEST(HttpActions, KillIsIdempotentAndTheMemberSeesOperator) {
   const std::vector<BusEvent> events = ctl.events().snapshot(actions);
   ASSERT_EQ(events.size(), 2u);  // the two kills answered 200; the 404 is not an action applied
   EXPECT_NE(events[0].payload.find("/kill"), std::string::npos) << events[0].payload;
+  EXPECT_EQ(events[0].group, "a");  // about the member's group: ?group=a streams it
+  BusFilter elsewhere = actions;
+  elsewhere.subtree = "b";
+  EXPECT_TRUE(ctl.events().snapshot(elsewhere).empty());
 }
 
 TEST(HttpActions, ADeadlineSaysWhenTheMemoryWasNotGivenBack) {

@@ -81,5 +81,5 @@ func Example_operatorKill() {
 	// kill callback: query-7 for operator
 	// kill: 200 OK released: true
 	// oom in tenant: victim query-7 decided by operator
-	// action on /: POST /v1/members/1/kill released
+	// action on tenant: POST /v1/members/1/kill released
 }

@@ -157,7 +157,7 @@ func TestKillOverHTTP(t *testing.T) {
 		return m.Close()
 	}))
 	must(m.Charge(1<<20, memcg.ChargeDefault))
-	// Actions are events about the root (docs/http.md).
+	// An action on a member is an event about its group (docs/http.md).
 	sub := must(ctl.Subscribe(memcg.SubscribeOptions{Types: []memcg.EventType{memcg.EventAction}}))
 
 	s := must(NewServer(ctl, Options{"address": "127.0.0.1", "port": "0", "threads": "2",
@@ -226,7 +226,7 @@ func TestKillOverHTTP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e, err := sub.Next(ctx)
-	if err != nil || e.Type != memcg.EventAction || e.Group != "/" ||
+	if err != nil || e.Type != memcg.EventAction || e.Group != "q" ||
 		!strings.Contains(e.Payload, kill) {
 		t.Errorf("action event: %+v %v", e, err)
 	}

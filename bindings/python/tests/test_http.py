@@ -181,10 +181,10 @@ class Endpoint(Base):
         self.assertEqual(http(port, "POST", kill, token=TOKEN)[0] // 100, 2)  # idempotent
         self.assertEqual(kills, [memcg.CancelReason.OPERATOR])
 
-        # The action is an event about the root.
+        # The action is an event about the member's group.
         event = actions.next(5)
         assert event is not None
-        self.assertEqual((event.type, event.group), (memcg.EventType.ACTION, "/"))
+        self.assertEqual((event.type, event.group), (memcg.EventType.ACTION, "t/q"))
         self.assertIn("/kill", event.payload)
         self.assertIsInstance(event.data, dict)
 

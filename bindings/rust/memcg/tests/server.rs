@@ -1,7 +1,7 @@
 //! The HTTP endpoint (feature `http`): options refused by name and value, nothing changed;
 //! start refused with the library's message; started with writes and actions behind a token,
 //! an operator's kill over HTTP/1.0 from 127.0.0.1 reaching the member's kill callback with
-//! the Operator reason and the event stream as an action about "/"; stop; drop while running.
+//! the Operator reason and the event stream as an action about its group; stop; drop while running.
 #![cfg(feature = "http")]
 use memcg::http::Server;
 use memcg::*;
@@ -87,7 +87,7 @@ fn an_operator_kills_a_member_over_http() {
     })
     .unwrap();
     member.charge(MIB, flags::DEFAULT).unwrap();
-    // Actions are events about the root (docs/http.md).
+    // An action on a member is an event about its group (docs/http.md).
     let actions = ctl
         .subscribe(&SubscribeOptions::new().kinds([EventKind::Action]))
         .unwrap();
@@ -155,7 +155,7 @@ fn an_operator_kills_a_member_over_http() {
         .unwrap()
         .expect("the kill on the event stream");
     assert_eq!(e.kind, EventKind::Action);
-    assert_eq!(e.group, "/");
+    assert_eq!(e.group, "q"); // about the member's group
     assert!(e.payload.contains("/kill"), "{}", e.payload);
 
     // The audit names the token, never shows it.
