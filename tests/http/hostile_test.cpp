@@ -15,6 +15,7 @@
 
 #include "../watchdog.hpp"
 #include "hostile_client.hpp"
+#include "memcg/core/charge/charge.hpp"
 #include "memcg/core/tree/controller.hpp"
 #include "memcg/files/prometheus.hpp"
 #include "memcg/http/server.hpp"
@@ -491,6 +492,81 @@ TEST(HttpHostileTest, ConnectionFloodOverTheLimitIsRefused) {
   std::vector<int> fds2;
   f.expect_stop_bounded(flood(f.port(), &fds2));
   for (int fd : fds2) ::close(fd);
+}
+
+// The action endpoints (members, budget) take the same bounds as the writes: an endless or
+// over-size body gets 413 before it is read, and bad requests from several connections at once
+// each get a clear status and a JSON error while charges go on; nothing is acted on.
+TEST(HttpHostileTest, TheActionsTakeTheSameBoundsAndRefuseBadInput) {
+  memcg::testing::Watchdog dog("actions under attack", 60s);
+  Fixture f;
+  for (const char* target : {"PUT /v1/budget", "POST /v1/members/1/kill",
+                             "POST /v1/members/1/preempt"}) {
+    Outcome o;
+    const std::string head = std::string(target) + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+                             kToken + "\r\nContent-Length: 1000000000000\r\n\r\n";
+    auto attack = endless(f.port(), head, kFiller, kFlood, &o);
+    wait_done(*attack, 10s);
+    EXPECT_EQ(o.status, 413) << target;
+    EXPECT_TRUE(o.closed) << target;
+    EXPECT_LT(o.sent, kFlood) << target;
+  }
+  // Bad requests, four connections at a time, while a tenant charges and uncharges.
+  std::atomic<bool> charging{true};
+  std::atomic<uint64_t> charged{0};
+  std::thread tenant([&] {
+    while (charging.load()) {
+      if (try_charge(*f.groups[0], 16) == ChargeStatus::kOk) {
+        uncharge(*f.groups[0], 16);
+        charged.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  });
+  const std::vector<std::pair<std::string, int>> bad = {
+      {"PUT /v1/budget", 400},                       // body "0" below
+      {"POST /v1/members/999999/kill", 404},         // an id never given
+      {"POST /v1/members/nonsense/preempt", 404},    // a malformed id
+      {"POST /v1/members/1/explode", 404},           // an unknown verb
+  };
+  const std::vector<std::string> budget_bodies = {"0", "18446744073709551616", "-1", "{\"bytes\":",
+                                                  std::string(4000, '9')};
+  std::atomic<int> wrong{0}, answered{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 25; ++i) {
+        const auto& [target, want] = bad[static_cast<size_t>(i + c) % bad.size()];
+        const std::string body =
+            target == "PUT /v1/budget" ? budget_bodies[static_cast<size_t>(i) % budget_bodies.size()]
+                                       : "";
+        const int fd = connect_from(f.port(), kAttacker);
+        if (fd < 0) continue;  // over the per-peer limit for a moment: not an answer
+        const std::string request = target + " HTTP/1.0\r\nAuthorization: Bearer " + kToken +
+                                    "\r\nContent-Length: " + std::to_string(body.size()) +
+                                    "\r\n\r\n" + body;
+        bool closed = false;
+        const std::string answer = send_all(fd, request) ? read_until_closed(fd, 3s, &closed) : "";
+        ::close(fd);
+        answered.fetch_add(1);
+        if (status_of(answer) != want || answer.find("\"error\"") == std::string::npos) {
+          wrong.fetch_add(1);
+          ADD_FAILURE() << target << " body " << body.substr(0, 24) << ": " << answer.substr(0, 200);
+        }
+      }
+    });
+  for (auto& t : clients) t.join();
+  charging.store(false);
+  tenant.join();
+  EXPECT_GT(answered.load(), 50);
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(charged.load(), 0u);  // the charge path went on meanwhile
+  EXPECT_EQ(f.ctl.root().max(), kUnlimited);  // no budget was set
+  EXPECT_TRUE(f.well_behaved_ok());
+  f.expect_memory_bounded(0, "actions under attack");
+  Outcome o;
+  f.expect_stop_bounded(endless(
+      f.port(), "PUT /v1/budget HTTP/1.1\r\nContent-Length: 100000000000\r\n\r\n", kFiller,
+      kFlood, &o));
 }
 
 }  // namespace
