@@ -113,13 +113,23 @@ def main():
                      (", one starved" if starved else ""), "<= 2x",
                      "%.2fx (%.0f/s against %.0f/s)" % (small / large, small, large),
                      small / large <= 2.0))
+    # Context for row 4, not a goal: the same admissions without any queue (one thread,
+    # reserve and release round-robin). Its own ratio is what touching 10 000 groups' counters
+    # costs whatever the queue does.
+    r = run(bench("admission_queue_bench"), r"^BM_ReserveRoundRobin/groups:(10|10000)/",
+            max(1, reps // 2))
+    small = median(one(r, "BM_ReserveRoundRobin/groups:10/"), "admissions/s")
+    large = median(one(r, "BM_ReserveRoundRobin/groups:10000/"), "admissions/s")
+    rows.append(("  the floor without a queue, 10 / 10 000 groups", "(context)",
+                 "%.2fx (%.0f/s against %.0f/s)" % (small / large, small, large), None))
 
     after = load()
     width = max(len(r[0]) for r in rows)
     print("goal_bench: load average %s before, %s after; %d repetitions, medians" % (
         before, after, reps))
     for what, goal, got, ok in rows:
-        print("%-*s  goal %-18s  %-40s  %s" % (width, what, goal, got, "met" if ok else "NOT met"))
+        verdict = "" if ok is None else "met" if ok else "NOT met"
+        print("%-*s  goal %-18s  %-40s  %s" % (width, what, goal, got, verdict))
     return 0
 
 
