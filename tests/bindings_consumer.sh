@@ -3,7 +3,9 @@
 # say, against an install prefix of this build (the runtime, development and python components):
 #   Python  a venv of Debian's python3 (--system-site-packages: its setuptools), the package
 #           installed with `pip install --no-build-isolation` from a copy of bindings/python,
-#           the README's service run outside the tree, the library found by its SONAME;
+#           the README's service run outside the tree, the library found by its SONAME, and
+#           where the build has the HTTP endpoint, the README's endpoint sample on the installed
+#           libmemcg_http;
 #   Rust    a crate depending on bindings/rust/memcg by path, memcg-sys finding the library
 #           through `pkg-config --libs memcg-c` (no MEMCG_LIB_DIR);
 #   Go      a module requiring example.org/memcg with a `replace` to bindings/go, cgo finding
@@ -46,6 +48,17 @@ if [[ -x $py ]] && $py -c 'import venv, setuptools' 2>/dev/null; then
     { echo "bindings_consumer: memcg imported from elsewhere: $out" >&2; exit 1; }
   grep -q "service: ok" <<<"$out" || { echo "bindings_consumer: python: $out" >&2; exit 1; }
   echo "bindings_consumer: python: pip-installed package ran the README's service"
+  # The HTTP endpoint, where the build has it: the README's endpoint sample (fenced ```py),
+  # with libmemcg_http.so.<SOVERSION> found beside the installed libmemcg.
+  if compgen -G "$libdir/libmemcg_http.so.*" >/dev/null; then
+    PKG_CONFIG_PATH=$pcdir pkg-config --exists memcg-c-http ||
+      { echo "bindings_consumer: memcg-c-http.pc is not installed in $pcdir" >&2; exit 1; }
+    sed -n '/^```py$/,/^```$/p' "$src/bindings/python/README.md" | sed '1d;$d' \
+      >"$work/python/endpoint.py"
+    out=$(cd "$work/python" && env -u MEMCG_HTTP_LIBRARY "$work/python/venv/bin/python" endpoint.py)
+    grep -q "endpoint: ok" <<<"$out" || { echo "bindings_consumer: python endpoint: $out" >&2; exit 1; }
+    echo "bindings_consumer: python: the README's endpoint sample ran on the installed libmemcg_http"
+  fi
   ran=$((ran + 1))
 else
   echo "bindings_consumer: python skipped: /usr/bin/python3 with venv and setuptools" \
