@@ -224,6 +224,11 @@ func cString(s, op string) (*C.char, error) {
 	return C.CString(s), nil
 }
 
+// Quote is s as the package's error messages show a value (memcg_quote): in double quotes, bytes
+// outside printable ASCII escaped, at most 64 bytes of it, then "...". For packages beside this
+// one (memcghttp) whose messages quote what a caller gave.
+func Quote(s string) string { return quote(s) }
+
 // quote is s for an error message, bounded by the C API (memcg_quote): at most 64 bytes of it,
 // then "...".
 func quote(s string) string {

@@ -4,6 +4,7 @@
  * refused. Prints "c_api_events_test: ok". */
 #define _POSIX_C_SOURCE 200809L
 #include "memcg/c/memcg.h"
+#include "check.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -11,14 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-static int failures = 0;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 /* The next event of `s` within a second, of `type`, skipping others; 0 when found. */
 static int expect(memcg_subscription* s, int type, const char* group, memcg_event* e) {
@@ -212,10 +205,5 @@ int main(void) {
   test_close_wakes_a_waiter();
   test_bad_arguments();
   test_member_ids();
-  if (failures != 0) {
-    fprintf(stderr, "c_api_events_test: %d failures\n", failures);
-    return 1;
-  }
-  printf("c_api_events_test: ok\n");
-  return 0;
+  return check_report("c_api_events_test");
 }

@@ -5,6 +5,7 @@
  * ASan (the asan preset) or valgrind to see one come back. Prints "c_api_lifetime_test: ok". */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "memcg/c/memcg.h"
+#include "check.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -13,14 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-static int failures = 0;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 #define KIB(n) ((uint64_t)(n) << 10)
 
@@ -191,10 +184,5 @@ int main(void) {
   test_kill_destroys_own_reservation(MEMCG_OOM_KERNEL);
   test_member_destroyed_before_reservation();
   test_kill_destroys_waiting_reservation();
-  if (failures != 0) {
-    fprintf(stderr, "c_api_lifetime_test: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("c_api_lifetime_test: ok\n");
-  return 0;
+  return check_report("c_api_lifetime_test");
 }

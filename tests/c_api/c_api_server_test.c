@@ -5,6 +5,7 @@
  * "c_api_server_test: ok". */
 #define _POSIX_C_SOURCE 200809L
 #include "memcg/c/http.h"
+#include "check.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,14 +17,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static int failures = 0;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 /* One HTTP/1.0 exchange on a connected socket `fd`: the whole answer into `out` (NUL-ended).
  * Returns the status code, or -1. */
@@ -238,10 +231,5 @@ int main(void) {
   test_actions_over_http(c);
   test_unix_socket(c);
   CHECK(memcg_controller_destroy(c) == 0);
-  if (failures != 0) {
-    fprintf(stderr, "c_api_server_test: %d failures\n", failures);
-    return 1;
-  }
-  printf("c_api_server_test: ok\n");
-  return 0;
+  return check_report("c_api_server_test");
 }

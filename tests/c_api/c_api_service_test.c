@@ -6,6 +6,7 @@
  * "c_api_service_test: ok". */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "memcg/c/memcg.h"
+#include "check.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -13,14 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-static int failures = 0;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 #define KIB(n) ((uint64_t)(n) << 10)
 #define MS(n) ((uint64_t)(n) * 1000000u)
@@ -286,10 +279,5 @@ int main(void) {
   test_cancel_and_grow_until();
   test_wait_event_counts_queued_charges();
   test_tree_root_stats_and_names();
-  if (failures != 0) {
-    fprintf(stderr, "c_api_service_test: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("c_api_service_test: ok\n");
-  return 0;
+  return check_report("c_api_service_test");
 }

@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #define MEMCG_C_EXPERIMENTAL
 #include "memcg/c/memcg.h"
+#include "check.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,14 +13,6 @@
 #include <pthread.h>
 #include <time.h>
 
-static int failures = 0;
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                            \
-    }                                                                        \
-  } while (0)
 #define CHECK_ERR(expr, code)                                                        \
   do {                                                                               \
     int got_ = (expr);                                                               \
@@ -515,10 +508,5 @@ int main(void) {
   test_cancel_from_another_thread();
   test_listeners();
   test_reclaimer();
-  if (failures != 0) {
-    fprintf(stderr, "c_api_test: %d check(s) failed\n", failures);
-    return 1;
-  }
-  printf("c_api_test: ok\n");
-  return 0;
+  return check_report("c_api_test");
 }

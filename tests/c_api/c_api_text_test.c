@@ -3,20 +3,13 @@
  * answer when nothing was reclaimable (EAGAIN, the stocks drained all the same). Prints
  * "c_api_text_test: ok". */
 #include "memcg/c/memcg.h"
+#include "check.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      failures++;                                                              \
-    }                                                                          \
-  } while (0)
 
 static void read_text(memcg_group* g, const char* file, char* buf, size_t size) {
   buf[0] = '\0';
@@ -94,10 +87,5 @@ int main(void) {
   test_nul_inside_length_refused();
   test_quote_bounded();
   test_reclaim_nothing_reclaimable();
-  if (failures != 0) {
-    fprintf(stderr, "c_api_text_test: %d failures\n", failures);
-    return 1;
-  }
-  printf("c_api_text_test: ok\n");
-  return 0;
+  return check_report("c_api_text_test");
 }

@@ -100,7 +100,7 @@ func NewServer(ctl *memcg.Controller, opts Options) (*Server, error) {
 // checkText refuses a NUL inside a name or a value, which C would cut it at.
 func checkText(name, value string) error {
 	if strings.IndexByte(name, 0) >= 0 || strings.IndexByte(value, 0) >= 0 {
-		return &memcg.OSError{Op: "http option " + quote(name) + ": holds a NUL",
+		return &memcg.OSError{Op: "http option " + memcg.Quote(name) + ": holds a NUL",
 			Errno: syscall.EINVAL}
 	}
 	return nil
@@ -112,25 +112,13 @@ func set(ptr *C.memcg_server, name, value string) error {
 	cvalue := C.CString(value)
 	defer C.free(unsafe.Pointer(cvalue))
 	if code := C.memcg_server_set(ptr, cname, cvalue); code != 0 {
-		op := "http option " + quote(name) + "=" + quote(value)
+		op := "http option " + memcg.Quote(name) + "=" + memcg.Quote(value)
 		if name == "token" {
 			op = "http option \"token\"" // never in a message
 		}
 		return &memcg.OSError{Op: op, Errno: syscall.Errno(code)}
 	}
 	return nil
-}
-
-// quote is s for a message as package memcg's are (memcg_quote): at most 64 bytes of it.
-func quote(s string) string {
-	var buf [C.MEMCG_QUOTE_SIZE]C.char
-	var n C.size_t
-	text := C.CString(s)
-	defer C.free(unsafe.Pointer(text))
-	if C.memcg_quote(text, C.size_t(len(s)), &buf[0], C.size_t(len(buf)), &n) != 0 {
-		return `"?"`
-	}
-	return C.GoStringN(&buf[0], C.int(n))
 }
 
 // Set changes option name for the next Start. EINVAL as NewServer, EBUSY while it runs,
