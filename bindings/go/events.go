@@ -297,6 +297,7 @@ func (s *Subscription) next(done <-chan struct{}, deadline time.Time) (Event, er
 		// Whole milliseconds, rounded up: a wait shorter than one still waits.
 		ms := (wait + time.Millisecond - 1) / time.Millisecond
 		var e C.memcg_event
+		e.size = C.sizeof_memcg_event // what this package knows of the struct
 		code := C.memcg_subscription_next(s.ptr, C.int64_t(ms), &e)
 		s.cursor.Store(uint64(C.memcg_subscription_cursor(s.ptr)))
 		switch code {

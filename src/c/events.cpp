@@ -3,6 +3,7 @@
 // handed out one at a time.
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 
 #include "handles.hpp"
 
@@ -13,6 +14,10 @@ namespace {
 // Events taken per batch: one lock of the bus for several events, and a bounded buffer.
 constexpr size_t kBatchEvents = 64;
 constexpr size_t kBatchBytes = size_t{256} << 10;
+// The first memcg_event's size (0.2): what every caller has. Fields added later at the end are
+// filled only when `size` covers them.
+constexpr size_t kFirstEventSize = offsetof(memcg_event, payload) + sizeof(const char*);
+static_assert(kFirstEventSize == sizeof(memcg_event), "a field added: fill it only if it fits");
 // memcg_subscription_next's longest wait, 2^31 ms (about 25 days).
 constexpr int64_t kMaxTimeoutMs = int64_t{1} << 31;
 
@@ -57,7 +62,9 @@ int memcg_subscribe(memcg_controller* controller, const char* subtree, uint32_t 
 
 int memcg_subscription_next(memcg_subscription* subscription, int64_t timeout_ms,
                             memcg_event* event) {
-  if (subscription == nullptr || event == nullptr || timeout_ms < 0) return EINVAL;
+  if (subscription == nullptr || event == nullptr || timeout_ms < 0 ||
+      event->size < kFirstEventSize)
+    return EINVAL;
   memcg_subscription& s = *subscription;
   return guarded([&] {
     const auto until = std::chrono::steady_clock::now() +

@@ -36,7 +36,7 @@ static void test_stream_filters_and_resume(void) {
   CHECK(memcg_subscribe(c, "a", MEMCG_EVENT_ALL, 0, 0, &under_a) == 0);
   CHECK(memcg_subscribe(c, "/", MEMCG_EVENT_BIT(MEMCG_EVENT_MEMORY_EVENT), 0, 0, &kinds) == 0);
 
-  memcg_event e;
+  memcg_event e = MEMCG_EVENT_INIT;
   CHECK(memcg_subscription_next(all, 0, &e) == EAGAIN); /* nothing yet */
   CHECK(memcg_group_create(c, "a", NULL) == 0);
   CHECK(memcg_group_create(c, "b", NULL) == 0);
@@ -106,7 +106,7 @@ static void test_lagging_subscriber_is_dropped(void) {
   memcg_subscription* slow = NULL;
   CHECK(memcg_subscribe(c, NULL, MEMCG_EVENT_ALL, 0, 8, &slow) == 0);
   for (int i = 0; i < 64; i++) CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, NULL, "{}") != 0);
-  memcg_event e;
+  memcg_event e = MEMCG_EVENT_INIT;
   /* Dropped by the notifier thread: give it a moment. */
   int err = 0;
   for (int i = 0; i < 100 && err != ECONNABORTED; i++) {
@@ -121,7 +121,7 @@ static void test_lagging_subscriber_is_dropped(void) {
 }
 
 static void* wait_for_next(void* arg) {
-  memcg_event e;
+  memcg_event e = MEMCG_EVENT_INIT;
   static int result;
   result = memcg_subscription_next((memcg_subscription*)arg, 60000, &e);
   return &result;
@@ -141,7 +141,7 @@ static void test_close_wakes_a_waiter(void) {
   void* result = NULL;
   pthread_join(t, &result);
   CHECK(*(int*)result == EBADF);
-  memcg_event e;
+  memcg_event e = MEMCG_EVENT_INIT;
   CHECK(memcg_subscription_next(s, 0, &e) == EBADF);
   memcg_subscription_destroy(s);
   CHECK(memcg_controller_destroy(c) == 0);
@@ -158,11 +158,16 @@ static void test_bad_arguments(void) {
   CHECK(memcg_subscribe(c, "a b", MEMCG_EVENT_ALL, 0, 0, &s) == EINVAL);
   CHECK(memcg_subscribe(c, NULL, MEMCG_EVENT_ALL, 0, 0, NULL) == EINVAL);
   CHECK(s == NULL);
-  memcg_event e;
+  memcg_event e = MEMCG_EVENT_INIT;
   CHECK(memcg_subscription_next(NULL, 0, &e) == EINVAL);
   CHECK(memcg_subscribe(c, NULL, MEMCG_EVENT_ALL, 0, 0, &s) == 0);
   CHECK(memcg_subscription_next(s, -1, &e) == EINVAL);
   CHECK(memcg_subscription_next(s, 0, NULL) == EINVAL);
+  memcg_event small = MEMCG_EVENT_INIT;
+  small.size = sizeof(memcg_event) - 1; /* a caller that sets no size, or a wrong one */
+  CHECK(memcg_subscription_next(s, 0, &small) == EINVAL);
+  small.size = 0;
+  CHECK(memcg_subscription_next(s, 0, &small) == EINVAL);
   CHECK(memcg_subscription_cursor(NULL) == 0);
   CHECK(memcg_subscription_drop_reason(NULL) == 0);
   memcg_subscription_close(NULL);

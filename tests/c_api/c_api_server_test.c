@@ -167,8 +167,7 @@ static void test_actions_over_http(memcg_controller* c) {
   CHECK(tcp_request(port, request, answer, sizeof answer) / 100 == 2);
   CHECK(kills == 1);
 
-  memcg_event e;
-  memset(&e, 0, sizeof e);
+  memcg_event e = MEMCG_EVENT_INIT;
   if (memcg_subscription_next(sub, 2000, &e) == 0) {
     CHECK(e.type == MEMCG_EVENT_ACTION && strcmp(e.group, "q") == 0);
     CHECK(strstr(e.payload, "/kill") != NULL);

@@ -33,8 +33,13 @@ NOTIFY_FN = ctypes.CFUNCTYPE(None, P, ctypes.c_int, ctypes.c_int, P)
 
 class EventStruct(ctypes.Structure):
     """memcg_event: its strings belong to the subscription until its next call."""
-    _fields_ = [("id", ctypes.c_uint64), ("type", ctypes.c_int), ("time_ns", ctypes.c_uint64),
-                ("group", ctypes.c_char_p), ("payload", ctypes.c_char_p)]
+    _fields_ = [("size", ctypes.c_size_t), ("id", ctypes.c_uint64), ("type", ctypes.c_int),
+                ("time_ns", ctypes.c_uint64), ("group", ctypes.c_char_p),
+                ("payload", ctypes.c_char_p)]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.size = ctypes.sizeof(self)  # what this package knows of the struct
 
 
 _lock = threading.Lock()

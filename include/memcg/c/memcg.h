@@ -429,14 +429,18 @@ const char* memcg_event_type_name(int type);
 int memcg_event_type_from_name(const char* name);
 
 /* One event. The strings belong to the subscription: valid until its next
- * memcg_subscription_next or its destroy. */
+ * memcg_subscription_next or its destroy. The caller sets `size` to sizeof(memcg_event) before
+ * each call (MEMCG_EVENT_INIT does): a later version may add fields at the end and fills only
+ * those this program knows. */
 typedef struct memcg_event {
+  size_t size;          /* sizeof(memcg_event), set by the caller */
   uint64_t id;          /* resume after it with memcg_subscribe's `after_id` */
   int type;             /* memcg_event_type */
   uint64_t time_ns;     /* wall clock (CLOCK_REALTIME), nanoseconds since the epoch */
   const char* group;    /* the group's path: "/" for the root, "a/b" below it */
   const char* payload;  /* one JSON object on one line */
 } memcg_event;
+#define MEMCG_EVENT_INIT {sizeof(memcg_event), 0, 0, 0, NULL, NULL}
 
 /* Subscribes to the events of `subtree` (a group path, its descendants included; NULL, "" or
  * "/" for every group) whose type's bit is in `types` (0 is EINVAL), resuming after
@@ -450,8 +454,9 @@ int memcg_subscribe(memcg_controller* controller, const char* subtree, uint32_t 
 /* The next event into `*event`, waiting up to `timeout_ms` for one (0: only look; at most
  * 2^31 ms). 0 when one was taken; EAGAIN when none came in time; ECONNABORTED when the
  * subscription was dropped (memcg_subscription_drop_reason says why: resubscribe after
- * memcg_subscription_cursor); EBADF after memcg_subscription_close; EINVAL for NULL or a
- * negative timeout. One thread at a time per subscription. */
+ * memcg_subscription_cursor); EBADF after memcg_subscription_close; EINVAL for NULL, a
+ * negative timeout or an `event->size` smaller than the first version's memcg_event (nothing
+ * taken then). One thread at a time per subscription. */
 int memcg_subscription_next(memcg_subscription* subscription, int64_t timeout_ms,
                             memcg_event* event);
 

@@ -109,6 +109,9 @@ pub const MEMCG_EVENT_ALL: u32 = (1u32 << 11) - 1;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct memcg_event {
+    /// `size_of::<memcg_event>()`, set by the caller (`Default` does): a later library fills
+    /// only the fields this crate knows.
+    pub size: usize,
     pub id: u64,
     /// A MEMCG_EVENT_* value.
     pub r#type: c_int,
@@ -121,6 +124,7 @@ pub struct memcg_event {
 impl Default for memcg_event {
     fn default() -> memcg_event {
         memcg_event {
+            size: std::mem::size_of::<memcg_event>(),
             id: 0,
             r#type: 0,
             time_ns: 0,
