@@ -22,9 +22,9 @@ struct ActionAnswer {
   // and how it ended ("ok", "accepted", "killing", or the error).
   std::string old_value;
   std::string result;
-  // The group the action concerns, for its event: a member's group; empty for the process
-  // (the budget), whose events are about the root.
-  std::string group;
+  // The group the action concerns, for its event: a member's group, or the root for the process
+  // (the budget).
+  std::string group = "/";
 };
 
 // True for the paths served here: /v1/members, /v1/members/..., /v1/memory, /v1/budget.

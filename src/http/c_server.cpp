@@ -63,6 +63,14 @@ bool parse_uids(std::string_view text, std::vector<uint32_t>* out) {
   return true;
 }
 
+// The entry of `table` (options of one kind: a name and the field) named `name`, or null.
+template <class Entry, size_t N>
+const Entry* find(const Entry (&table)[N], std::string_view name) {
+  for (const Entry& e : table)
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
 // Sets `name` of `o`; false for an unknown name or a value not of the option's form.
 bool set_option(memcg::http::ServerOptions& o, std::string_view name, std::string_view value) {
   using std::chrono::milliseconds;
@@ -85,8 +93,7 @@ bool set_option(memcg::http::ServerOptions& o, std::string_view name, std::strin
       {"event_stream_lag", &memcg::http::ServerOptions::event_stream_lag},
       {"audit_records", &memcg::http::ServerOptions::audit_records},
   };
-  for (const SizeOption& s : kSizes)
-    if (name == s.name) return parse_number(value, &(o.*s.field));
+  if (const SizeOption* s = find(kSizes, name)) return parse_number(value, &(o.*s->field));
   struct TextOption {
     const char* name;
     std::string memcg::http::ServerOptions::*field;
@@ -98,11 +105,10 @@ bool set_option(memcg::http::ServerOptions& o, std::string_view name, std::strin
       {"runbook_base", &memcg::http::ServerOptions::runbook_base},
       {"unix_socket", &memcg::http::ServerOptions::unix_socket},
   };
-  for (const TextOption& t : kTexts)
-    if (name == t.name) {
-      o.*t.field = std::string(value);
-      return true;
-    }
+  if (const TextOption* t = find(kTexts, name)) {
+    o.*t->field = std::string(value);
+    return true;
+  }
   struct MsOption {
     const char* name;
     milliseconds memcg::http::ServerOptions::*field;
@@ -113,13 +119,12 @@ bool set_option(memcg::http::ServerOptions& o, std::string_view name, std::strin
       {"history_interval_ms", &memcg::http::ServerOptions::history_interval},
       {"event_heartbeat_ms", &memcg::http::ServerOptions::event_heartbeat},
   };
-  for (const MsOption& d : kDurations)
-    if (name == d.name) {
-      int64_t ms;
-      if (!parse_number(value, &ms)) return false;
-      o.*d.field = milliseconds(ms);
-      return true;
-    }
+  if (const MsOption* d = find(kDurations, name)) {
+    int64_t ms;
+    if (!parse_number(value, &ms)) return false;
+    o.*d->field = milliseconds(ms);
+    return true;
+  }
   if (name == "port") return parse_number(value, &o.port);
   if (name == "keep_alive_timeout_s") {
     int64_t s;

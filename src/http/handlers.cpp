@@ -511,8 +511,7 @@ MHD_Result serve_action(Impl& s, MHD_Connection* c, const Request& r) {
     return send(c, a.status, std::move(a.body), "application/json", &s.answers_in_flight);
   }
   a = serve_action_write(s, r.verb, r.path, r.raw_target, r.body);
-  // Audited, and on the event stream when applied (event_bus.hpp): about the member's group, or
-  // the root for the process budget.
+  // Audited, and on the event stream when applied (event_bus.hpp), about ActionAnswer::group.
   audit_action(s, c, r, a.status, a.result, a.old_value);
   if (a.status == 200 || a.status == 202) {
     std::string p = "{\"method\":";
@@ -522,7 +521,7 @@ MHD_Result serve_action(Impl& s, MHD_Connection* c, const Request& r) {
     p += ",\"status\":" + std::to_string(a.status) + ",\"result\":";
     json_out::put_string(p, a.result);
     p += '}';
-    s.ctl.events().publish(BusEventType::kAction, a.group.empty() ? "/" : a.group, p);
+    s.ctl.events().publish(BusEventType::kAction, a.group, p);
   }
   if (a.allow != nullptr)
     return send(c, a.status, std::move(a.body), "application/json", nullptr,
