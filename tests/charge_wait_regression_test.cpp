@@ -148,6 +148,67 @@ TEST(ChargeWaitRegression, UnitFreedDuringALookGoesToTheAgedWaiter) {
   EXPECT_EQ(used(*t), 0);
 }
 
+// Classes and arrival order through the same race, with no aged waiter: a unit freed while a look
+// runs went to the next waiter round 2 offered room to, after the level had refused an earlier,
+// higher-class waiter asking as much. T (max 12) holds P (max 10, full) and E. A high waiter of P
+// (K2), then a high waiter of E, then a normal waiter of P (K1). A unit of E is freed without a
+// look; K2's poll looks: K2 is refused by P, E's waiter gets T's unit, and its wake frees a unit
+// of P on the counters, as an uncharge on another thread would. That unit is K2's (higher class),
+// not K1's, which round 2 offers room to next.
+TEST(ChargeWaitRegression, UnitFreedDuringALookKeepsTheClassOrder) {
+  testing::Watchdog dog("UnitFreedDuringALookKeepsTheClassOrder");
+  ParkingClock clock;
+  Controller ctl(on_clock(&clock));
+  set_wait_aging(ctl, 100s);  // no aging within the test
+  GroupRef t, p, filler, k1, k2, e;
+  ASSERT_EQ(ctl.create("t", &t), 0);
+  ASSERT_EQ(ctl.create("t/p", &p), 0);
+  ASSERT_EQ(ctl.create("t/p/filler", &filler), 0);
+  ASSERT_EQ(ctl.create("t/p/k1", &k1), 0);
+  ASSERT_EQ(ctl.create("t/p/k2", &k2), 0);
+  ASSERT_EQ(ctl.create("t/e", &e), 0);
+  t->set_max(12 * kUnit);
+  p->set_max(10 * kUnit);
+  ASSERT_EQ(try_charge(*filler, 10), ChargeStatus::kOk);
+  ASSERT_EQ(try_charge(*e, 2), ChargeStatus::kOk);
+  const WaitOptions high{WaitPriority::kHigh, kDefaultKind};
+
+  // t = 1, 2, 3 ms: K2, E's waiter, K1; their polls at 11, 12 and 13 ms.
+  AsyncCall first([&](std::stop_token st) { return try_charge_wait_for(*k2, 1, 10s, st, high); });
+  ASSERT_TRUE(eventually([&] { return clock.parks.load() == 1; }));
+  clock.advance(1'000'000);
+  AsyncCall other([&](std::stop_token st) { return try_charge_wait_for(*e, 1, 10s, st, high); });
+  ASSERT_TRUE(eventually([&] { return clock.parks.load() == 2; }));
+  clock.advance(1'000'000);
+  AsyncCall normal([&](std::stop_token st) { return try_charge_wait_for(*k1, 1, 10s, st); });
+  ASSERT_TRUE(eventually([&] { return clock.parks.load() == 3; }));
+  EXPECT_EQ(wait_stats(*p).waiters, 2u);
+  EXPECT_EQ(wait_stats(*t).waiters, 1u);
+
+  ASSERT_TRUE(e->memory().uncharge(1));  // room in T, no look
+  bool freed = false;
+  clock.on_wake = [&] {
+    if (!freed) freed = filler->memory().uncharge(1);  // room in P, during the look
+  };
+  ASSERT_TRUE(clock.advance_and_settle(8'000'000, 1));  // t = 11 ms: only K2 polls
+  EXPECT_EQ(other.status(), WaitStatus::kOk);
+  EXPECT_TRUE(freed);
+  EXPECT_EQ(used(*k1), 0) << "the unit freed during the look went to the normal waiter";
+  EXPECT_EQ(used(*k2), 0);
+  // The next look (a new aging bound's) gives it to K2.
+  clock.on_wake = nullptr;
+  set_wait_aging(ctl, 100s);
+  EXPECT_EQ(first.status(), WaitStatus::kOk);
+  EXPECT_EQ(used(*k2), 1);
+  EXPECT_EQ(used(*k1), 0);
+  normal.th.request_stop();
+  EXPECT_EQ(normal.status(), WaitStatus::kCancelled);
+  uncharge_direct(*k2, 1);
+  uncharge_direct(*filler, 9);
+  uncharge_direct(*e, 2);
+  EXPECT_EQ(used(*t), 0);
+}
+
 // A Clock on virtual time that runs `hook` once, from inside now_ns() on whatever thread reads
 // it, as soon as `armed()` says so: a deterministic point inside the library.
 class HookClock final : public Clock {

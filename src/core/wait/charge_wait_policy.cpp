@@ -73,6 +73,45 @@ struct ClosedLevels {
   }
 };
 
+// The smallest need each level refused in this dispatch's round 2. A later waiter asking at
+// least that much through the same level could only fit on units freed while this dispatch runs
+// (the counters are lock-free); it is skipped, so those units stay free for the uncharge's own
+// dispatch, which waits for these mutexes and offers them in order (higher classes, then arrival
+// first). Without it such a unit went to whoever came next, a lower class or a later arrival.
+// Past kMax levels it stops recording: the dispatch is then only less strict, never wrong.
+struct RefusedLevels {
+  static constexpr int kMax = 16;
+  const Group* g[kMax];
+  int64_t need[kMax];
+  int n = 0;
+  void add(const Group* level, int64_t units) noexcept {
+    for (int i = 0; i < n; ++i)
+      if (g[i] == level) {
+        need[i] = std::min(need[i], units);
+        return;
+      }
+    if (n < kMax) {
+      g[n] = level;
+      need[n++] = units;
+    }
+  }
+  // Whether a level on the path of `from` refused `units` or fewer.
+  bool refuses(const Group* from, int64_t units) const noexcept {
+    if (n == 0) return false;
+    for (const Group* a = from; a != nullptr && !a->is_root(); a = a->parent())
+      for (int i = 0; i < n; ++i)
+        if (g[i] == a && need[i] <= units) return true;
+    return false;
+  }
+};
+
+// The group of `from`'s path whose counter is `failed`.
+const Group* level_of(const Group* from, const PageCounter* failed) noexcept {
+  for (const Group* a = from; a != nullptr; a = a->parent())
+    if (&a->memory() == failed) return a;
+  return from;
+}
+
 // One list of one locked queue (a class), walked in list order. Along a list, since_ns and
 // arrival only grow (the enqueue keeps it so), so it is in arrival order, and, its waiters
 // sharing one class and aging bound, in the order they age.
@@ -96,7 +135,9 @@ struct Cursor {
 //     granted if it fits, whatever waits before it (the bypass: a small request that fits is never
 //     held behind a large one that does not).
 // In both rounds a waiter whose charge goes through a level that holds an earlier aged waiter
-// short (ClosedLevels) gets nothing: what is freed there belongs to the aged one.
+// short (ClosedLevels) gets nothing: what is freed there belongs to the aged one. In round 2 a
+// waiter is not offered what a level on its path refused an earlier one asking no more
+// (RefusedLevels): the bypass is for smaller requests, not for units freed mid-dispatch.
 // Cost: linear in the waiters of the path. Each round is a merge of sorted lists with one cursor
 // per list (at most kMaxJointQueues x kWaitPriorities lists), and each waiter is passed once per
 // round: O(waiters x lists), the number of lists bounded by a constant. (It was a fresh scan of
@@ -149,6 +190,7 @@ void internal::dispatch_locked(LockedQueues& l, Clock& clock, uint64_t aging) no
     closed.close_for(*best);
   }
   // Round 2: per class, high first, the lists of the queues merged in arrival order.
+  RefusedLevels refused;
   for (int cls = kWaitPriorities - 1; cls >= 0; --cls) {
     nc = 0;
     for (int i = 0; i < l.n; ++i) c[nc++] = {l.q[i]->lists[cls].head, l.q[i]};
@@ -164,9 +206,14 @@ void internal::dispatch_locked(LockedQueues& l, Clock& clock, uint64_t aging) no
       c[bi].w = best->next;
       best->seen = c[bi].q->epoch;
       if (closed.on_path(best->group)) continue;
-      if (best->group->memory().try_charge(best->units - best->reserved) == nullptr) {
+      const int64_t need = best->units - best->reserved;
+      if (refused.refuses(best->group, need)) continue;
+      const PageCounter* failed = best->group->memory().try_charge(need);
+      if (failed == nullptr) {
         best->reserved = best->units;
         finish(clock, *best, Waiter::kGranted);
+      } else {
+        refused.add(level_of(best->group, failed), need);
       }
     }
   }
