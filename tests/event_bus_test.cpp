@@ -312,6 +312,12 @@ TEST(EventBus, ASlowSubscriberIsDroppedWithItsReasonWhileChargesGoOn) {
       charges.fetch_add(1, std::memory_order_relaxed);
     }
   });
+  // Bounded waits on the charger: on a loaded machine it may not have run at all yet.
+  auto charges_pass = [&](uint64_t mark) {
+    for (int i = 0; i < 10'000 && charges.load() <= mark; ++i) std::this_thread::sleep_for(1ms);
+    return charges.load() > mark;
+  };
+  ASSERT_TRUE(charges_pass(0));
   size_t taken = 0;
   for (int i = 0; i < 200; ++i) {
     publish_n(bus, 8);
@@ -321,16 +327,17 @@ TEST(EventBus, ASlowSubscriberIsDroppedWithItsReasonWhileChargesGoOn) {
     taken += got.size();
   }
   for (int i = 0; i < 500 && !slow->dropped(); ++i) std::this_thread::sleep_for(10ms);
-  const uint64_t during = charges.load();
+  // Charges go on once the slow subscriber is dropped: nothing waits for it.
+  const bool after_drop = charges_pass(charges.load());
   stop = true;
   charger.join();
+  EXPECT_TRUE(after_drop);
   EXPECT_TRUE(slow->dropped());
   EXPECT_EQ(slow->drop_reason(), BusDropReason::kLagging);
   std::vector<BusEvent> none;
   EXPECT_EQ(slow->take(&none), 0u);
   EXPECT_FALSE(fast->dropped());
   EXPECT_EQ(taken, 1600u);
-  EXPECT_GT(during, 0u);
   const EventBusStats st = bus.stats();
   EXPECT_EQ(st.dropped[static_cast<int>(BusDropReason::kLagging)], 1u);
   EXPECT_EQ(st.subscribers, 2u);  // listed until closed
