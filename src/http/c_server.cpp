@@ -20,11 +20,16 @@
 struct memcg_server {
   explicit memcg_server(memcg_controller* owner) noexcept : count(owner) {}
   memcg::capi::HandleCount count;
-  // Start, stop, set and destroy of one server may come from several threads of the program.
+  // Start, stop, set and destroy of one server may come from several threads of the program:
+  // `life` orders them, and is held through a stop's join of the server's threads.
+  std::mutex life;
+  memcg::http::ServerOptions options;  // GUARDED_BY(life)
+  bool changed = true;                 // options set since `cpp` was made; GUARDED_BY(life)
+  // Guards only the pointer, never held across a stop: port and running read through it (the
+  // Server's own figures are atomics), so a callback the server runs may ask them while
+  // another thread stops it.
   mutable std::mutex mu;
-  memcg::http::ServerOptions options;
   std::unique_ptr<memcg::http::Server> cpp;  // made by the first start after a change
-  bool changed = true;                       // options set since `cpp` was made
 };
 
 namespace {
@@ -159,7 +164,7 @@ int memcg_server_create(memcg_controller* controller, memcg_server** out) {
 int memcg_server_set(memcg_server* server, const char* name, const char* value) {
   if (server == nullptr || name == nullptr || value == nullptr) return EINVAL;
   return guarded([&] {
-    std::lock_guard<std::mutex> lock(server->mu);
+    std::lock_guard<std::mutex> lock(server->life);
     if (server->cpp != nullptr && server->cpp->running()) return EBUSY;
     memcg::http::ServerOptions next = server->options;  // unchanged when the value is refused
     if (!set_option(next, name, value)) return EINVAL;
@@ -173,19 +178,26 @@ int memcg_server_start(memcg_server* server, char* error, size_t error_size) {
   if (server == nullptr) return EINVAL;
   std::string message;
   const int err = guarded([&] {
-    std::lock_guard<std::mutex> lock(server->mu);
+    std::lock_guard<std::mutex> lock(server->life);
+    // `cpp` changes only here, under `life`: it may be read without `mu` below.
     if (server->cpp != nullptr && server->changed) {
       server->cpp->stop();  // threads may still run: a server whose listener was lost
-      server->cpp.reset();
+      std::unique_ptr<memcg::http::Server> old;
+      {
+        std::lock_guard<std::mutex> ptr(server->mu);
+        old = std::move(server->cpp);
+      }
     }
     if (server->cpp == nullptr) {
+      std::unique_ptr<memcg::http::Server> made;
       try {
-        server->cpp = std::make_unique<memcg::http::Server>(server->count.owner()->cpp,
-                                                             server->options);
+        made = std::make_unique<memcg::http::Server>(server->count.owner()->cpp, server->options);
       } catch (const std::invalid_argument& e) {
         message = e.what();
         return EINVAL;
       }
+      std::lock_guard<std::mutex> ptr(server->mu);
+      server->cpp = std::move(made);
       server->changed = false;
     }
     return server->cpp->start(&message);
@@ -213,7 +225,8 @@ int memcg_server_running(const memcg_server* server) {
 
 void memcg_server_stop(memcg_server* server) {
   if (server == nullptr) return;
-  std::lock_guard<std::mutex> lock(server->mu);
+  // `life` only: port and running (under `mu`) do not wait for the join.
+  std::lock_guard<std::mutex> lock(server->life);
   if (server->cpp != nullptr) server->cpp->stop();
 }
 

@@ -1,7 +1,8 @@
 /* The HTTP endpoint from C (memcg/c/http.h): options set by name (bad names and values refused,
  * nothing changed), the server started with writes and actions allowed behind a token, an
  * operator's kill over HTTP reaching a C member's callback with MEMCG_CANCEL_OPERATOR and the
- * in-process event stream, the Unix socket, stop and restart. Talks to 127.0.0.1 only. Prints
+ * in-process event stream, the Unix socket, stop and restart, and a callback that asks the
+ * server's port while another thread stops it. Talks to 127.0.0.1 only. Prints
  * "c_api_server_test: ok". */
 #define _POSIX_C_SOURCE 200809L
 #include "memcg/c/http.h"
@@ -10,11 +11,14 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 
@@ -196,6 +200,75 @@ static void test_actions_over_http(memcg_controller* c) {
   memcg_group_release(g);
 }
 
+/* A kill callback (run on a server thread by POST .../kill) that asks the server's port and
+ * state while the main thread stops the server, which waits for this very thread: port and
+ * running must answer at once (they did wait for the stop, a deadlock). */
+static memcg_server* stopping_server = NULL;
+static atomic_int in_callback = 0, stop_begun = 0, asked = 0, callback_done = 0;
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+static void on_kill_asks(memcg_member* member, memcg_cancel_reason reason, void* user) {
+  (void)member;
+  (void)reason;
+  (void)user;
+  atomic_store(&in_callback, 1);
+  while (!atomic_load(&stop_begun)) sleep_ms(1);
+  sleep_ms(20); /* the stop is under way by now: it waits (up to 1 s) for this thread */
+  const int port = memcg_server_port(stopping_server);
+  const int running = memcg_server_running(stopping_server);
+  if (port >= 0 && (running == 0 || running == 1)) atomic_store(&asked, 1);
+  atomic_store(&callback_done, 1);
+}
+static int kill_port = 0;
+static char kill_request[256];
+static void* send_kill(void* arg) {
+  (void)arg;
+  static char out[4096];
+  tcp_request(kill_port, kill_request, out, sizeof out); /* answered, or cut by the stop */
+  return NULL;
+}
+
+static void test_callback_asks_during_stop(memcg_controller* c) {
+  memcg_group* g = NULL;
+  CHECK(memcg_group_create(c, "stop", &g) == 0);
+  memcg_member* m = NULL;
+  CHECK(memcg_member_create(g, "asker", 0, on_kill_asks, NULL, &m) == 0);
+  memcg_server* s = NULL;
+  CHECK(memcg_server_create(c, &s) == 0);
+  CHECK(memcg_server_set(s, "address", "127.0.0.1") == 0);
+  CHECK(memcg_server_set(s, "port", "0") == 0);
+  CHECK(memcg_server_set(s, "allow_writes", "1") == 0);
+  CHECK(memcg_server_set(s, "token", "s3cret") == 0);
+  char error[256] = "";
+  CHECK(memcg_server_start(s, error, sizeof error) == 0);
+  stopping_server = s;
+  kill_port = memcg_server_port(s);
+  snprintf(kill_request, sizeof kill_request,
+           "POST /v1/members/%llu/kill HTTP/1.0\r\nAuthorization: Bearer s3cret\r\n"
+           "Content-Length: 0\r\n\r\n",
+           (unsigned long long)memcg_member_id(m));
+  pthread_t client;
+  CHECK(pthread_create(&client, NULL, send_kill, NULL) == 0);
+  for (int i = 0; i < 10000 && !atomic_load(&in_callback); ++i) sleep_ms(1);
+  CHECK(atomic_load(&in_callback) == 1);
+  atomic_store(&stop_begun, 1);
+  alarm(30); /* a deadlock ends the test here instead of at ctest's timeout */
+  memcg_server_stop(s);
+  alarm(0);
+  /* Asked before the stop returned: the stop joined the callback's thread, it did not give up
+   * on it after its second (nor wait that second). */
+  CHECK(atomic_load(&asked) == 1);
+  CHECK(memcg_server_running(s) == 0);
+  CHECK(pthread_join(client, NULL) == 0);
+  /* Had the stop given up on it, the callback still uses the server: not freed under it. */
+  for (int i = 0; i < 10000 && !atomic_load(&callback_done); ++i) sleep_ms(1);
+  memcg_server_destroy(s);
+  memcg_member_destroy(m);
+  memcg_group_release(g);
+}
+
 static void test_unix_socket(memcg_controller* c) {
   char path[108];
   snprintf(path, sizeof path, "/tmp/memcg-c-api-%d.sock", (int)getpid());
@@ -229,6 +302,7 @@ int main(void) {
   test_options(c);
   test_actions_over_http(c);
   test_unix_socket(c);
+  test_callback_asks_during_stop(c);
   CHECK(memcg_controller_destroy(c) == 0);
   return check_report("c_api_server_test");
 }

@@ -51,7 +51,7 @@ int memcg_server_running(const memcg_server* server);
 /* Stops accepting, closes the connections and joins the threads (within read_timeout plus one
  * second). Does nothing when stopped. REQUIRES: not called from a callback the server runs (a
  * member's kill callback run by POST .../kill, a reclaimer run by a write): it waits for that
- * thread. memcg_server_port and _running wait while a stop is in progress. */
+ * thread. memcg_server_port and _running answer at once meanwhile, from any thread. */
 void memcg_server_stop(memcg_server* server);
 
 /* Stops it and frees it (REQUIRES as memcg_server_stop). */
