@@ -330,7 +330,8 @@ func (s *Subscription) next(done <-chan struct{}, deadline time.Time) (Event, er
 // group at path ("" or "/" for the root; it must be online) with payload, one JSON object on
 // one line. Returns its id; 0 while nothing follows the events (no subscription, no HTTP
 // server): the library records nothing then. EINVAL for an unknown type or a payload that is
-// not one object on one line, ENOENT for no such group.
+// not one object on one line, ENOENT for no such group, ENOMEM when the library had no memory
+// for it.
 func (c *Controller) Publish(t EventType, group, payload string) (uint64, error) {
 	op := "publish " + t.String() + " about " + quote(group)
 	if t < EventMemory || t > EventGap {
@@ -352,13 +353,11 @@ func (c *Controller) Publish(t EventType, group, payload string) (uint64, error)
 		return 0, err
 	}
 	defer c.unpin()
-	// The library takes any text as the path: a group that is not online is refused here.
-	var g *C.memcg_group
-	if err := check(C.memcg_group_lookup(c.ptr, cgroup, &g), op); err != nil {
-		return 0, err
-	}
-	C.memcg_group_release(g)
 	cpayload := C.CString(payload)
 	defer C.free(unsafe.Pointer(cpayload))
-	return uint64(C.memcg_events_publish(c.ptr, C.int(t), cgroup, cpayload)), nil
+	var id C.uint64_t
+	if err := check(C.memcg_events_publish(c.ptr, C.int(t), cgroup, cpayload, &id), op); err != nil {
+		return 0, err
+	}
+	return uint64(id), nil
 }

@@ -117,13 +117,21 @@ void memcg_subscription_close(memcg_subscription* subscription) {
 
 void memcg_subscription_destroy(memcg_subscription* subscription) { delete subscription; }
 
-uint64_t memcg_events_publish(memcg_controller* controller, int type, const char* group,
-                              const char* payload) {
-  if (controller == nullptr || payload == nullptr || type < 0 ||
-      type >= memcg::kNumBusEventTypes)
-    return 0;
-  const std::string_view path = group == nullptr || *group == '\0' ? "/" : group;
-  return controller->cpp.events().publish(static_cast<memcg::BusEventType>(type), path, payload);
+int memcg_events_publish(memcg_controller* controller, int type, const char* group,
+                         const char* payload, uint64_t* id) {
+  if (id != nullptr) *id = 0;
+  if (controller == nullptr || payload == nullptr || id == nullptr || type < 0 ||
+      type >= memcg::kNumBusEventTypes || !memcg::EventBus::takes_payload(payload))
+    return EINVAL;
+  return guarded([&] {
+    const char* path = group == nullptr || *group == '\0' ? "/" : group;
+    const memcg::GroupRef g = controller->cpp.lookup(path);
+    if (!g) return ENOENT;
+    memcg::EventBus& bus = controller->cpp.events();
+    if (!bus.recording()) return 0;  // nothing records: dropped, as the library's own events
+    *id = bus.publish(static_cast<memcg::BusEventType>(type), *g, payload);
+    return *id != 0 ? 0 : ENOMEM;  // valid and recording: only memory was missing
+  });
 }
 
 }  // extern "C"

@@ -78,10 +78,17 @@ static void test_stream_filters_and_resume(void) {
   CHECK(memcg_subscription_cursor(resumed) == e.id);
 
   /* The program's own events. */
-  const uint64_t mine = memcg_events_publish(c, MEMCG_EVENT_ACTION, "a", "{\"what\":\"drain\"}");
+  uint64_t mine = 0;
+  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, "a", "{\"what\":\"drain\"}", &mine) == 0);
   CHECK(mine != 0);
-  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, "a", "not json") == 0);
-  CHECK(memcg_events_publish(c, 99, "a", "{}") == 0);
+  /* Refused with a reason, nothing appended, the id zeroed. */
+  uint64_t id = 7;
+  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, "a", "not json", &id) == EINVAL && id == 0);
+  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, "a", "{\n}", &id) == EINVAL);
+  CHECK(memcg_events_publish(c, 99, "a", "{}", &id) == EINVAL);
+  CHECK(memcg_events_publish(c, -1, "a", "{}", &id) == EINVAL);
+  id = 7;
+  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, "no/such", "{}", &id) == ENOENT && id == 0);
   CHECK(expect(under_a, MEMCG_EVENT_ACTION, "a", &e) == 0);
   CHECK(e.id == mine);
   CHECK(strcmp(e.payload, "{\"what\":\"drain\"}") == 0);
@@ -105,7 +112,10 @@ static void test_lagging_subscriber_is_dropped(void) {
   CHECK(memcg_controller_create(NULL, &c) == 0);
   memcg_subscription* slow = NULL;
   CHECK(memcg_subscribe(c, NULL, MEMCG_EVENT_ALL, 0, 8, &slow) == 0);
-  for (int i = 0; i < 64; i++) CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, NULL, "{}") != 0);
+  for (int i = 0; i < 64; i++) {
+    uint64_t id = 0;
+    CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, NULL, "{}", &id) == 0 && id != 0);
+  }
   memcg_event e = MEMCG_EVENT_INIT;
   /* Dropped by the notifier thread: give it a moment. */
   int err = 0;
@@ -150,6 +160,9 @@ static void test_close_wakes_a_waiter(void) {
 static void test_bad_arguments(void) {
   memcg_controller* c = NULL;
   CHECK(memcg_controller_create(NULL, &c) == 0);
+  /* Nothing subscribed yet: a valid event is dropped, which is no error. */
+  uint64_t dropped = 7;
+  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, NULL, "{}", &dropped) == 0 && dropped == 0);
   memcg_subscription* s = NULL;
   CHECK(memcg_subscribe(NULL, NULL, MEMCG_EVENT_ALL, 0, 0, &s) == EINVAL);
   CHECK(memcg_subscribe(c, NULL, 0, 0, 0, &s) == EINVAL);
@@ -181,8 +194,10 @@ static void test_bad_arguments(void) {
   CHECK(strcmp(memcg_event_type_name(11), "unknown") == 0);
   CHECK(strcmp(memcg_event_type_name(-1), "unknown") == 0);
   CHECK(strcmp(memcg_drop_reason_name(4), "unknown") == 0);
-  CHECK(memcg_events_publish(NULL, MEMCG_EVENT_ACTION, NULL, "{}") == 0);
-  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, NULL, NULL) == 0);
+  uint64_t id = 7;
+  CHECK(memcg_events_publish(NULL, MEMCG_EVENT_ACTION, NULL, "{}", &id) == EINVAL && id == 0);
+  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, NULL, NULL, &id) == EINVAL);
+  CHECK(memcg_events_publish(c, MEMCG_EVENT_ACTION, NULL, "{}", NULL) == EINVAL);
   CHECK(memcg_member_id(NULL) == 0);
   CHECK(memcg_controller_destroy(c) == 0);
 }

@@ -158,7 +158,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "memcg_subscription_drop_reason": (c_int, [P]),
         "memcg_subscription_close": (None, [P]),
         "memcg_subscription_destroy": (None, [P]),
-        "memcg_events_publish": (u64, [P, c_int, c_char_p, c_char_p]),
+        "memcg_events_publish": (c_int, [P, c_int, c_char_p, c_char_p, ctypes.POINTER(u64)]),
     }
     for name, (restype, argtypes) in table.items():
         fn = getattr(lib, name)

@@ -255,7 +255,8 @@ class Controller(Handle):
                 payload: "Union[str, Mapping[str, Any]]") -> int:
         """Appends an event of the program's own (EventType.ACTION, say) about ``group`` (None
         for the root) with ``payload``, a dict or one JSON object's text on one line. Returns
-        its id; 0 when nothing subscribes (the stream records nothing then)."""
+        its id; 0 when nothing subscribes (the stream records nothing then). ValueError for
+        a payload or type it does not take, FileNotFoundError when no group is there."""
         from .events import publish
         return publish(self, type, group, payload)
 

@@ -104,8 +104,8 @@ def _path_arg(path: Union[None, str, Group], what: str) -> Optional[bytes]:
 
 
 def _payload(payload: Union[str, Mapping[str, Any]]) -> bytes:
-    """One JSON object on one line, what the bus takes (it answers 0 for anything else, as it
-    does when nothing subscribes: checked here so that 0 means only the latter)."""
+    """One JSON object on one line, what the bus takes. The library checks only the braces and
+    the line; the JSON is checked here, so that no subscriber gets a malformed object."""
     if isinstance(payload, Mapping):
         # One line: json.dumps escapes every control character in strings.
         return json.dumps(dict(payload), separators=(",", ":"), allow_nan=False).encode()
@@ -277,7 +277,11 @@ def publish(controller: Controller, type: TypeLike, group: Union[None, str, Grou
     data = _payload(payload)
     ptr = controller._pin()
     try:
-        return int(controller._lib.memcg_events_publish(ptr, int(kind), where, data))
+        id = ctypes.c_uint64()
+        _check(controller._lib.memcg_events_publish(ptr, int(kind), where, data,
+                                                    ctypes.byref(id)),
+               "publish %s about %s" % (kind.label, "/" if where is None else where.decode()))
+        return id.value
     finally:
         controller._unpin()
 

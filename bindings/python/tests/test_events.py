@@ -265,6 +265,8 @@ class Stream(Base):
                          lambda: self.ctl.publish("action", "t\0", {})):
                 with self.assertRaises(ValueError):
                     call()  # type: ignore[no-untyped-call]
+            with self.assertRaises(FileNotFoundError):
+                self.ctl.publish("action", "no/such", {})
             self.assertIsNone(sub.next(0))  # nothing was published
         self.assertEqual(self.ctl.open_handles(), 1)
 

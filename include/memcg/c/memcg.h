@@ -486,10 +486,13 @@ void memcg_subscription_destroy(memcg_subscription* subscription);
 
 /* Appends an event of the program's own (type MEMCG_EVENT_ACTION or MEMCG_EVENT_BUDGET, say)
  * about the group at `group` (a path; NULL or "" for the root) with `payload`, one JSON object
- * on one line. Returns its id; 0 when the bus is off (nothing subscribed) or the payload is
- * not one object on one line. */
-uint64_t memcg_events_publish(memcg_controller* controller, int type, const char* group,
-                              const char* payload);
+ * on one line. 0 with its id in `*id`, or with `*id` 0 when nothing records the events (no
+ * subscription was made on this controller and no HTTP server started: the event is dropped).
+ * EINVAL for a NULL argument, a type out of range or a payload that is not one object on one
+ * line (only the braces and the line are checked), ENOENT when no group is at `group`, ENOMEM
+ * when the library had no memory for it; `*id` is 0 on every error. */
+int memcg_events_publish(memcg_controller* controller, int type, const char* group,
+                         const char* payload, uint64_t* id);
 
 #ifdef MEMCG_C_EXPERIMENTAL
 /* ---- experimental: the shape of these may change in a minor version ----------------------- */

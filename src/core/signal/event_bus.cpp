@@ -419,10 +419,7 @@ uint64_t EventBus::publish(BusEventType type, const Group& group, std::string_vi
 uint64_t EventBus::publish(BusEventType type, std::string_view group,
                            std::string_view payload) noexcept {
   if (!recording_.load(std::memory_order_acquire)) return 0;
-  if (static_cast<int>(type) >= kNumBusEventTypes || payload.size() < 2 ||
-      payload.front() != '{' || payload.back() != '}' ||
-      payload.find_first_of("\r\n") != std::string_view::npos)
-    return 0;
+  if (static_cast<int>(type) >= kNumBusEventTypes || !takes_payload(payload)) return 0;
   internal::BusCore& b = *core_;
   internal::HookBypass bypass;  // the ring is the library's memory
   try {

@@ -316,7 +316,8 @@ extern "C" {
         event_type: c_int,
         group: *const c_char,
         payload: *const c_char,
-    ) -> u64;
+        id: *mut u64,
+    ) -> c_int;
 }
 
 /// The HTTP endpoint (`include/memcg/c/http.h`), in libmemcg_http.

@@ -306,8 +306,9 @@ impl Controller {
     /// Appends an event of the program's own (an [`EventKind::Action`] it took, say) about the
     /// group at `group` ("/" or "" for the root), `payload` one JSON object on one line.
     /// Returns its id; None when the stream is off (nothing subscribed to this controller yet,
-    /// and no HTTP server started) or the library had no memory for it. A payload not of that
-    /// form, a type the library does not know or a NUL is [`Error::InvalidArgument`].
+    /// and no HTTP server started: the event is dropped). A payload not of that form, a type
+    /// the library does not know or a NUL is [`Error::InvalidArgument`]; no group at `group`
+    /// is ENOENT, no memory for it ENOMEM.
     pub fn publish(&self, kind: EventKind, group: &str, payload: &str) -> Result<Option<u64>> {
         if !kind.known() {
             return Err(Error::InvalidArgument(format!(
@@ -315,8 +316,7 @@ impl Controller {
                 kind.code()
             )));
         }
-        // The library's own test (EventBus::publish), made here so that a refusal is told apart
-        // from a stream that is off: both are 0 there.
+        // The library's own test (EventBus::publish), made here for a message that names it.
         let one_object = payload.len() >= 2
             && payload.starts_with('{')
             && payload.ends_with('}')
@@ -329,9 +329,14 @@ impl Controller {
         }
         let g = cstring(group, "group")?;
         let p = cstring(payload, "payload")?;
-        // SAFETY: valid controller; NUL-terminated strings.
-        let id =
-            unsafe { sys::memcg_events_publish(self.ptr(), kind.code(), g.as_ptr(), p.as_ptr()) };
+        let mut id = 0u64;
+        // SAFETY: valid controller; NUL-terminated strings; `id` outlives the call.
+        check(
+            unsafe {
+                sys::memcg_events_publish(self.ptr(), kind.code(), g.as_ptr(), p.as_ptr(), &mut id)
+            },
+            || format!("publish {} about {}", kind.code(), quote(group)),
+        )?;
         Ok((id != 0).then_some(id))
     }
 }

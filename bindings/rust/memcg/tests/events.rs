@@ -288,6 +288,8 @@ fn bad_arguments_are_refused() {
     ));
     let e = ctl.publish(EventKind::Other(99), "/", "{}").unwrap_err();
     assert!(e.to_string().contains("99"), "{e}");
+    let e = ctl.publish(EventKind::Action, "no/such", "{}").unwrap_err();
+    assert_eq!(e.code(), Some(2), "{e}"); // ENOENT: no group there
     assert_eq!(sub.next(Duration::ZERO).unwrap(), None); // none of them was recorded
 
     // Names both ways, as the library has them.
@@ -342,10 +344,12 @@ fn null_handles_through_the_sys_crate() {
         assert_eq!(memcg_subscription_drop_reason(null()), 0);
         memcg_subscription_close(null_mut());
         memcg_subscription_destroy(null_mut());
+        let mut id = 7u64;
         assert_eq!(
-            memcg_events_publish(null_mut(), MEMCG_EVENT_ACTION, null(), c"{}".as_ptr()),
-            0
+            memcg_events_publish(null_mut(), MEMCG_EVENT_ACTION, null(), c"{}".as_ptr(), &mut id),
+            22
         );
+        assert_eq!(id, 0);
         assert_eq!(memcg_member_id(null()), 0);
         assert_eq!(memcg_event_type_from_name(null()), -1);
     }

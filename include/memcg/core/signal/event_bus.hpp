@@ -191,6 +191,11 @@ class EventBus {
   // line) or there is no memory for it (counted in lost). Never blocks on a subscriber; never
   // calls one. For producers outside the library as well (actions, budgets).
   uint64_t publish(BusEventType type, std::string_view group, std::string_view payload) noexcept;
+  // Whether publish() takes `payload`: braces first and last, no line break (not parsed).
+  static bool takes_payload(std::string_view payload) noexcept {
+    return payload.size() >= 2 && payload.front() == '{' && payload.back() == '}' &&
+           payload.find_first_of("\r\n") == std::string_view::npos;
+  }
   // The same for an event about `group` (its path is taken here).
   uint64_t publish(BusEventType type, const Group& group, std::string_view payload) noexcept;
 
