@@ -64,12 +64,12 @@ std::string http_get(int port, const std::string& path) {
   return body == std::string::npos ? "" : out.substr(body + 4);
 }
 
-// An example, serving on a free port of 127.0.0.1 for at most 90 s.
+// An example, serving on a free port of 127.0.0.1 for at most 180 s (stopped by the test).
 struct Example {
   pid_t pid = -1;
   int port = 0;
   explicit Example(const char* bin, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {bin, "--serve", "0", "--seconds", "90"};
+    std::vector<std::string> args = {bin, "--serve", "0", "--seconds", "180"};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -144,11 +144,14 @@ TEST(HttpPageBrowserTest, ChromiumRendersAGroupPageAndItsOomReports) {
   Example ex(MEMCG_QUERY_SERVICE_BIN, {"--workers", "4"});
   ASSERT_GT(ex.pid, 0);
   ASSERT_GT(ex.port, 0) << "the query service did not say where it serves";
-  // At least two of etl's runaway queries OOM-killed, within 40 s: counted on the victims' group
+  // At least two of etl's runaway queries OOM-killed, within 90 s: counted on the victims' group
   // (its memory.events), whichever limit was hit, etl's own or, on a loaded machine, the
   // service's (svc). Each kill's report concerns etl either way (a member of it was the victim).
+  // Two come within 2 s on a quiet machine (as with eight busy loops beside it), but a 5 % share
+  // of etl's queries is all that makes them: with six tests at once on two cores the service
+  // answered 7 queries a second instead of 53, and 40 s once saw only one runaway.
   uint64_t kills = 0;
-  for (int i = 0; i < 80 && kills < 2; ++i) {
+  for (int i = 0; i < 180 && kills < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const std::string events = http_get(ex.port, "/v1/groups/svc/etl/memory.events");
     const size_t at = events.find("\noom_kill ");
