@@ -164,7 +164,11 @@ TEST_F(SqliteReclaim, LastResortPagesArePastMaxCountedAndGiveWay) {
       &why);
   EXPECT_TRUE(rc == SQLITE_OK || rc == SQLITE_NOMEM) << rc << " " << why;
   const EngineStats s = engine_->stats();
-  EXPECT_GT(s.fetch_forced, 100u);
+  // How many pages are forced before the statement's heap finds no room depends on the per-CPU
+  // stocks its charges meet (a thread that moves to another CPU meets an empty one sooner):
+  // 287 every time on a quiet machine, down to 21 under ASan beside busy loops. That some were,
+  // charged past max, is what is checked.
+  EXPECT_GT(s.fetch_forced, 0u);
   EXPECT_GT(g->peak(), 1 * kMiB);
   const int64_t rows = query_int(c, "SELECT count(*) FROM t");
   EXPECT_EQ(rows, rc == SQLITE_OK ? 10000 : 0);  // all of it or nothing
