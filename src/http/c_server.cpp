@@ -76,6 +76,15 @@ const Entry* find(const Entry (&table)[N], std::string_view name) {
   return nullptr;
 }
 
+// Puts `next` in place of the handle's server under `mu` and returns the one it held, to be
+// freed by the caller after `mu` is let go. REQUIRES: `life` held (the only writer).
+std::unique_ptr<memcg::http::Server> replace(memcg_server& s,
+                                             std::unique_ptr<memcg::http::Server> next) {
+  std::lock_guard<std::mutex> ptr(s.mu);
+  s.cpp.swap(next);
+  return next;
+}
+
 // Sets `name` of `o`; false for an unknown name or a value not of the option's form.
 bool set_option(memcg::http::ServerOptions& o, std::string_view name, std::string_view value) {
   using std::chrono::milliseconds;
@@ -179,14 +188,10 @@ int memcg_server_start(memcg_server* server, char* error, size_t error_size) {
   std::string message;
   const int err = guarded([&] {
     std::lock_guard<std::mutex> lock(server->life);
-    // `cpp` changes only here, under `life`: it may be read without `mu` below.
+    // `cpp` changes only here, under `life` (replace()): it may be read without `mu` below.
     if (server->cpp != nullptr && server->changed) {
       server->cpp->stop();  // threads may still run: a server whose listener was lost
-      std::unique_ptr<memcg::http::Server> old;
-      {
-        std::lock_guard<std::mutex> ptr(server->mu);
-        old = std::move(server->cpp);
-      }
+      replace(*server, nullptr);
     }
     if (server->cpp == nullptr) {
       std::unique_ptr<memcg::http::Server> made;
@@ -196,8 +201,7 @@ int memcg_server_start(memcg_server* server, char* error, size_t error_size) {
         message = e.what();
         return EINVAL;
       }
-      std::lock_guard<std::mutex> ptr(server->mu);
-      server->cpp = std::move(made);
+      replace(*server, std::move(made));
       server->changed = false;
     }
     return server->cpp->start(&message);

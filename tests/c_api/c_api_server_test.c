@@ -83,6 +83,18 @@ static void on_kill(memcg_member* member, memcg_cancel_reason reason, void* user
   last_reason = reason;
 }
 
+/* A server on 127.0.0.1 (a port of its choice) that takes writes and actions with the token
+ * "s3cret"; not started. */
+static memcg_server* writable_server(memcg_controller* c) {
+  memcg_server* s = NULL;
+  CHECK(memcg_server_create(c, &s) == 0);
+  CHECK(memcg_server_set(s, "address", "127.0.0.1") == 0);
+  CHECK(memcg_server_set(s, "port", "0") == 0);
+  CHECK(memcg_server_set(s, "allow_writes", "1") == 0);
+  CHECK(memcg_server_set(s, "token", "s3cret") == 0);
+  return s;
+}
+
 static void test_options(memcg_controller* c) {
   memcg_server* s = NULL;
   CHECK(memcg_server_create(NULL, &s) == EINVAL);
@@ -130,13 +142,9 @@ static void test_actions_over_http(memcg_controller* c) {
   /* An action on a member is an event about its group (docs/http.md). */
   CHECK(memcg_subscribe(c, "q", MEMCG_EVENT_BIT(MEMCG_EVENT_ACTION), 0, 0, &sub) == 0);
 
-  memcg_server* s = NULL;
-  CHECK(memcg_server_create(c, &s) == 0);
-  CHECK(memcg_server_set(s, "address", "127.0.0.1") == 0);
-  CHECK(memcg_server_set(s, "port", "0") == 0);
+  memcg_server* s = writable_server(c);
   CHECK(memcg_server_set(s, "threads", "2") == 0);
   CHECK(memcg_server_set(s, "allow_writes", "true") == 0);
-  CHECK(memcg_server_set(s, "token", "s3cret") == 0);
   CHECK(memcg_server_set(s, "token_name", "ops") == 0);
   char error[256] = "";
   CHECK(memcg_server_start(s, error, sizeof error) == 0);
@@ -235,12 +243,7 @@ static void test_callback_asks_during_stop(memcg_controller* c) {
   CHECK(memcg_group_create(c, "stop", &g) == 0);
   memcg_member* m = NULL;
   CHECK(memcg_member_create(g, "asker", 0, on_kill_asks, NULL, &m) == 0);
-  memcg_server* s = NULL;
-  CHECK(memcg_server_create(c, &s) == 0);
-  CHECK(memcg_server_set(s, "address", "127.0.0.1") == 0);
-  CHECK(memcg_server_set(s, "port", "0") == 0);
-  CHECK(memcg_server_set(s, "allow_writes", "1") == 0);
-  CHECK(memcg_server_set(s, "token", "s3cret") == 0);
+  memcg_server* s = writable_server(c);
   char error[256] = "";
   CHECK(memcg_server_start(s, error, sizeof error) == 0);
   stopping_server = s;
